@@ -1,0 +1,249 @@
+"""The command line: the original's flags and ours, parsed once and checked into a Config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+from resnet50_trainer.config import SYNTHETIC_DATA, Config
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+
+DEFAULT_IMAGE_SIZE = 227
+RESNET_DEPTHS = (18, 34, 50, 101, 152)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="resnet50-trainer",
+        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from an "
+        "LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
+        "Flags follow Caffe2's resnet50_trainer.py.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument("--train_data", required=True,
+                      help="path of the training DB; the word 'null' trains on synthetic data")
+    data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
+    data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type")
+    data.add_argument("--num_channels", type=int, default=3, choices=(1, 3),
+                      help="colour channels; 1 trains on grayscale")
+    data.add_argument("--image_size", type=int, default=DEFAULT_IMAGE_SIZE,
+                      help="crop size in pixels, square")
+    data.add_argument("--scale", type=int,
+                      help="shorter side images are resized to before cropping "
+                      "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
+                      "--image_size 227 is exactly the original)")
+    data.add_argument("--num_labels", type=int, default=1000, help="number of classes")
+    data.add_argument("--num_workers", type=int,
+                      help="input (decoding) processes per training process; 0 decodes in the "
+                      "training process (default: the cores per training process minus one, 1 to 8)")
+    data.add_argument("--max_bad_records", type=float, default=0.01,
+                      help="fraction of an epoch's records that may fail to decode (skipped and "
+                      "named) before the run stops")
+
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--gpus", help="comma-separated GPU ids, e.g. 0,1")
+    devices.add_argument("--num_gpus", type=int,
+                         help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
+                         "CPU training processes (default 1)")
+    devices.add_argument("--use_cpu", action="store_true", help="train on CPU (Gloo)")
+    devices.add_argument("--model_parallel", action="store_true",
+                         help="split each model replica over 2 GPUs (so 2 x num_gpus devices)")
+    devices.add_argument("--dtype", default="float", choices=("float", "float16"),
+                         help="training precision")
+    devices.add_argument("--float16_compute", action="store_true", help="fp16 arithmetic in conv and fc")
+    devices.add_argument("--enable_tensor_core", action="store_true",
+                         help="tensor-core maths for conv and fc")
+    devices.add_argument("--cudnn_workspace_limit_mb", type=int, default=64,
+                         help="cap on cuDNN's convolution workspace, in MiB (GPU only; sets "
+                         "CUDNN_CONV_WSCAP_DBG, which PyTorch's cuDNN v8 path honours)")
+
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--num_layers", type=int, default=50, choices=RESNET_DEPTHS, help="ResNet depth")
+    model.add_argument("--batch_size", type=int, default=32,
+                       help="batch size TOTAL over this machine's devices; must divide by them")
+    model.add_argument("--epoch_size", type=int,
+                       help="images per epoch over all machines (default: one pass over the "
+                       "training DB; the original's default was 1500000)")
+    model.add_argument("--num_epochs", type=int, default=1000, help="epochs")
+    model.add_argument("--base_learning_rate", type=float, default=0.1,
+                       help="learning rate for a global batch of 256, scaled linearly to the "
+                       "real global batch; x0.1 every 30 epochs")
+    model.add_argument("--warmup_epochs", type=float, default=0.0,
+                       help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)")
+    model.add_argument("--weight_decay", type=float, default=1e-4,
+                       help="L2 on conv and fc weights and BN scales, not on biases")
+    model.add_argument("--seed", type=int, default=0,
+                       help="seed of the initial weights, the data order and the augmentation")
+
+    dist = parser.add_argument_group("distributed")
+    dist.add_argument("--num_shards", type=int, default=1, help="machines in the run")
+    dist.add_argument("--shard_id", type=int, default=0, help="this machine's index, from 0")
+    dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
+    dist.add_argument("--redis_host", help="Redis server used for rendezvous")
+    dist.add_argument("--redis_port", type=int, default=6379, help="Redis port")
+    dist.add_argument("--file_store_path", default="/tmp",
+                      help="shared (NFS) directory for rendezvous when no Redis is given")
+    dist.add_argument("--distributed_transport", default="tcp", choices=("tcp", "ibverbs"),
+                      help="transport between machines")
+    dist.add_argument("--distributed_interfaces", default="",
+                      help="network interface(s) for the distributed run, comma-separated")
+    dist.add_argument("--first_iter_timeout", type=float, default=1200.0,
+                      help="seconds allowed for the rendezvous and the first step")
+    dist.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds a collective may wait on a peer after the first step")
+
+    output = parser.add_argument_group("logs and checkpoints")
+    output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
+    output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
+    output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
+    output.add_argument("--load_model_path", help="checkpoint to continue training from")
+    output.add_argument("--print_every", type=int, default=100,
+                        help="print the original's iteration and loss lines every N iterations")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
+    """Check the parsed flags against each other and this machine; raise UserError on the first problem."""
+    _refuse_unsupported(args)
+    gpu_ids = _gpu_ids(args, gpus_present)
+    num_processes = len(gpu_ids) if gpu_ids else (args.num_gpus or 1)
+    _check_positive(args, ("num_gpus", "batch_size", "num_epochs", "num_labels", "num_shards",
+                           "epoch_size", "print_every", "scale"))
+    _check_positive(args, ("first_iter_timeout", "timeout", "base_learning_rate"))
+    if args.batch_size % num_processes:
+        raise UserError(f"--batch_size {args.batch_size} does not divide by the {num_processes} "
+                        f"devices of this machine: use a multiple of {num_processes}")
+    if not 0 <= args.shard_id < args.num_shards:
+        raise UserError(f"--shard_id {args.shard_id} is not below --num_shards {args.num_shards}: "
+                        f"shard ids run from 0 to {args.num_shards - 1}")
+    scale = args.scale or round(args.image_size / 0.875)
+    if args.image_size < 32:
+        raise UserError(f"--image_size {args.image_size} is below 32, too small for ResNet's five "
+                        "stride-2 stages: use 32 or more")
+    if args.image_size > scale:
+        raise UserError(f"--image_size {args.image_size} is above --scale {scale}: the crop must fit "
+                        "in the resized image; raise --scale or lower --image_size")
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UserError("--num_workers must be 0 or more")
+    if not 0 <= args.max_bad_records < 1:
+        raise UserError("--max_bad_records is a fraction: use a value from 0 up to (not including) 1")
+    if args.weight_decay < 0 or args.warmup_epochs < 0:
+        raise UserError("--weight_decay and --warmup_epochs cannot be negative")
+    _check_databases(args)
+    return Config(
+        train_data=args.train_data, test_data=args.test_data, db_type=args.db_type,
+        gpus=tuple(gpu_ids), num_gpus=num_processes, model_parallel=args.model_parallel,
+        num_channels=args.num_channels, image_size=args.image_size, scale=scale,
+        num_labels=args.num_labels, num_layers=args.num_layers, batch_size=args.batch_size,
+        epoch_size=args.epoch_size, num_epochs=args.num_epochs,
+        base_learning_rate=args.base_learning_rate, warmup_epochs=args.warmup_epochs,
+        weight_decay=args.weight_decay, cudnn_workspace_limit_mb=args.cudnn_workspace_limit_mb,
+        num_shards=args.num_shards, shard_id=args.shard_id, run_id=args.run_id,
+        redis_host=args.redis_host, redis_port=args.redis_port, file_store_path=args.file_store_path,
+        save_model_name=args.save_model_name, load_model_path=args.load_model_path,
+        use_cpu=args.use_cpu, dtype=args.dtype, float16_compute=args.float16_compute,
+        enable_tensor_core=args.enable_tensor_core,
+        distributed_transport=args.distributed_transport,
+        distributed_interfaces=args.distributed_interfaces,
+        first_iter_timeout=args.first_iter_timeout, timeout=args.timeout,
+        log_dir=args.log_dir, checkpoint_dir=args.checkpoint_dir or args.log_dir,
+        num_workers=_default_workers(num_processes) if args.num_workers is None else args.num_workers,
+        seed=args.seed, max_bad_records=args.max_bad_records, print_every=args.print_every,
+    )
+
+
+def _refuse_unsupported(args: argparse.Namespace) -> None:
+    """Flags whose work has not landed yet are refused, never accepted and ignored."""
+    unsupported = {
+        "--model_parallel": args.model_parallel,
+        "--dtype float16": args.dtype == "float16",
+        "--float16_compute": args.float16_compute,
+        "--enable_tensor_core": args.enable_tensor_core,
+        "--num_shards above 1": args.num_shards > 1,
+        "--redis_host": args.redis_host is not None,
+        "--run_id": args.run_id is not None,
+        "--distributed_transport ibverbs": args.distributed_transport == "ibverbs",
+        "--distributed_interfaces": bool(args.distributed_interfaces),
+    }
+    for flag, given in unsupported.items():
+        if given:
+            raise UserError(f"{flag} is not supported yet: leave it out and train on one machine "
+                            "in float32")
+
+
+def _gpu_ids(args: argparse.Namespace, gpus_present: int) -> list[int]:
+    if args.use_cpu:
+        if args.gpus:
+            raise UserError("--gpus names GPUs but --use_cpu trains on the CPU: drop one of them")
+        return []
+    if args.gpus:
+        try:
+            ids = [int(part) for part in args.gpus.split(",")]
+        except ValueError:
+            raise UserError(f"--gpus {args.gpus!r} is not a comma-separated list of GPU ids, "
+                            "e.g. --gpus 0,1") from None
+        if len(set(ids)) != len(ids) or min(ids) < 0:
+            raise UserError(f"--gpus {args.gpus} repeats an id or has a negative one: list each GPU once")
+        if args.num_gpus is not None and args.num_gpus != len(ids):
+            raise UserError(f"--gpus lists {len(ids)} GPUs but --num_gpus says {args.num_gpus}: "
+                            "give one of the two")
+    else:
+        ids = list(range(args.num_gpus or 1))
+    if gpus_present == 0:
+        raise UserError("no GPU found on this machine: add --use_cpu to train on the CPU")
+    if max(ids) >= gpus_present:
+        raise UserError(f"GPU {max(ids)} asked for but this machine has {gpus_present} "
+                        f"(ids 0 to {gpus_present - 1}): ask for fewer GPUs")
+    return ids
+
+
+def _check_positive(args: argparse.Namespace, names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UserError(f"--{name} must be positive, got {value}")
+
+
+def _check_databases(args: argparse.Namespace) -> None:
+    paths = [("--test_data", args.test_data)]
+    if args.train_data != SYNTHETIC_DATA:
+        paths.insert(0, ("--train_data", args.train_data))
+    for flag, path in paths:
+        if path is not None and not os.path.exists(path):
+            raise UserError(f"{flag} {path} does not exist: give the path of an existing "
+                            f"{args.db_type} database (or --train_data null for synthetic data)")
+
+
+def _default_workers(processes_per_machine: int) -> int:
+    cores_each = (os.cpu_count() or 1) // processes_per_machine
+    return max(1, min(8, cores_each - 1))
+
+
+def gpus_on_this_machine() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args, gpus_on_this_machine() if not args.use_cpu else 0)
+        from resnet50_trainer.launch import launch
+
+        return launch(config)
+    except UserError as error:
+        print(f"resnet50-trainer: error: {error}", file=sys.stderr)
+        return USAGE_EXIT_STATUS
+    except KeyboardInterrupt:
+        print("resnet50-trainer: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The per-run CSV log, named after the run's parameters, in the original's format."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import time
+from dataclasses import astuple, dataclass, fields
+
+from resnet50_trainer.config import Config
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One row per epoch; counts are global (all processes of all shards)."""
+
+    time_spent: float
+    cumulative_time_spent: float
+    input_count: int
+    cumulative_input_count: int
+    cumulative_batch_count: int
+    inputs_per_sec: float
+    accuracy: float
+    epoch: int
+    learning_rate: float
+    loss: float
+    test_accuracy: float  # -1 without --test_data, as the original
+
+
+HEADER = [field.name for field in fields(EpochRow)]
+
+
+def log_file_name(config: Config, started: float) -> str:
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(started))
+    return (f"resnet50_gpu{config.num_gpus}_b{config.batch_size}_L{config.num_labels}"
+            f"_lr{config.base_learning_rate:.2f}_v2_{stamp}.log")
+
+
+class RunLog:
+    """Created exclusively, so an existing log is never overwritten; a row is flushed per epoch."""
+
+    def __init__(self, config: Config, started: float):
+        name = log_file_name(config, started)
+        stem, suffix = os.path.splitext(name)
+        for attempt in range(1, 100):
+            self.path = os.path.join(config.log_dir, name)
+            try:
+                self._file = open(self.path, "x", newline="")
+                break
+            except FileExistsError:  # two runs started in the same second
+                name = f"{stem}_{attempt + 1}{suffix}"
+        # The original's first line: '# ' and the parsed arguments, as argparse prints them.
+        self._file.write(f"# {argparse.Namespace(**config.to_dict())}\n")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow(HEADER)
+        self._file.flush()
+
+    def write(self, row: EpochRow) -> None:
+        self._writer.writerow(astuple(row))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
