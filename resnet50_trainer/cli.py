@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--num_workers", type=int,
                       help="input (decoding) processes per training process; 0 decodes in the "
                       "training process (default: the cores per training process minus one, 1 to 8)")
+    data.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
+                      help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
+                      "training GPU; input processes only read bytes)")
     data.add_argument("--max_bad_records", type=float, default=0.01,
                       help="fraction of an epoch's records that may fail to decode (skipped and "
                       "named) before the run stops")
@@ -52,11 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--use_cpu", action="store_true", help="train on CPU (Gloo)")
     devices.add_argument("--model_parallel", action="store_true",
                          help="split each model replica over 2 GPUs (so 2 x num_gpus devices)")
-    devices.add_argument("--dtype", default="float", choices=("float", "float16"),
-                         help="training precision")
+    devices.add_argument("--dtype", default="float", choices=("float", "float16", "bfloat16"),
+                         help="training precision: float16 uses autocast and a gradient scaler, "
+                         "bfloat16 autocast alone")
     devices.add_argument("--float16_compute", action="store_true", help="fp16 arithmetic in conv and fc")
     devices.add_argument("--enable_tensor_core", action="store_true",
                          help="tensor-core maths for conv and fc")
+    devices.add_argument("--compile", action="store_true", help="compile the model with torch.compile")
+    devices.add_argument("--pipeline_chunks", type=int, default=1,
+                         help="with --model_parallel: micro-batches per step, so both GPUs of a "
+                         "pair work at once")
     devices.add_argument("--cudnn_workspace_limit_mb", type=int, default=64,
                          help="cap on cuDNN's convolution workspace, in MiB (GPU only; sets "
                          "CUDNN_CONV_WSCAP_DBG, which PyTorch's cuDNN v8 path honours)")
@@ -85,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
     dist.add_argument("--redis_host", help="Redis server used for rendezvous")
     dist.add_argument("--redis_port", type=int, default=6379, help="Redis port")
+    dist.add_argument("--redis_password", default=os.environ.get("REDIS_PASSWORD"),
+                      help="Redis password (default: $REDIS_PASSWORD); never printed or logged")
     dist.add_argument("--file_store_path", default="/tmp",
                       help="shared (NFS) directory for rendezvous when no Redis is given")
     dist.add_argument("--distributed_transport", default="tcp", choices=("tcp", "ibverbs"),
@@ -101,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
     output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
     output.add_argument("--load_model_path", help="checkpoint to continue training from")
+    output.add_argument("--keep_checkpoints", type=int, default=1,
+                        help="how many of the newest checkpoints to keep")
+    output.add_argument("--checkpoint_every_iters", type=int, default=0,
+                        help="also checkpoint every N iterations within an epoch (0: only at "
+                        "epoch ends)")
+    output.add_argument("--profile_iters", type=int, default=0,
+                        help="profile N steps after warm-up with torch.profiler; writes a Chrome "
+                        "trace next to the log")
     output.add_argument("--print_every", type=int, default=100,
                         help="print the original's iteration and loss lines every N iterations")
     return parser
@@ -112,7 +130,8 @@ def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
     gpu_ids = _gpu_ids(args, gpus_present)
     num_processes = len(gpu_ids) if gpu_ids else (args.num_gpus or 1)
     _check_positive(args, ("num_gpus", "batch_size", "num_epochs", "num_labels", "num_shards",
-                           "epoch_size", "print_every", "scale"))
+                           "epoch_size", "print_every", "scale", "keep_checkpoints",
+                           "pipeline_chunks"))
     _check_positive(args, ("first_iter_timeout", "timeout", "base_learning_rate"))
     if args.batch_size % num_processes:
         raise UserError(f"--batch_size {args.batch_size} does not divide by the {num_processes} "
@@ -127,8 +146,9 @@ def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
     if args.image_size > scale:
         raise UserError(f"--image_size {args.image_size} is above --scale {scale}: the crop must fit "
                         "in the resized image; raise --scale or lower --image_size")
-    if args.num_workers is not None and args.num_workers < 0:
-        raise UserError("--num_workers must be 0 or more")
+    for name in ("num_workers", "checkpoint_every_iters", "profile_iters"):
+        if (getattr(args, name) or 0) < 0:
+            raise UserError(f"--{name} must be 0 or more")
     if not 0 <= args.max_bad_records < 1:
         raise UserError("--max_bad_records is a fraction: use a value from 0 up to (not including) 1")
     if args.weight_decay < 0 or args.warmup_epochs < 0:
@@ -153,6 +173,10 @@ def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
         log_dir=args.log_dir, checkpoint_dir=args.checkpoint_dir or args.log_dir,
         num_workers=_default_workers(num_processes) if args.num_workers is None else args.num_workers,
         seed=args.seed, max_bad_records=args.max_bad_records, print_every=args.print_every,
+        redis_password=args.redis_password, keep_checkpoints=args.keep_checkpoints,
+        checkpoint_every_iters=args.checkpoint_every_iters, compile=args.compile,
+        decode_device=args.decode_device, profile_iters=args.profile_iters,
+        pipeline_chunks=args.pipeline_chunks,
     )
 
 
@@ -160,7 +184,10 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
     """Flags whose work has not landed yet are refused, never accepted and ignored."""
     unsupported = {
         "--model_parallel": args.model_parallel,
-        "--dtype float16": args.dtype == "float16",
+        "--pipeline_chunks": args.pipeline_chunks != 1,
+        "--dtype float16/bfloat16": args.dtype != "float",
+        "--compile": args.compile,
+        "--decode_device gpu": args.decode_device == "gpu",
         "--float16_compute": args.float16_compute,
         "--enable_tensor_core": args.enable_tensor_core,
         "--num_shards above 1": args.num_shards > 1,
@@ -168,11 +195,14 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
         "--run_id": args.run_id is not None,
         "--distributed_transport ibverbs": args.distributed_transport == "ibverbs",
         "--distributed_interfaces": bool(args.distributed_interfaces),
+        "--redis_password": args.redis_password is not None,
+        "--keep_checkpoints above 1": args.keep_checkpoints != 1,
+        "--checkpoint_every_iters": args.checkpoint_every_iters != 0,
+        "--profile_iters": args.profile_iters != 0,
     }
     for flag, given in unsupported.items():
         if given:
-            raise UserError(f"{flag} is not supported yet: leave it out and train on one machine "
-                            "in float32")
+            raise UserError(f"{flag} is not supported yet: leave it out")
 
 
 def _gpu_ids(args: argparse.Namespace, gpus_present: int) -> list[int]:

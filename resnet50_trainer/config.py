@@ -62,6 +62,13 @@ class Config:
     seed: int
     max_bad_records: float
     print_every: int
+    redis_password: Optional[str]
+    keep_checkpoints: int
+    checkpoint_every_iters: int
+    compile: bool
+    decode_device: str
+    profile_iters: int
+    pipeline_chunks: int
 
     @property
     def synthetic(self) -> bool:
@@ -93,4 +100,5 @@ class Config:
         """Plain types only, so a checkpoint can hold it and be loaded with weights_only=True."""
         values = dataclasses.asdict(self)
         values["gpus"] = list(self.gpus)
+        values["redis_password"] = None  # never written to a log or a checkpoint
         return values

@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from resnet50_trainer import checkpoint, distributed
@@ -24,11 +23,10 @@ from resnet50_trainer.errors import UserError
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
+from resnet50_trainer.progress import EpochProgress
 from resnet50_trainer.runlog import EpochRow, RunLog
 
 log = logging.getLogger(__name__)
-BAD_KEYS_NAMED = 10  # bad records named one by one in an epoch; the rest are counted
-PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once a second
 
 
 def check_outputs_writable(config: Config) -> None:
@@ -85,7 +83,7 @@ class Trainer:
         self.input.epoch_plan.set_epoch(self.epoch)
         self.ddp.train()
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, correct, images, bad
-        progress = EpochProgress(self, steps)
+        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps)
         started = time.perf_counter()
         for step, batch in enumerate(progress.batches(self.input.batches)):
             images = batch.images.to(self.device, non_blocking=True)
@@ -155,60 +153,6 @@ class Trainer:
         if not self.timeout_shortened:
             distributed.shorten_timeout(self.config)
             self.timeout_shortened = True
-
-
-class EpochProgress:
-    """The first process's progress bar and the original's console lines; other processes only
-    name bad records. Reads device values at most once a second, never per step."""
-
-    def __init__(self, trainer: Trainer, steps: int):
-        self.trainer, self.steps = trainer, steps
-        self.is_main = trainer.placement.is_main
-        config = trainer.config
-        self.bar = tqdm(total=steps, desc=f"epoch {trainer.epoch + 1}/{config.num_epochs}",
-                        unit="step", disable=not self.is_main or None, dynamic_ncols=True, leave=False)
-        self.bad_named = 0
-        self.waited = 0.0
-        self.started = self.last_refresh = time.perf_counter()
-        self.interval_started, self.interval_steps = self.started, 0
-
-    def batches(self, batches):
-        iterator = iter(batches)
-        while True:
-            before = time.perf_counter()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            self.waited += time.perf_counter() - before
-            yield batch
-
-    def step(self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys) -> None:
-        for key in bad_keys:
-            self.bad_named += 1
-            if self.bad_named <= BAD_KEYS_NAMED:
-                log.warning("Skipped undecodable record %r", key)
-        if not self.is_main:
-            return
-        self.bar.update(1)
-        self.interval_steps += 1
-        now = time.perf_counter()
-        config = self.trainer.config
-        if (step + 1) % config.print_every == 0 or step + 1 == self.steps:
-            rate = self.interval_steps * config.global_batch_size / (now - self.interval_started)
-            log.info("Finished iteration %d/%d of epoch %d (%.2f images/sec)",
-                     step + 1, self.steps, self.trainer.epoch + 1, rate)
-            log.info("Training loss: %.4f, accuracy: %.4f", loss.item(), correct.item() / images)
-            self.interval_started, self.interval_steps = now, 0
-        elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
-            elapsed = now - self.started
-            self.bar.set_postfix(loss=f"{loss.item():.3f}",
-                                 img_s=f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
-                                 input_wait=f"{self.waited / elapsed:.0%}")
-            self.last_refresh = now
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def train(config: Config, placement: Placement, device: torch.device) -> None:

@@ -1,0 +1,68 @@
+"""What the first process shows while an epoch runs: a tqdm bar with loss, images/s and the share
+of time spent waiting for input, and the original's console lines. Other processes only name
+bad records."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from tqdm import tqdm
+
+from resnet50_trainer.config import Config
+
+log = logging.getLogger(__name__)
+BAD_KEYS_NAMED = 10  # bad records named one by one in an epoch; the rest are counted
+PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once a second
+
+
+class EpochProgress:
+    """Reads device values at most once a second or every --print_every steps, never per step."""
+
+    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int):
+        self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
+        self.bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+                        unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
+        self.bad_named = 0
+        self.waited = 0.0
+        self.started = self.last_refresh = time.perf_counter()
+        self.interval_started, self.interval_steps = self.started, 0
+
+    def batches(self, batches):
+        iterator = iter(batches)
+        while True:
+            before = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self.waited += time.perf_counter() - before
+            yield batch
+
+    def step(self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys) -> None:
+        for key in bad_keys:
+            self.bad_named += 1
+            if self.bad_named <= BAD_KEYS_NAMED:
+                log.warning("Skipped undecodable record %r", key)
+        if not self.is_main:
+            return
+        self.bar.update(1)
+        self.interval_steps += 1
+        now = time.perf_counter()
+        config = self.config
+        if (step + 1) % config.print_every == 0 or step + 1 == self.steps:
+            rate = self.interval_steps * config.global_batch_size / (now - self.interval_started)
+            log.info("Finished iteration %d/%d of epoch %d (%.2f images/sec)",
+                     step + 1, self.steps, self.epoch + 1, rate)
+            log.info("Training loss: %.4f, accuracy: %.4f", loss.item(), correct.item() / images)
+            self.interval_started, self.interval_steps = now, 0
+        elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
+            elapsed = now - self.started
+            self.bar.set_postfix(loss=f"{loss.item():.3f}",
+                                 img_s=f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
+                                 input_wait=f"{self.waited / elapsed:.0%}")
+            self.last_refresh = now
+
+    def close(self) -> None:
+        self.bar.close()
