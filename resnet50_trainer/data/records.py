@@ -1,0 +1,215 @@
+"""Database records <-> (image, label): Caffe Datum and Caffe2 TensorProtos, detected per record.
+
+The one place records are parsed, built and decoded; the trainer and `resnet50-db` share it.
+
+Layouts (as the original tools write them):
+- Datum (convert_imageset): encoded=true -> data holds a JPEG/PNG file; otherwise data holds raw
+  uint8 pixels CHW in BGR order with channels/height/width set (or float_data, same layout).
+- TensorProtos (make_image_db): protos[0] is the image, protos[1] an INT32 label (a further tensor,
+  e.g. a bounding box, is ignored). Image STRING -> string_data[0] is the file; BYTE/UINT8 -> raw
+  pixels HWC in BGR, dims [H, W, C] or [H, W] for gray; FLOAT -> dims [C, H, W] (or [H, W]), BGR,
+  as lmdb_create_example.py writes them. We assume FLOAT tensors hold pixel values on the 0..255
+  scale and clip/round them to uint8; a tensor of 0..1 values therefore decodes nearly black.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from resnet50_trainer.data import protos
+from resnet50_trainer.errors import RecordError
+
+DATUM = "datum"
+TENSORPROTOS = "tensorprotos"
+RECORD_FORMATS = (DATUM, TENSORPROTOS)
+
+# Serializers write fields in number order, so a TensorProtos starts with the tag of field 1 as a
+# length-delimited message (0x0A); a Datum never does (its field 1 is a varint, tag 0x08).
+_TENSORPROTOS_FIRST_BYTE = 0x0A
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: numpy arrays have no single truth value
+class Record:
+    """One image and its label. Exactly one of `encoded` (file bytes) and `pixels` is set."""
+
+    label: int
+    encoded: bytes | None
+    pixels: np.ndarray | None  # HxWxC uint8, RGB order, C = 1 or 3
+    format: str  # DATUM or TENSORPROTOS
+
+    @property
+    def is_encoded(self) -> bool:
+        return self.encoded is not None
+
+
+def parse_record(value: bytes) -> Record:
+    """Parse one database value; raises RecordError naming what is wrong."""
+    if not value:
+        raise RecordError("empty record value; rebuild the database with resnet50-db create")
+    try:
+        if value[0] == _TENSORPROTOS_FIRST_BYTE:
+            return _parse_tensorprotos(protos.TensorProtos.FromString(value))
+        return _parse_datum(protos.Datum.FromString(value))
+    except RecordError:
+        raise
+    except Exception as exc:  # protobuf's DecodeError and friends vary between versions
+        raise RecordError(f"record is neither a Caffe Datum nor a Caffe2 TensorProtos ({exc}); "
+                          "check that the database was written by convert_imageset, "
+                          "make_image_db or resnet50-db create") from exc
+
+
+def _parse_datum(datum) -> Record:
+    if datum.encoded:
+        if not datum.data:
+            raise RecordError("Datum is marked encoded but holds no image bytes")
+        return Record(label=datum.label, encoded=bytes(datum.data), pixels=None, format=DATUM)
+    shape = (datum.channels, datum.height, datum.width)
+    if datum.data:
+        chw = _raw_array(datum.data, shape, "Datum", channel_axis=0)
+    elif len(datum.float_data):
+        chw = _float_to_uint8(np.asarray(datum.float_data, dtype=np.float32), shape, "Datum")
+    else:
+        raise RecordError("Datum holds neither image bytes nor float_data (zero-size record)")
+    return Record(label=datum.label, encoded=None, pixels=_bgr_to_rgb(chw.transpose(1, 2, 0)),
+                  format=DATUM)
+
+
+def _parse_tensorprotos(tensors) -> Record:
+    if len(tensors.protos) < 2:
+        raise RecordError(f"TensorProtos has {len(tensors.protos)} tensor(s); "
+                          "expected an image tensor and an INT32 label tensor")
+    image, label_tensor = tensors.protos[0], tensors.protos[1]
+    if label_tensor.data_type != protos.INT32 or not len(label_tensor.int32_data):
+        raise RecordError("TensorProtos label (protos[1]) is not a non-empty INT32 tensor")
+    label = int(label_tensor.int32_data[0])
+    if image.data_type == protos.STRING:
+        if not len(image.string_data) or not image.string_data[0]:
+            raise RecordError("TensorProtos STRING image tensor holds no image bytes")
+        return Record(label=label, encoded=bytes(image.string_data[0]), pixels=None,
+                      format=TENSORPROTOS)
+    dims = tuple(image.dims)
+    if len(dims) not in (2, 3):
+        raise RecordError(f"TensorProtos image has dims {list(dims)}; expected [H, W] or [H, W, C]")
+    if image.data_type in (protos.BYTE, protos.UINT8):
+        hwc_shape = dims if len(dims) == 3 else dims + (1,)
+        raw = image.byte_data or np.asarray(image.int32_data, dtype=np.uint8).tobytes()
+        hwc = _raw_array(raw, hwc_shape, "TensorProtos", channel_axis=2)
+    elif image.data_type == protos.FLOAT:
+        chw_shape = dims if len(dims) == 3 else (1,) + dims
+        chw = _float_to_uint8(np.asarray(image.float_data, dtype=np.float32), chw_shape,
+                              "TensorProtos")
+        hwc = chw.transpose(1, 2, 0)
+    else:
+        raise RecordError(f"TensorProtos image has data_type {image.data_type}; "
+                          "expected STRING, BYTE, UINT8 or FLOAT")
+    return Record(label=label, encoded=None, pixels=_bgr_to_rgb(hwc), format=TENSORPROTOS)
+
+
+def _check_shape(shape: tuple, size: int, source: str, channel_axis: int) -> None:
+    if any(extent <= 0 for extent in shape):
+        raise RecordError(f"{source} raw image has shape {list(shape)} (zero-size record)")
+    if shape[channel_axis] not in (1, 3):
+        raise RecordError(f"{source} raw image has {shape[channel_axis]} channels; expected 1 or 3")
+    if size != int(np.prod(shape)):
+        raise RecordError(f"{source} raw image holds {size} values but its shape {list(shape)} "
+                          f"needs {int(np.prod(shape))}")
+
+
+def _raw_array(raw: bytes, shape: tuple, source: str, channel_axis: int) -> np.ndarray:
+    _check_shape(shape, len(raw), source, channel_axis)
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape)
+
+
+def _float_to_uint8(values: np.ndarray, chw_shape: tuple, source: str) -> np.ndarray:
+    _check_shape(chw_shape, values.size, source, channel_axis=0)
+    return np.clip(np.rint(values), 0, 255).astype(np.uint8).reshape(chw_shape)
+
+
+def _bgr_to_rgb(hwc: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(hwc[:, :, ::-1] if hwc.shape[2] == 3 else hwc)
+
+
+def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> Image.Image:
+    """The record's image, fully loaded, in mode "L" if stored gray, else "RGB".
+
+    draft_size (width, height): for JPEG, let libjpeg scale down by 1/2, 1/4 or 1/8 while both sides
+    stay at least this large (much cheaper than decoding at full size and resizing).
+    """
+    if record.pixels is not None:
+        pixels = record.pixels
+        return Image.fromarray(pixels[:, :, 0], "L") if pixels.shape[2] == 1 \
+            else Image.fromarray(pixels, "RGB")
+    try:
+        image = Image.open(io.BytesIO(record.encoded))
+        if draft_size is not None and image.format == "JPEG":
+            image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
+        image.load()  # decode now, so a truncated file fails here and not in a later transform
+        return image if image.mode in ("L", "RGB") else image.convert(_native_mode(image))
+    except UnidentifiedImageError as exc:
+        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise RecordError(f"cannot decode the record's image bytes ({exc})") from exc
+
+
+def encoded_format(data: bytes) -> str:
+    """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header."""
+    try:
+        return Image.open(io.BytesIO(data)).format
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
+
+
+def _native_mode(image: Image.Image) -> str:
+    return "L" if image.mode in ("1", "L", "LA", "I", "I;16", "F") else "RGB"
+
+
+def decode_image(record: Record, num_channels: int,
+                 draft_size: tuple[int, int] | None = None) -> Image.Image:
+    """The record's image in mode "RGB" (num_channels 3) or "L" (num_channels 1)."""
+    if num_channels not in (1, 3):
+        raise RecordError(f"num_channels is {num_channels}; use 1 (gray) or 3 (colour)")
+    image = decode_native(record, draft_size)
+    wanted = "RGB" if num_channels == 3 else "L"
+    return image if image.mode == wanted else image.convert(wanted)
+
+
+def serialize_record(record: Record) -> bytes:
+    """The database value for `record`, laid out exactly as convert_imageset / make_image_db do."""
+    if record.format == DATUM:
+        return _datum_message(record).SerializeToString()
+    if record.format == TENSORPROTOS:
+        return _tensorprotos_message(record).SerializeToString()
+    raise RecordError(f"unknown record format {record.format!r}; use one of {RECORD_FORMATS}")
+
+
+def _datum_message(record: Record):
+    if record.encoded is not None:  # convert_imageset sets only data, label and encoded here
+        return protos.Datum(data=record.encoded, label=record.label, encoded=True)
+    bgr = _bgr_to_rgb(record.pixels)  # the swap is its own inverse
+    height, width, channels = bgr.shape
+    return protos.Datum(channels=channels, height=height, width=width,
+                        data=bgr.transpose(2, 0, 1).tobytes(), label=record.label)
+
+
+def _tensorprotos_message(record: Record):
+    message = protos.TensorProtos()
+    image = message.protos.add()
+    if record.encoded is not None:
+        image.data_type = protos.STRING
+        image.dims.append(1)
+        image.string_data.append(record.encoded)
+    else:
+        bgr = _bgr_to_rgb(record.pixels)
+        height, width, channels = bgr.shape
+        image.data_type = protos.BYTE
+        image.dims.extend([height, width, channels] if channels == 3 else [height, width])
+        image.byte_data = bgr.tobytes()
+    label = message.protos.add()
+    label.data_type = protos.INT32
+    label.dims.append(1)
+    label.int32_data.append(record.label)
+    return message
