@@ -1,0 +1,29 @@
+"""Shared fixtures: small real image databases in temporary directories."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # so tests can import dbfactory
+
+from dbfactory import caffe_key, datum_record, make_jpeg, write_db  # noqa: E402
+
+
+@pytest.fixture
+def image_db(tmp_path):
+    """make(name, num_records, num_labels, db_type="lmdb") -> path of a DB of JPEG Datum records.
+
+    Record i has label i % num_labels and key "%08d_img{i}.jpg", so tests can count what was read.
+    """
+
+    def make(name: str, num_records: int, num_labels: int, db_type: str = "lmdb",
+             height: int = 40, width: int = 48) -> str:
+        records = [(caffe_key(i, f"img{i}.jpg"),
+                    datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
+                   for i in range(num_records)]
+        return write_db(str(tmp_path / name), db_type, records)
+
+    return make

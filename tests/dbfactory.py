@@ -1,0 +1,141 @@
+"""Small databases for tests, written the way the original tools write them.
+
+Records are built field by field as convert_imageset (Datum), make_image_db (TensorProtos STRING /
+BYTE) and lmdb_create_example.py (TensorProtos FLOAT, CHW) build them, and stored with lmdb/plyvel
+directly, independently of resnet50_trainer's own writer. Pixels are given HxWxC uint8 in RGB;
+the helpers store them in BGR as those tools do.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import lmdb
+import numpy as np
+import plyvel
+from PIL import Image
+
+from resnet50_trainer.data import protos
+
+
+def random_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """HxWxC uint8 noise, RGB (or gray when channels is 1)."""
+    return np.random.default_rng(seed).integers(0, 256, (height, width, channels), dtype=np.uint8)
+
+
+def smooth_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """HxWxC uint8 gradients plus a little noise: compresses like a photo, unlike pure noise."""
+    rows, columns = np.mgrid[0:height, 0:width]
+    base = np.stack([(rows * 255 // max(1, height - 1)), (columns * 255 // max(1, width - 1)),
+                     ((rows + columns) * 127 // max(1, height + width - 2))], axis=2)[:, :, :channels]
+    noise = np.random.default_rng(seed).integers(-8, 9, base.shape)
+    return np.clip(base + noise, 0, 255).astype(np.uint8)
+
+
+def encode_image(pixels: np.ndarray, image_format: str = "JPEG", quality: int = 90) -> bytes:
+    """File bytes of HxWxC uint8 pixels (RGB or one channel) in `image_format`."""
+    image = Image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels)
+    buffer = io.BytesIO()
+    image.save(buffer, image_format, **({"quality": quality} if image_format == "JPEG" else {}))
+    return buffer.getvalue()
+
+
+def make_jpeg(height: int = 32, width: int = 48, channels: int = 3, seed: int = 0,
+              quality: int = 90) -> bytes:
+    return encode_image(smooth_pixels(height, width, channels, seed), "JPEG", quality)
+
+
+def datum_record(label: int, pixels: np.ndarray | None = None, encoded: bytes | None = None,
+                 as_float: bool = False) -> bytes:
+    """A Datum: encoded -> data + label + encoded=true (convert_imageset keeping the file);
+    pixels -> channels/height/width + CHW BGR bytes in data (or float_data when as_float)."""
+    datum = protos.Datum()
+    if encoded is not None:
+        datum.data = encoded
+        datum.label = label
+        datum.encoded = True
+        return datum.SerializeToString()
+    height, width, channels = pixels.shape
+    chw_bgr = pixels[:, :, ::-1].transpose(2, 0, 1)
+    datum.channels = channels
+    datum.height = height
+    datum.width = width
+    if as_float:
+        datum.float_data.extend(chw_bgr.astype(np.float32).ravel().tolist())
+    else:
+        datum.data = chw_bgr.tobytes()
+    datum.label = label
+    return datum.SerializeToString()
+
+
+def tensorprotos_record(label: int, pixels: np.ndarray | None = None,
+                        encoded: bytes | None = None, as_float: bool = False,
+                        bbox: list[int] | None = None) -> bytes:
+    """TensorProtos: [image, INT32 label(, INT32 bbox)]. encoded -> STRING, dims [1] (make_image_db);
+    pixels -> BYTE HWC BGR, dims [H, W, 3] or [H, W] for gray (make_image_db --raw);
+    as_float -> FLOAT CHW BGR, dims [C, H, W] (lmdb_create_example.py)."""
+    message = protos.TensorProtos()
+    image = message.protos.add()
+    if encoded is not None:
+        image.dims.append(1)
+        image.data_type = protos.STRING
+        image.string_data.append(encoded)
+    elif as_float:
+        chw_bgr = pixels[:, :, ::-1].transpose(2, 0, 1)
+        image.dims.extend(chw_bgr.shape)
+        image.data_type = protos.FLOAT
+        image.float_data.extend(chw_bgr.astype(np.float32).ravel().tolist())
+    else:
+        height, width, channels = pixels.shape
+        image.dims.extend([height, width, channels] if channels == 3 else [height, width])
+        image.data_type = protos.BYTE
+        image.byte_data = pixels[:, :, ::-1].tobytes()
+    for values in ([label], bbox):
+        if values is not None:
+            tensor = message.protos.add()
+            tensor.dims.append(len(values))
+            tensor.data_type = protos.INT32
+            tensor.int32_data.extend(values)
+    return message.SerializeToString()
+
+
+def write_db(path: str, db_type: str, records: list[tuple[bytes, bytes]]) -> str:
+    """Store (key, value) pairs in a new LMDB or LevelDB directory at `path`; returns path."""
+    if db_type == "lmdb":
+        env = lmdb.open(path, map_size=64 << 20, subdir=True)
+        with env.begin(write=True) as txn:
+            for key, value in records:
+                txn.put(key, value)
+        env.close()
+    elif db_type == "leveldb":
+        db = plyvel.DB(path, create_if_missing=True, error_if_exists=True)
+        with db.write_batch() as batch:
+            for key, value in records:
+                batch.put(key, value)
+        db.close()
+    else:
+        raise ValueError(f"db_type must be lmdb or leveldb, not {db_type!r}")
+    return path
+
+
+def caffe_key(index: int, relative_path: str) -> bytes:
+    """The key convert_imageset and make_image_db write."""
+    return f"{index:08d}_{relative_path}".encode()
+
+
+def write_class_folders(root: str, class_count: int = 2, per_class: int = 3, size: int = 32,
+                        image_format: str = "JPEG") -> list[np.ndarray]:
+    """root/class_<k>/img_<i>.<ext> images; returns their pixels in the sorted order `create`
+    reads them (class by class, file names sorted)."""
+    extension = {"JPEG": "jpg", "PNG": "png"}[image_format]
+    written = []
+    for label in range(class_count):
+        folder = os.path.join(root, f"class_{label}")
+        os.makedirs(folder, exist_ok=True)
+        for index in range(per_class):
+            pixels = smooth_pixels(size, size + 8, 3, seed=label * 100 + index)
+            with open(os.path.join(folder, f"img_{index}.{extension}"), "wb") as file:
+                file.write(encode_image(pixels, image_format))
+            written.append(pixels)
+    return written
