@@ -29,6 +29,7 @@ class EpochRow:
 
 
 HEADER = [field.name for field in fields(EpochRow)]
+NO_TEST_ACCURACY = -1
 
 
 def log_file_name(config: Config, started: float) -> str:
@@ -41,15 +42,16 @@ class RunLog:
     """Created exclusively, so an existing log is never overwritten; a row is flushed per epoch."""
 
     def __init__(self, config: Config, started: float):
-        name = log_file_name(config, started)
-        stem, suffix = os.path.splitext(name)
-        for attempt in range(1, 100):
-            self.path = os.path.join(config.log_dir, name)
+        stem, suffix = os.path.splitext(log_file_name(config, started))
+        self.path = os.path.join(config.log_dir, stem + suffix)
+        attempt = 1
+        while True:
             try:
                 self._file = open(self.path, "x", newline="")
                 break
-            except FileExistsError:  # two runs started in the same second
-                name = f"{stem}_{attempt + 1}{suffix}"
+            except FileExistsError:  # another run started in the same second
+                attempt += 1
+                self.path = os.path.join(config.log_dir, f"{stem}_{attempt}{suffix}")
         # The original's first line: '# ' and the parsed arguments, as argparse prints them.
         self._file.write(f"# {argparse.Namespace(**config.to_dict())}\n")
         self._writer = csv.writer(self._file, lineterminator="\n")

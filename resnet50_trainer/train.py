@@ -24,7 +24,7 @@ from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_in
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
 from resnet50_trainer.progress import EpochProgress
-from resnet50_trainer.runlog import EpochRow, RunLog
+from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +107,10 @@ class Trainer:
         return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad))
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self) -> Optional[float]:
         """Top-1 over the whole test DB, BN in eval mode, shared by all processes."""
         if self.test_input is None:
-            return -1.0
+            return None
         self.model.eval()
         counts = torch.zeros(2, dtype=torch.float64, device=self.device)  # correct, images
         for batch in self.test_input:
@@ -181,15 +181,16 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             rows.append(_row(rows, result, trainer, test_accuracy))
             if runlog:
                 runlog.write(rows[-1])
-            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %.4f, %.1f images/sec",
-                     trainer.epoch, result.loss, result.accuracy, test_accuracy, result.images / result.seconds)
+            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec",
+                     trainer.epoch, result.loss, result.accuracy, rows[-1].test_accuracy,
+                     result.images / result.seconds)
             saved = trainer.save()
     if runlog:
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
 
 
-def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: float) -> EpochRow:
+def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: Optional[float]) -> EpochRow:
     previous = rows[-1] if rows else None
     return EpochRow(
         time_spent=round(result.seconds, 3),
@@ -200,7 +201,7 @@ def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: float
         inputs_per_sec=round(result.images / result.seconds, 2),
         accuracy=round(result.accuracy, 6), epoch=trainer.epoch,
         learning_rate=trainer.schedule(trainer.iteration - 1), loss=round(result.loss, 6),
-        test_accuracy=round(test_accuracy, 6))
+        test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6))
 
 
 def _summarise(rows: list, log_path: str, checkpoint_path: Optional[str], seconds: float) -> None:

@@ -39,7 +39,8 @@ def to_chw_tensor(pixels: np.ndarray) -> torch.Tensor:
     """HWC (or HW for grayscale) uint8 -> CHW uint8 tensor, still uint8."""
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
+    # One copy: into CHW order, and writable (Pillow's arrays are read-only views).
+    return torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))
 
 
 def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,0 +1,91 @@
+"""The command line: every flag of the original, and bad settings refused in one line with exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.errors import UserError
+
+ORIGINAL_FLAGS = [
+    "--train_data", "--test_data", "--db_type", "--gpus", "--num_gpus", "--model_parallel",
+    "--num_channels", "--image_size", "--num_labels", "--batch_size", "--epoch_size", "--num_epochs",
+    "--base_learning_rate", "--weight_decay", "--cudnn_workspace_limit_mb", "--num_shards",
+    "--shard_id", "--run_id", "--redis_host", "--redis_port", "--file_store_path",
+    "--save_model_name", "--load_model_path", "--use_cpu", "--dtype", "--float16_compute",
+    "--enable_tensor_core", "--distributed_transport", "--distributed_interfaces",
+    "--num_layers", "--first_iter_timeout", "--timeout", "--log_dir", "--num_workers", "--scale",
+]
+
+
+def parse(argv, gpus_present=0):
+    return config_from_args(build_parser().parse_args(argv), gpus_present)
+
+
+def test_every_original_flag_is_accepted_by_the_parser():
+    option_strings = {option for action in build_parser()._actions for option in action.option_strings}
+    assert set(ORIGINAL_FLAGS) <= option_strings
+
+
+def test_defaults_follow_the_original(tmp_path):
+    config = parse(["--train_data", "null", "--use_cpu"])
+    assert (config.db_type, config.num_gpus, config.num_channels, config.image_size) == ("lmdb", 1, 3, 227)
+    assert (config.num_labels, config.batch_size, config.num_epochs) == (1000, 32, 1000)
+    assert (config.base_learning_rate, config.weight_decay, config.redis_port) == (0.1, 1e-4, 6379)
+    assert config.save_model_name == "resnet50_model" and config.file_store_path == "/tmp"
+    assert config.scale == round(227 / 0.875) and config.num_layers == 50
+
+
+def test_derived_values():
+    config = parse(["--train_data", "null", "--use_cpu", "--num_gpus", "2", "--batch_size", "64",
+                    "--image_size", "224"])
+    assert config.scale == 256
+    assert (config.device_batch_size, config.global_batch_size, config.world_size) == (32, 64, 2)
+    assert config.effective_learning_rate == pytest.approx(0.1 * 64 / 256)
+    assert config.iterations_per_epoch(1000) == 15  # one pass over the DB without --epoch_size
+
+
+@pytest.mark.parametrize("argv, gpus, message", [
+    (["--use_cpu", "--num_gpus", "3", "--batch_size", "16"], 0, "does not divide by the 3 devices"),
+    (["--gpus", "0,1", "--num_gpus", "3"], 4, "give one of the two"),
+    (["--num_gpus", "4"], 2, "this machine has 2"),
+    (["--num_gpus", "1"], 0, "add --use_cpu"),
+    (["--use_cpu", "--gpus", "0"], 0, "drop one of them"),
+    (["--use_cpu", "--shard_id", "1"], 0, "not below --num_shards"),
+    (["--use_cpu", "--image_size", "16"], 0, "below 32"),
+    (["--use_cpu", "--image_size", "300", "--scale", "256"], 0, "above --scale"),
+    (["--use_cpu", "--batch_size", "0"], 0, "must be positive"),
+    (["--use_cpu", "--model_parallel"], 0, "not supported yet"),
+])
+def test_contradictory_settings_are_refused(argv, gpus, message):
+    with pytest.raises(UserError, match=message):
+        parse(["--train_data", "null", *argv], gpus)
+
+
+def test_missing_database_is_refused(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        parse(["--train_data", str(tmp_path / "nope"), "--use_cpu"])
+    with pytest.raises(UserError, match="--test_data"):
+        parse(["--train_data", "null", "--test_data", str(tmp_path / "nope"), "--use_cpu"])
+
+
+def test_bad_flag_exits_2_with_one_line_and_no_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer", "--train_data", str(tmp_path / "missing_db"),
+         "--use_cpu"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "missing_db does not exist" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def test_help_reads_well():
+    result = subprocess.run([sys.executable, "-m", "resnet50_trainer", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for flag in ORIGINAL_FLAGS:
+        assert flag in result.stdout
