@@ -27,8 +27,9 @@ def random_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> 
 def smooth_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
     """HxWxC uint8 gradients plus a little noise: compresses like a photo, unlike pure noise."""
     rows, columns = np.mgrid[0:height, 0:width]
-    base = np.stack([(rows * 255 // max(1, height - 1)), (columns * 255 // max(1, width - 1)),
-                     ((rows + columns) * 127 // max(1, height + width - 2))], axis=2)[:, :, :channels]
+    planes = [rows * 255 // max(1, height - 1), columns * 255 // max(1, width - 1),
+              (rows + columns) * 127 // max(1, height + width - 2)]
+    base = np.stack(planes, axis=2)[:, :, :channels]
     noise = np.random.default_rng(seed).integers(-8, 9, base.shape)
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
@@ -72,7 +73,7 @@ def datum_record(label: int, pixels: np.ndarray | None = None, encoded: bytes | 
 def tensorprotos_record(label: int, pixels: np.ndarray | None = None,
                         encoded: bytes | None = None, as_float: bool = False,
                         bbox: list[int] | None = None) -> bytes:
-    """TensorProtos: [image, INT32 label(, INT32 bbox)]. encoded -> STRING, dims [1] (make_image_db);
+    """TensorProtos [image, INT32 label(, INT32 bbox)]: encoded -> STRING, dims [1] (make_image_db);
     pixels -> BYTE HWC BGR, dims [H, W, 3] or [H, W] for gray (make_image_db --raw);
     as_float -> FLOAT CHW BGR, dims [C, H, W] (lmdb_create_example.py)."""
     message = protos.TensorProtos()

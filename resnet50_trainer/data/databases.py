@@ -107,8 +107,11 @@ class LmdbDatabase(Database):
 
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
-        self._env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True,
-                              max_readers=1)
+        try:
+            self._env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+        except lmdb.Error as exc:
+            raise UserError(f"cannot open LMDB {path} ({exc}); check that it is complete "
+                            "and not being written") from exc
         self._txn = self._env.begin(buffers=False)
 
     def _read_keys(self) -> list[bytes]:
@@ -252,13 +255,19 @@ class LmdbWriter(DatabaseWriter):
     def __init__(self, path: str, batch_size: int) -> None:
         super().__init__(path, batch_size)
         self._env = lmdb.open(path, map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False)
+        self._last_key: bytes | None = None
 
     def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
         while True:
             try:
                 with self._env.begin(write=True) as txn:
+                    last_key = self._last_key
                     for key, value in batch:
-                        txn.put(key, value)
+                        # Appending keys in increasing order fills pages completely; inserting
+                        # leaves them half full after splits (the file gets up to twice as big).
+                        txn.put(key, value, append=last_key is None or key > last_key)
+                        last_key = key if last_key is None else max(last_key, key)
+                self._last_key = last_key
                 return
             except lmdb.MapFullError:
                 self._env.set_mapsize(self._env.info()["map_size"] * 2)
