@@ -1,16 +1,18 @@
-"""What the first process shows while an epoch runs: a tqdm bar with loss, images/s and the share
-of time spent waiting for input, and the original's console lines. Other processes only name
-bad records."""
+"""What the first process shows while an epoch runs: a tqdm bar with loss, images/s, the share of
+time spent waiting for input (high: the input pipeline starves the devices) and, on GPUs, their
+utilisation and memory; and the original's console lines. Other processes only name bad records."""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 import torch
 from tqdm import tqdm
 
 from resnet50_trainer.config import Config
+from resnet50_trainer.gpu_monitor import GpuMonitor
 
 log = logging.getLogger(__name__)
 BAD_KEYS_NAMED = 10  # bad records named one by one in an epoch; the rest are counted
@@ -20,8 +22,10 @@ PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once 
 class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
-    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int):
+    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int,
+                 gpu_monitor: Optional[GpuMonitor] = None):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
+        self.gpu_monitor = gpu_monitor
         self.bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{config.num_epochs}",
                         unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
         self.bad_named = 0
@@ -39,6 +43,11 @@ class EpochProgress:
                 return
             self.waited += time.perf_counter() - before
             yield batch
+
+    @property
+    def input_wait_share(self) -> float:
+        """Share of the epoch's time so far spent waiting for the next batch."""
+        return self.waited / max(time.perf_counter() - self.started, 1e-9)
 
     def step(self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys) -> None:
         for key in bad_keys:
@@ -59,9 +68,13 @@ class EpochProgress:
             self.interval_started, self.interval_steps = now, 0
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
-            self.bar.set_postfix(loss=f"{loss.item():.3f}",
-                                 img_s=f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
-                                 input_wait=f"{self.waited / elapsed:.0%}")
+            postfix = {"loss": f"{loss.item():.3f}",
+                       "img_s": f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
+                       "input_wait": f"{self.input_wait_share:.0%}"}
+            gpus = self.gpu_monitor.summary() if self.gpu_monitor else None
+            if gpus:
+                postfix["gpu"] = gpus
+            self.bar.set_postfix(postfix)
             self.last_refresh = now
 
     def close(self) -> None:

@@ -20,9 +20,11 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.data.transforms import normalize
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
+from resnet50_trainer.profiling import StepProfiler
 from resnet50_trainer.progress import EpochProgress
 from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
 
@@ -65,6 +67,9 @@ class Trainer:
         self.epoch = 0  # epochs completed
         self.iteration = 0  # global steps completed
         self.timeout_shortened = False
+        # Only the first process shows GPUs (this machine's) and profiles; set up by train().
+        self.gpu_monitor: Optional[GpuMonitor] = None
+        self.profiler = StepProfiler(0, None)
 
     def resume(self, path: str) -> None:
         state = checkpoint.load_checkpoint(path)
@@ -83,7 +88,7 @@ class Trainer:
         self.input.epoch_plan.set_epoch(self.epoch)
         self.ddp.train()
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, correct, images, bad
-        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps)
+        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.gpu_monitor)
         started = time.perf_counter()
         for step, batch in enumerate(progress.batches(self.input.batches)):
             images = batch.images.to(self.device, non_blocking=True)
@@ -96,6 +101,7 @@ class Trainer:
             self.optimizer.step()
             self.iteration += 1
             self._after_first_step()
+            self.profiler.step()
             correct = (logits.argmax(1) == labels).sum()
             sums += torch.stack([loss.detach() * len(labels), correct, torch.tensor(len(labels)),
                                  torch.tensor(len(batch.bad_keys))]).to(sums)
@@ -165,6 +171,10 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     runlog = RunLog(config, started) if placement.is_main else None
+    if runlog:
+        trainer.gpu_monitor = GpuMonitor(config.gpus).start()
+        trainer.profiler = StepProfiler(config.profile_iters,
+                                        os.path.splitext(runlog.path)[0] + ".trace.json")
     log.info("ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
              "(base %g x %d / 256), %d iterations per epoch%s",
              config.num_layers, placement.world_size, config.device_batch_size,
@@ -186,6 +196,8 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
                      result.images / result.seconds)
             saved = trainer.save()
     if runlog:
+        trainer.profiler.close()
+        trainer.gpu_monitor.stop()
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
 

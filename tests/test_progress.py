@@ -1,0 +1,53 @@
+"""What the progress display measures: the input-wait share, and GPU monitoring off on CPU."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.gpu_monitor import GpuMonitor
+from resnet50_trainer.progress import EpochProgress
+
+INPUT_DELAY_S = 0.03
+
+
+def slow_input(count):
+    for index in range(count):
+        time.sleep(INPUT_DELAY_S)  # a loader made slow on purpose
+        yield index
+
+
+def measure_share(step_s: float, count: int = 10) -> float:
+    config = config_from_args(build_parser().parse_args(["--train_data", "null", "--use_cpu"]), 0)
+    progress = EpochProgress(config, is_main=False, epoch=0, steps=count)
+    for _ in progress.batches(slow_input(count)):
+        time.sleep(step_s)  # the "training step"
+    share = progress.input_wait_share
+    progress.close()
+    return share
+
+
+def test_input_wait_share_of_a_starved_loop():
+    # Input takes 30 ms, the step 10 ms: three quarters of the time is spent waiting.
+    assert measure_share(step_s=0.01) == pytest.approx(0.75, abs=0.1)
+
+
+def test_input_wait_share_of_a_fed_loop():
+    # Input takes 30 ms, the step 90 ms: a quarter.
+    assert measure_share(step_s=0.09) == pytest.approx(0.25, abs=0.1)
+
+
+def test_gpu_monitor_is_off_without_gpus():
+    monitor = GpuMonitor([]).start()
+    assert not monitor.enabled and monitor.summary() is None
+    monitor.stop()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path of a machine without NVML")
+def test_gpu_monitor_without_nvml_is_off_instead_of_failing():
+    monitor = GpuMonitor([0]).start()
+    assert not monitor.enabled and monitor.summary() is None
+    monitor.stop()
