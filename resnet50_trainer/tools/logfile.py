@@ -14,22 +14,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Union
 
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.runlog import HEADER
 
-LOG_COLUMNS = (
-    "time_spent",
-    "cumulative_time_spent",
-    "input_count",
-    "cumulative_input_count",
-    "cumulative_batch_count",
-    "inputs_per_sec",
-    "accuracy",
-    "epoch",
-    "learning_rate",
-    "loss",
-    "test_accuracy",
-)
-# What both trainers write in test_accuracy when the run has no --test_data.
-NO_TEST_ACCURACY = -1.0
+# The writer's layout is the one definition of the format.
+LOG_COLUMNS = tuple(HEADER)
 
 _LOG_NAME = re.compile(
     r"^resnet50_gpu(?P<gpus>\d+)_b(?P<batch>\d+)_L(?P<labels>\d+)_lr(?P<lr>-?\d+\.\d+)"

@@ -19,7 +19,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
-from resnet50_trainer.tools.logfile import NO_TEST_ACCURACY, RunLog, read_run_log
+from resnet50_trainer.runlog import NO_TEST_ACCURACY
+from resnet50_trainer.tools.logfile import RunLog, read_run_log
 
 FIGURE_SIZE_INCHES = (12.0, 8.0)
 DEFAULT_DPI = 100.0
