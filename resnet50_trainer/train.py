@@ -184,9 +184,11 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %.4f, %.1f images/sec",
                      trainer.epoch, result.loss, result.accuracy, test_accuracy, result.images / result.seconds)
             saved = trainer.save()
+    digest = distributed.parameters_digest_everywhere(trainer.model)
     if runlog:
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
+        log.info("Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest)
 
 
 def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: float) -> EpochRow:
