@@ -69,14 +69,23 @@ def _run_launched(launched: Launched, config: Config) -> None:
 def _train_in_group(config: Config, placement: distributed.Placement, device: torch.device) -> None:
     try:
         train(config, placement, device)
-    except dist.DistError as error:
+    except RuntimeError as error:
+        if not _is_peer_loss(error):
+            raise
         # A peer died or stopped answering; its own process names its reason, if it could.
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         print(f"resnet50-trainer: error: rank {placement.rank} lost contact with the run's other "
-              f"processes ({first_line}); every process stops", file=sys.stderr)
+              f"processes ({reason}); every process stops", file=sys.stderr)
         sys.exit(PEER_LOST_EXIT_STATUS)
     finally:
         distributed.leave_process_group()
+
+
+def _is_peer_loss(error: RuntimeError) -> bool:
+    """Collectives raise DistError; inside DDP's backward the same failure arrives as a plain
+    RuntimeError carrying Gloo's or NCCL's message."""
+    return isinstance(error, dist.DistError) or any(
+        marker in str(error) for marker in ("gloo", "NCCL", "Connection closed by peer", "timed out"))
 
 
 def _set_up_logging(placement: distributed.Placement) -> None:

@@ -30,11 +30,11 @@ def train_db(image_db):
     return image_db("train", RECORDS, RECORDS)
 
 
-def start(tmp_path, name, *flags, launcher=()):
+def start(tmp_path, name, *flags, launcher=(), environment=None):
     """A trainer command in its own process group, writing its log under tmp_path/name."""
     out = tmp_path / name
     out.mkdir()
-    env = dict(os.environ, PYTHONPATH=REPO)
+    env = dict(os.environ, PYTHONPATH=REPO, **(environment or {}))
     command = [*launcher, *([] if launcher else [sys.executable]), "-m", "resnet50_trainer", *TINY,
                "--log_dir", str(out), *flags]
     process = subprocess.Popen(command, cwd=out, env=env, stdout=subprocess.PIPE,
@@ -141,3 +141,38 @@ def test_redis_down_exits_2_naming_host_and_port(tmp_path, train_db):
                 "--run_id", "x", "--redis_host", "127.0.0.1", "--redis_port", str(port))
     code, output = finish(run, limit_s=60)
     assert code == 2 and f"redis 127.0.0.1:{port}" in output and "Traceback" not in output, output
+
+
+def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_path, train_db):
+    """What mpirun gives each process (OMPI_COMM_WORLD_*), and no MASTER_ADDR: ranks meet by run id."""
+    meeting = tmp_path / "nfs"
+    meeting.mkdir()
+    ranks = []
+    for rank in (1, 0):
+        mpirun = dict(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
+                      OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_SIZE="2")
+        ranks.append(start(tmp_path, f"rank{rank}", "--train_data", train_db, "--batch_size", "16",
+                           "--run_id", "mpi1", "--file_store_path", str(meeting), environment=mpirun))
+    rank_1, rank_0 = ranks
+    code, output = finish(rank_0)
+    assert code == 0 and finish(rank_1)[0] == 0, output[-3000:]
+    assert "All 2 ranks of run mpi1 met" in output
+    assert "Parameters identical on all 2 processes" in output
+
+
+def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_port):  # noqa: F811
+    common = ["--train_data", "null", "--epoch_size", "100000", "--num_shards", "2", "--run_id", "d1",
+              "--redis_host", "127.0.0.1", "--redis_port", str(redis_port), "--timeout", "10",
+              "--print_every", "2"]
+    shard_1 = start(tmp_path, "shard1", *common, "--shard_id", "1")
+    shard_0 = start(tmp_path, "shard0", *common, "--shard_id", "0")
+    deadline = time.monotonic() + 120
+    while "Finished iteration 2/" not in shard_0.stdout.readline():  # past the first step
+        assert time.monotonic() < deadline and shard_0.poll() is None, "shard 0 never trained"
+    os.killpg(shard_1.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    code, output = finish(shard_0, limit_s=60)
+    assert code == 1 and time.monotonic() - killed < 10 + 5, output
+    assert "rank 0 lost contact with the run's other processes" in output
+    assert "Traceback" not in output
+    shard_1.communicate()
