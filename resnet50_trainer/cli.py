@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import Optional, Sequence
 
 from resnet50_trainer.config import SYNTHETIC_DATA, Config
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.network import check_transport
+from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
 DEFAULT_IMAGE_SIZE = 227
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
 RESNET_DEPTHS = (18, 34, 50, 101, 152)
 
 
@@ -91,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--num_shards", type=int, default=1, help="machines in the run")
     dist.add_argument("--shard_id", type=int, default=0, help="this machine's index, from 0")
     dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
-    dist.add_argument("--redis_host", help="Redis server used for rendezvous")
+    dist.add_argument("--redis_host", help="Redis server used for rendezvous, a host name or a "
+                      "redis://[:password@]host[:port][/db] URL")
     dist.add_argument("--redis_port", type=int, default=6379, help="Redis port")
     dist.add_argument("--redis_password", default=os.environ.get("REDIS_PASSWORD"),
                       help="Redis password (default: $REDIS_PASSWORD); never printed or logged")
@@ -124,11 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
-    """Check the parsed flags against each other and this machine; raise UserError on the first problem."""
+def config_from_args(args: argparse.Namespace, gpus_present: int,
+                     launched: Optional[Launched] = None) -> Config:
+    """Check the parsed flags against each other and this machine; raise UserError on the first problem.
+
+    `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""
     _refuse_unsupported(args)
+    if launched is not None:
+        args = _adopt_launcher(args, launched)
     gpu_ids = _gpu_ids(args, gpus_present)
     num_processes = len(gpu_ids) if gpu_ids else (args.num_gpus or 1)
+    if launched is not None and not args.use_cpu:
+        if len(gpu_ids) < launched.local_world_size:
+            raise UserError(f"{launched.name} started {launched.local_world_size} processes on this "
+                            f"machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: one GPU each")
+        gpu_ids, num_processes = gpu_ids[:launched.local_world_size], launched.local_world_size
     _check_positive(args, ("num_gpus", "batch_size", "num_epochs", "num_labels", "num_shards",
                            "epoch_size", "print_every", "scale", "keep_checkpoints",
                            "pipeline_chunks"))
@@ -154,6 +169,8 @@ def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
     if args.weight_decay < 0 or args.warmup_epochs < 0:
         raise UserError("--weight_decay and --warmup_epochs cannot be negative")
     _check_databases(args)
+    check_transport(args.distributed_transport, args.distributed_interfaces, args.use_cpu)
+    run_id = _run_id(args, launched)
     return Config(
         train_data=args.train_data, test_data=args.test_data, db_type=args.db_type,
         gpus=tuple(gpu_ids), num_gpus=num_processes, model_parallel=args.model_parallel,
@@ -162,7 +179,7 @@ def config_from_args(args: argparse.Namespace, gpus_present: int) -> Config:
         epoch_size=args.epoch_size, num_epochs=args.num_epochs,
         base_learning_rate=args.base_learning_rate, warmup_epochs=args.warmup_epochs,
         weight_decay=args.weight_decay, cudnn_workspace_limit_mb=args.cudnn_workspace_limit_mb,
-        num_shards=args.num_shards, shard_id=args.shard_id, run_id=args.run_id,
+        num_shards=args.num_shards, shard_id=args.shard_id, run_id=run_id,
         redis_host=args.redis_host, redis_port=args.redis_port, file_store_path=args.file_store_path,
         save_model_name=args.save_model_name, load_model_path=args.load_model_path,
         use_cpu=args.use_cpu, dtype=args.dtype, float16_compute=args.float16_compute,
@@ -190,18 +207,45 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
         "--decode_device gpu": args.decode_device == "gpu",
         "--float16_compute": args.float16_compute,
         "--enable_tensor_core": args.enable_tensor_core,
-        "--num_shards above 1": args.num_shards > 1,
-        "--redis_host": args.redis_host is not None,
-        "--run_id": args.run_id is not None,
-        "--distributed_transport ibverbs": args.distributed_transport == "ibverbs",
-        "--distributed_interfaces": bool(args.distributed_interfaces),
-        "--redis_password": args.redis_password is not None,
         "--keep_checkpoints above 1": args.keep_checkpoints != 1,
         "--checkpoint_every_iters": args.checkpoint_every_iters != 0,
     }
     for flag, given in unsupported.items():
         if given:
             raise UserError(f"{flag} is not supported yet: leave it out")
+
+
+def _adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Namespace:
+    """A copy of the flags with the machines, this machine's index and its process count taken from
+    the launcher: a machine is a shard, --batch_size stays the total of one machine."""
+    if args.num_shards not in (1, launched.num_machines) or args.shard_id not in (0, launched.machine_index):
+        raise UserError(f"{launched.name} places this process on machine {launched.machine_index} of "
+                        f"{launched.num_machines}, but --num_shards/--shard_id say otherwise: leave them out")
+    if args.use_cpu and args.num_gpus not in (None, launched.local_world_size):
+        raise UserError(f"--num_gpus {args.num_gpus} but {launched.name} started "
+                        f"{launched.local_world_size} processes on this machine: leave --num_gpus out")
+    adopted = argparse.Namespace(**vars(args))
+    adopted.num_shards, adopted.shard_id = launched.num_machines, launched.machine_index
+    if args.use_cpu or (args.num_gpus is None and not args.gpus):
+        adopted.num_gpus = launched.local_world_size
+    return adopted
+
+
+def _run_id(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[str]:
+    """Required wherever machines meet through Redis or a shared directory; srun's job id serves."""
+    if launched is None:
+        run_id, needed_by = args.run_id, f"--num_shards {args.num_shards}"
+        through_board = args.num_shards > 1
+    else:
+        run_id, needed_by = args.run_id or launched.job_id, f"{launched.name} without MASTER_ADDR"
+        through_board = launched.master is None and launched.world_size > 1
+    if through_board and run_id is None:
+        raise UserError(f"{needed_by} needs --run_id: give every machine the same new id, "
+                        "e.g. --run_id $(uuidgen)")
+    if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
+        raise UserError(f"--run_id {run_id!r} may hold only letters, digits, '.', '_' and '-' "
+                        "(at most 128): it names Redis keys and files")
+    return run_id
 
 
 def _gpu_ids(args: argparse.Namespace, gpus_present: int) -> list[int]:
@@ -262,10 +306,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     try:
-        config = config_from_args(args, gpus_on_this_machine() if not args.use_cpu else 0)
+        launched = detect_launcher(os.environ)
+        config = config_from_args(args, gpus_on_this_machine() if not args.use_cpu else 0, launched)
         from resnet50_trainer.launch import launch
 
-        return launch(config)
+        return launch(config, launched)
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         return USAGE_EXIT_STATUS

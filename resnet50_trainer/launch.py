@@ -1,33 +1,43 @@
-"""One training process per device of this machine (GPU, or CPU worker with --use_cpu)."""
+"""One training process per device of this machine (GPU, or CPU worker with --use_cpu), or none of
+our own when torchrun, srun or mpirun started this process as one rank."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import Optional
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from resnet50_trainer import distributed
+from resnet50_trainer import distributed, network
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.train import check_outputs_writable, train
 
 log = logging.getLogger(__name__)
+PEER_LOST_EXIT_STATUS = 1
 
 
-def launch(config: Config) -> int:
+def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
     check_outputs_writable(config)
-    store = distributed.serve_local_store(config.first_iter_timeout)
+    network.configure_transport(config.distributed_transport, config.distributed_interfaces)
+    if launched is not None:
+        _run_launched(launched, config)
+        return 0
+    # Held until the run ends: in shard 0 this process serves the run's store.
+    meeting = distributed.meet_shards(config)
     if config.num_gpus == 1:
-        run_process(0, config, store.port)
+        run_process(0, config, meeting.host, meeting.port)
         return 0
     try:
         # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-        mp.start_processes(_run_spawned, args=(config, store.port), nprocs=config.num_gpus,
-                           join=True, start_method="spawn")
+        mp.start_processes(_run_spawned, args=(config, meeting.host, meeting.port),
+                           nprocs=config.num_gpus, join=True, start_method="spawn")
     except mp.ProcessExitedException as failure:
         # The failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
@@ -37,23 +47,56 @@ def launch(config: Config) -> int:
     return 0
 
 
-def run_process(local_index: int, config: Config, store_port: int) -> None:
+def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
     """The body of one training process: placement, device, process group, training."""
     placement = distributed.placement_for(config, local_index)
-    logging.basicConfig(level=logging.INFO if placement.is_main else logging.WARNING,
-                        format="%(message)s", force=True)
+    _set_up_logging(placement)
     device = _claim_device(config, local_index)
-    distributed.join_process_group(config, placement, store_port)
+    distributed.join_process_group(config, placement, store_host, store_port)
+    _train_in_group(config, placement, device)
+
+
+def _run_launched(launched: Launched, config: Config) -> None:
+    """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
+    placement = distributed.Placement(launched.rank, launched.world_size, launched.local_rank,
+                                      launched.local_world_size)
+    _set_up_logging(placement)
+    device = _claim_device(config, launched.local_rank)
+    meeting = distributed.join_under_launcher(config, launched)  # noqa: F841 (held for the run)
+    _train_in_group(config, placement, device)
+
+
+def _train_in_group(config: Config, placement: distributed.Placement, device: torch.device) -> None:
     try:
         train(config, placement, device)
+    except RuntimeError as error:
+        if not _is_peer_loss(error):
+            raise
+        # A peer died or stopped answering; its own process names its reason, if it could.
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        print(f"resnet50-trainer: error: rank {placement.rank} lost contact with the run's other "
+              f"processes ({reason}); every process stops", file=sys.stderr)
+        sys.exit(PEER_LOST_EXIT_STATUS)
     finally:
         distributed.leave_process_group()
 
 
-def _run_spawned(local_index: int, config: Config, store_port: int) -> None:
+def _is_peer_loss(error: RuntimeError) -> bool:
+    """Collectives raise DistError; inside DDP's backward the same failure arrives as a plain
+    RuntimeError carrying Gloo's or NCCL's message."""
+    return isinstance(error, dist.DistError) or any(
+        marker in str(error) for marker in ("gloo", "NCCL", "Connection closed by peer", "timed out"))
+
+
+def _set_up_logging(placement: distributed.Placement) -> None:
+    logging.basicConfig(level=logging.INFO if placement.is_main else logging.WARNING,
+                        format="%(message)s", force=True)
+
+
+def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> None:
     """A spawned process reports a user error in one line and exits 2; the launcher passes that on."""
     try:
-        run_process(local_index, config, store_port)
+        run_process(local_index, config, store_host, store_port)
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)

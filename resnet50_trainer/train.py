@@ -195,11 +195,13 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
                      trainer.epoch, result.loss, result.accuracy, rows[-1].test_accuracy,
                      result.images / result.seconds)
             saved = trainer.save()
+    digest = distributed.parameters_digest_everywhere(trainer.model)
     if runlog:
         trainer.profiler.close()
         trainer.gpu_monitor.stop()
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
+        log.info("Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest)
 
 
 def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: Optional[float]) -> EpochRow:

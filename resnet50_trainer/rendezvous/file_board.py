@@ -1,0 +1,55 @@
+"""The rendezvous board in a shared (NFS) directory: one file per run, named for the run id.
+
+It is written to a unique temporary name and renamed into place (atomic on POSIX file systems and
+NFS), and read by plain polling: no inotify, no file locks, both unreliable over NFS. Opening a file
+revalidates it on NFS (close-to-open consistency), so a reader sees a finished entry or none.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from typing import Optional
+
+from resnet50_trainer.errors import UserError
+
+
+class FileBoard:
+    def __init__(self, run_id: str, directory: str):
+        self.where = f"directory {directory}"
+        self.path = os.path.join(directory, f"resnet50_trainer.{run_id}.address")
+        try:
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as error:
+            raise UserError(f"--file_store_path {directory} cannot be written ({error.strerror}): "
+                            "give a directory every shard can write, e.g. on NFS") from None
+
+    def publish(self, entry: str, ttl_s: float) -> None:
+        """No expiry in files (machines' clocks may disagree): readers prove an entry live instead."""
+        staging = f"{self.path}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(staging, "w") as file:
+                file.write(entry)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(staging, self.path)
+        except OSError as error:
+            raise UserError(f"cannot write {self.path} ({error.strerror}): check --file_store_path") from None
+
+    def read(self) -> Optional[str]:
+        try:
+            with open(self.path) as file:
+                return file.read()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise UserError(f"cannot read {self.path} ({error.strerror}): check --file_store_path") from None
+
+    def withdraw(self, entry: str) -> None:
+        if self.read() == entry:
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,68 @@
+"""Rank and world from the launcher that started this process: torchrun, srun (SLURM) or mpirun
+(Open MPI). Read once, from the environment; without any, our own launcher starts the processes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from resnet50_trainer.errors import UserError
+
+# name, then the variables for rank, world size, local rank and local world size
+_LAUNCHERS = (
+    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
+    # SLURM_STEP_TASKS_PER_NODE is set by srun for its step, not in an sbatch script's own shell.
+    ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")),
+    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE")),
+)
+
+
+@dataclass(frozen=True)
+class Launched:
+    name: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int  # processes on this machine; the same on every machine
+    master: Optional[tuple[str, int]]  # MASTER_ADDR:MASTER_PORT when set: the meeting point
+    job_id: Optional[str]  # SLURM_JOB_ID: the run id when none is given
+
+    @property
+    def num_machines(self) -> int:
+        return self.world_size // self.local_world_size
+
+    @property
+    def machine_index(self) -> int:
+        return self.rank // self.local_world_size
+
+
+def detect_launcher(environ: Mapping[str, str]) -> Optional[Launched]:
+    for name, variables in _LAUNCHERS:
+        if all(variable in environ for variable in variables):
+            rank, world, local_rank, local_world = (_number(environ, name, v) for v in variables)
+            if world % local_world:
+                raise UserError(f"{name} started {local_world} processes on this machine and "
+                                f"{world} in all: start the same number on every machine")
+            return Launched(name, rank, world, local_rank, local_world, _master(environ),
+                            environ.get("SLURM_JOB_ID"))
+    return None
+
+
+def _number(environ: Mapping[str, str], launcher: str, variable: str) -> int:
+    # SLURM writes tasks per node as "2(x3)" (2 on each of 3 nodes) or "2,1" (uneven).
+    match = re.fullmatch(r"(\d+)(\(x\d+\))?", environ[variable].strip())
+    if not match:
+        raise UserError(f"{variable}={environ[variable]!r} set by {launcher} is not one number: "
+                        "start the same number of processes on every machine")
+    return int(match.group(1))
+
+
+def _master(environ: Mapping[str, str]) -> Optional[tuple[str, int]]:
+    if "MASTER_ADDR" not in environ or "MASTER_PORT" not in environ:
+        return None
+    try:
+        return environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+    except ValueError:
+        raise UserError(f"MASTER_PORT={environ['MASTER_PORT']!r} is not a port number") from None

@@ -1,0 +1,144 @@
+"""The meeting: participants (shards, or ranks under srun/mpirun) find one TCPStore through a board.
+
+Why stale entries of an earlier run with the same run id are never followed:
+- participant 0 serves a fresh TCPStore on a free port, writes a random nonce into it, and only
+  then publishes {host, port, nonce} on the board (with an expiry where the board has one);
+- every other participant polls the board and accepts an entry only if a TCPStore answers at that
+  address AND holds that nonce. An entry left by a crashed run names a dead port (refused), or a port
+  since reused by someone else (no such nonce): it is ignored and polling goes on, so a participant
+  that starts before participant 0 waits for the new entry instead of joining a dead run. The live
+  store is the proof of freshness; no generation counter, and no trust in clocks, is needed;
+- participant 0 refuses to start if the entry it finds is live: a run with this id is still going.
+Then each participant checks in on the store ("arrived/<index>") and all wait until every one has,
+so whoever gives up at the deadline can name the missing ones. Participant 0 then withdraws the
+entry. The store and the process group carry everything after that; the board is done.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch.distributed as dist
+
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.rendezvous import Board
+
+log = logging.getLogger(__name__)
+NONCE_KEY = "rendezvous/nonce"
+POLL_S = 0.2
+PROBE_TIMEOUT_S = 3.0  # connecting to and validating a candidate store
+EXPIRY_MARGIN_S = 60.0  # an entry outlives the meeting's deadline by this much, then Redis drops it
+
+
+@dataclass
+class Meeting:
+    """The run's store; keep this object for the whole run (the served store dies with it)."""
+
+    store: dist.TCPStore
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Who is meeting: participant `index` of `count`, each a `noun` ("shard" or "rank")."""
+
+    index: int
+    count: int
+    noun: str
+    run_id: str
+
+
+def meet(board: Board, seat: Seat, advertised_host: str, timeout_s: float) -> Meeting:
+    deadline = time.monotonic() + timeout_s
+    if seat.index == 0:
+        meeting, entry = _host(board, seat, advertised_host, timeout_s)
+    else:
+        meeting, entry = _find(board, seat, deadline, timeout_s), None
+    arrivals = meeting.store.add(f"arrived/{seat.index}", 1)
+    if arrivals > 1:
+        raise UserError(f"{seat.noun} {seat.index} of run {seat.run_id} arrived twice: give each "
+                        f"machine its own {seat.noun} id")
+    meeting.store.add("arrived", 1)
+    _wait_for_all(meeting.store, seat, deadline, timeout_s, board.where)
+    if entry is not None:
+        board.withdraw(entry)
+    log.info("All %d %ss of run %s met at %s:%d (via %s)", seat.count, seat.noun, seat.run_id,
+             meeting.host, meeting.port, board.where)
+    return meeting
+
+
+def _host(board: Board, seat: Seat, host: str, timeout_s: float) -> tuple[Meeting, str]:
+    previous = _decode(board.read())
+    if previous and _probe(previous) is not None:
+        raise UserError(f"run id {seat.run_id} is in use by a live run (its store answers at "
+                        f"{previous['host']}:{previous['port']}, found via {board.where}): use a "
+                        "new --run_id, or stop that run")
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    nonce = secrets.token_hex(16)
+    store.set(NONCE_KEY, nonce)
+    entry = json.dumps({"host": host, "port": store.port, "nonce": nonce})
+    board.publish(entry, timeout_s + EXPIRY_MARGIN_S)
+    return Meeting(store, host, store.port), entry
+
+
+def _find(board: Board, seat: Seat, deadline: float, timeout_s: float) -> Meeting:
+    rejected = None
+    while time.monotonic() < deadline:
+        entry = _decode(board.read())
+        if entry and entry != rejected:
+            store = _probe(entry)
+            if store is not None:
+                store.set_timeout(datetime.timedelta(seconds=timeout_s))
+                return Meeting(store, entry["host"], entry["port"])
+            rejected = entry  # stale: left by an earlier run; wait for a new entry
+            log.info("Ignoring a stale rendezvous entry (%s:%d) in %s", entry["host"],
+                     entry["port"], board.where)
+        time.sleep(POLL_S)
+    raise UserError(f"{seat.noun} 0 of {seat.count} did not arrive within {timeout_s:g} s "
+                    f"(run_id {seat.run_id}, {board.where}): start it with the same --run_id, "
+                    "or raise --first_iter_timeout")
+
+
+def _wait_for_all(store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: float,
+                  where: str) -> None:
+    while store.add("arrived", 0) < seat.count:
+        if time.monotonic() >= deadline:
+            missing = [str(i) for i in range(seat.count) if not store.check([f"arrived/{i}"])]
+            noun = seat.noun if len(missing) == 1 else f"{seat.noun}s"
+            raise UserError(f"{noun} {', '.join(missing)} of {seat.count} did not arrive within "
+                            f"{timeout_s:g} s (run_id {seat.run_id}, {where}): start "
+                            f"{'it' if len(missing) == 1 else 'them'} with the same --run_id, "
+                            "or raise --first_iter_timeout")
+        time.sleep(POLL_S)
+
+
+def _probe(entry: dict) -> Optional[dist.TCPStore]:
+    """A client of the store the entry names, if that store is alive and holds the entry's nonce."""
+    address = (entry["host"], entry["port"])
+    try:  # a plain connect fails fast on a dead port, where TCPStore would retry until its timeout
+        socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
+        store = dist.TCPStore(*address, is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S))
+        if store.check([NONCE_KEY]) and store.get(NONCE_KEY).decode() == entry["nonce"]:
+            return store
+    except (OSError, RuntimeError):  # refused, or not a TCPStore; torch's DistError is a RuntimeError
+        pass
+    return None
+
+
+def _decode(entry: Optional[str]) -> Optional[dict]:
+    """A board entry, or None if there is none or it is not ours (a partial or foreign file)."""
+    try:
+        value = json.loads(entry) if entry else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and {"host", "port", "nonce"} <= value.keys() else None

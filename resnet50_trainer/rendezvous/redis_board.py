@@ -1,0 +1,55 @@
+"""The rendezvous board on a Redis server: one key per run, namespaced by the run id, with an expiry.
+
+Redis sees a handful of commands per process at the start of a run and nothing afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+from urllib.parse import urlsplit
+
+import redis
+
+from resnet50_trainer.errors import UserError
+
+KEY_PREFIX = "resnet50_trainer"
+CONNECT_TIMEOUT_S = 5.0
+URL_SCHEMES = ("redis://", "rediss://")
+# Delete the key only if it still holds our entry: a newer run with the same id may have replaced it.
+_WITHDRAW_IF_OURS = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+class RedisBoard:
+    def __init__(self, run_id: str, host: str, port: int, password: Optional[str]):
+        self.key = f"{KEY_PREFIX}:{run_id}:address"
+        options = dict(socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S)
+        if password:
+            options["password"] = password
+        if host.startswith(URL_SCHEMES):  # redis://[:password@]host[:port][/db]; the password is never shown
+            url = urlsplit(host)
+            self.where = f"redis {url.hostname}:{url.port or 6379}/{url.path.strip('/') or 0}"
+            self.client = redis.Redis.from_url(host, **options)
+        else:
+            self.where = f"redis {host}:{port}"
+            self.client = redis.Redis(host=host, port=port, **options)
+        self._call(self.client.ping)
+
+    def publish(self, entry: str, ttl_s: float) -> None:
+        self._call(self.client.set, self.key, entry, px=max(1, int(ttl_s * 1000)))
+
+    def read(self) -> Optional[str]:
+        value = self._call(self.client.get, self.key)
+        return None if value is None else value.decode()
+
+    def withdraw(self, entry: str) -> None:
+        self._call(self.client.eval, _WITHDRAW_IF_OURS, 1, self.key, entry)
+
+    def _call(self, command, *args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except redis.AuthenticationError:
+            raise UserError(f"{self.where} refused the password: check --redis_password "
+                            "(or $REDIS_PASSWORD, or the one in the redis:// URL)") from None
+        except redis.RedisError as error:
+            raise UserError(f"cannot use {self.where} for the rendezvous ({error}): start Redis "
+                            "there or fix --redis_host/--redis_port") from None

@@ -1,0 +1,110 @@
+"""Placement and settings of distributed runs, without starting any: launcher environments, the
+--run_id requirement, transport checks, and which records each rank of 2 shards x 2 reads."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from resnet50_trainer import network
+from resnet50_trainer.cli import build_parser, config_from_args, main
+from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler
+from resnet50_trainer.distributed import placement_for
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.rendezvous.launchers import detect_launcher
+
+TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4711"}
+MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+          "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+
+
+def config(*flags, launched=None):
+    args = build_parser().parse_args(["--train_data", "null", "--use_cpu", *flags])
+    return config_from_args(args, gpus_present=0, launched=launched)
+
+
+def test_launcher_environments():
+    torchrun, srun, mpirun = (detect_launcher(env) for env in (TORCHRUN, SRUN, MPIRUN))
+    assert (torchrun.name, torchrun.rank, torchrun.machine_index, torchrun.num_machines) == ("torchrun", 3, 1, 2)
+    assert torchrun.master == ("10.0.0.1", 29500)
+    assert (srun.rank, srun.local_world_size, srun.machine_index, srun.master, srun.job_id) == (2, 2, 1, None, "4711")
+    assert (mpirun.name, mpirun.local_rank, mpirun.num_machines) == ("mpirun", 1, 1)
+    # An sbatch script's own shell has SLURM variables but no step: not a launcher.
+    assert detect_launcher({k: v for k, v in SRUN.items() if k != "SLURM_STEP_TASKS_PER_NODE"}) is None
+    assert detect_launcher({}) is None
+
+
+def test_uneven_processes_per_machine_are_refused():
+    with pytest.raises(UserError, match="not one number"):
+        detect_launcher(dict(SRUN, SLURM_STEP_TASKS_PER_NODE="2,1"))
+    with pytest.raises(UserError, match="same number on every machine"):
+        detect_launcher(dict(TORCHRUN, WORLD_SIZE="3"))
+
+
+def test_a_launcher_places_the_machine_and_batch_stays_per_machine():
+    settings = config("--batch_size", "8", launched=detect_launcher(TORCHRUN))
+    assert (settings.num_shards, settings.shard_id, settings.num_gpus) == (2, 1, 2)
+    assert (settings.device_batch_size, settings.global_batch_size) == (4, 16)
+    assert settings.run_id is None  # torchrun's MASTER_ADDR is the meeting point
+    assert config(launched=detect_launcher(SRUN)).run_id == "4711"  # srun without MASTER_ADDR
+    with pytest.raises(UserError, match="mpirun without MASTER_ADDR needs --run_id"):
+        config(launched=detect_launcher(MPIRUN))
+    with pytest.raises(UserError, match="leave them out"):
+        config("--num_shards", "3", launched=detect_launcher(TORCHRUN))
+
+
+def test_run_id_is_required_for_several_shards_and_must_be_a_plain_name(capsys):
+    assert main(["--train_data", "null", "--use_cpu", "--num_shards", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "resnet50-trainer: error: --num_shards 2 needs --run_id: give every machine the same "
+        "new id, e.g. --run_id $(uuidgen)")
+    with pytest.raises(UserError, match="may hold only letters"):
+        config("--num_shards", "2", "--run_id", "../etc")
+    assert config().run_id is None  # one machine needs neither Redis nor a directory
+
+
+def test_transport_combinations():
+    with pytest.raises(UserError, match="ibverbs needs GPUs"):
+        config("--distributed_transport", "ibverbs")
+    with pytest.raises(UserError, match="names no-such-nic, not a network interface"):
+        config("--distributed_interfaces", "lo,no-such-nic")
+    assert config("--distributed_interfaces", "lo").distributed_interfaces == "lo"
+    assert network.advertised_host("lo", "tcp", None) == "127.0.0.1"
+    assert network.advertised_host("", "tcp", "127.0.0.1") == "127.0.0.1"  # the route to Redis
+
+
+def test_transport_environment(monkeypatch):
+    for name in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA"):
+        monkeypatch.delenv(name, raising=False)
+    network.configure_transport("tcp", "eth0,eth1")
+    assert [os.environ[n] for n in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")] == [
+        "1", "eth0,eth1", "eth0,eth1"]
+    network.configure_transport("ibverbs", "mlx5_0")
+    assert (os.environ["NCCL_IB_DISABLE"], os.environ["NCCL_IB_HCA"]) == ("0", "mlx5_0")
+
+
+def test_two_shards_of_two_processes_read_each_record_once_per_epoch():
+    """The layout of the 2 x 2 end-to-end test: global rank = shard x 2 + local index."""
+    settings = config("--num_shards", "2", "--run_id", "r", "--num_gpus", "2", "--batch_size", "8")
+    records, epochs = 32, 2
+    order = RecordOrder(records, settings.seed)
+    steps = settings.iterations_per_epoch(records)
+    for epoch in range(epochs):
+        read, ranks = Counter(), []
+        for shard in range(2):
+            shard_config = config("--num_shards", "2", "--shard_id", str(shard), "--run_id", "r",
+                                  "--num_gpus", "2", "--batch_size", "8")
+            for local in range(2):
+                placement = placement_for(shard_config, local)
+                ranks.append(placement.rank)
+                sampler = ShardBatchSampler(order, steps, settings.global_batch_size,
+                                            settings.device_batch_size, placement.rank)
+                sampler.set_epoch(epoch)
+                read.update(index for batch in sampler for _, index in batch)
+        assert ranks == [0, 1, 2, 3]
+        assert read == Counter(range(records))
