@@ -191,12 +191,19 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             rows.append(_row(rows, result, trainer, test_accuracy))
             if runlog:
                 runlog.write(rows[-1])
-            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %.4f, %.1f images/sec",
-                     trainer.epoch, result.loss, result.accuracy, test_accuracy, result.images / result.seconds)
+            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %.4f, %.1f images/sec%s",
+                     trainer.epoch, result.loss, result.accuracy, test_accuracy,
+                     result.images / result.seconds, _peak_memory(device))
             saved = trainer.save()
     if runlog:
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
+
+
+def _peak_memory(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
 
 
 def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: float) -> EpochRow:

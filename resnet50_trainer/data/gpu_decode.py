@@ -10,17 +10,15 @@ input process, with one warning per run.
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import NamedTuple, Optional, Sequence
 
 import torch
-from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.loader import Batch, ImageRecords, Sample, all_failed, fill_bad_places
-from resnet50_trainer.data.records import Record
+from resnet50_trainer.data.records import Record, jpeg_header
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +51,7 @@ class EncodedRecords(ImageRecords):
         return sample
 
     def sample(self, record: Record, position: int, key: bytes) -> EncodedSample:
-        header = _jpeg_header(record)
+        header = jpeg_header(record)
         if header is None:
             fallback = super().sample(record, position, key)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
@@ -61,19 +59,6 @@ class EncodedRecords(ImageRecords):
         jpeg = torch.frombuffer(bytearray(record.encoded), dtype=torch.uint8)
         return EncodedSample(jpeg, self.crop_plan(position, width, height), None, record.label,
                              None, key)
-
-
-def _jpeg_header(record: Record) -> Optional[tuple[int, int]]:
-    """(width, height) of a JPEG the GPU can decode as it is, or None to decode on the CPU."""
-    if not record.is_encoded:
-        return None
-    try:
-        with Image.open(io.BytesIO(record.encoded)) as image:
-            if image.format == "JPEG" and image.mode in ("L", "RGB"):
-                return image.size
-    except (OSError, ValueError, SyntaxError):
-        pass  # the CPU path names the problem when it fails to decode
-    return None
 
 
 def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:

@@ -163,6 +163,20 @@ def encoded_format(data: bytes) -> str:
         raise RecordError("the record's image bytes are in no format Pillow can read") from exc
 
 
+def jpeg_header(record: Record) -> tuple[int, int] | None:
+    """(width, height) of a record holding a JPEG in gray or RGB (what libjpeg-turbo and nvJPEG
+    decode as they are), read from the header alone; None for anything else."""
+    if not record.is_encoded:
+        return None
+    try:
+        with Image.open(io.BytesIO(record.encoded)) as image:
+            if image.format == "JPEG" and image.mode in ("L", "RGB"):
+                return image.size
+    except (OSError, ValueError, SyntaxError):
+        pass  # decode_image names the problem when it fails
+    return None
+
+
 def _native_mode(image: Image.Image) -> str:
     return "L" if image.mode in ("1", "L", "LA", "I", "I;16", "F") else "RGB"
 
