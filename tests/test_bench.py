@@ -3,18 +3,20 @@ logic (run here with the CPU as its device, which decode_jpeg also supports)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 
-import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, smooth_pixels, write_db
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedRecords, collate_encoded
 from resnet50_trainer.data.loader import ImageRecords, collate, make_loader, read_keys
 from resnet50_trainer.data.prefetch import DevicePrefetcher, copy_to_device
+from resnet50_trainer.data.records import DATUM, Record, jpeg_header
 from resnet50_trainer.tools import db_bench
 
 CPU = torch.device("cpu")
@@ -97,3 +99,22 @@ def test_resize_crop_matches_on_uint8_and_float_paths():
     float_path = transforms.resize_crop(image.to("meta"), plan, 32)  # the non-CPU branch's shapes
     assert uint8_path.shape == float_path.shape == (3, 32, 32)
     assert uint8_path.dtype == float_path.dtype == torch.uint8
+
+
+def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
+    pixels = smooth_pixels(30, 40, seed=1)
+
+    def header(data=None, raw=None):
+        return jpeg_header(Record(0, data, raw, DATUM))
+
+    def saved(image, **options):
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", **options)
+        return buffer.getvalue()
+
+    rgb = Image.fromarray(pixels)
+    assert header(saved(rgb)) == header(saved(rgb, progressive=True)) == (40, 30)
+    assert header(saved(rgb.convert("L"))) == (40, 30)
+    assert header(saved(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
+    assert header(encode_image(pixels, "PNG")) is None and header(raw=pixels) is None
+    assert header(saved(rgb)[:20]) is None  # cut before the frame header
