@@ -107,10 +107,10 @@ class Trainer:
             images, bad = images + len(labels), bad + len(batch.bad_keys)
             progress.step(step, loss, correct, len(labels), batch.bad_keys)
         progress.close()
-        seconds = time.perf_counter() - started
         totals = torch.cat([sums, torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
         dist.all_reduce(totals)
-        loss_sum, correct, images, bad = totals.tolist()
+        loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
+        seconds = time.perf_counter() - started
         return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad))
 
     @torch.no_grad()
