@@ -7,7 +7,6 @@ import io
 import logging
 import random
 
-import pytest
 import torch
 from PIL import Image
 
