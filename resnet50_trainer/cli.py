@@ -60,18 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--model_parallel", action="store_true",
                          help="split each model replica over 2 GPUs (so 2 x num_gpus devices)")
     devices.add_argument("--dtype", default="float", choices=("float", "float16", "bfloat16"),
-                         help="training precision: float16 uses autocast and a gradient scaler, "
-                         "bfloat16 autocast alone")
-    devices.add_argument("--float16_compute", action="store_true", help="fp16 arithmetic in conv and fc")
+                         help="training precision: float16 uses autocast and a gradient scaler "
+                         "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32")
+    devices.add_argument("--float16_compute", action="store_true",
+                         help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
+                         "the same mode as --dtype float16")
     devices.add_argument("--enable_tensor_core", action="store_true",
-                         help="tensor-core maths for conv and fc")
-    devices.add_argument("--compile", action="store_true", help="compile the model with torch.compile")
+                         help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
+                         "convolutions, and channels_last tensors")
+    devices.add_argument("--compile", action="store_true",
+                         help="compile the training model with torch.compile (the first steps "
+                         "take minutes; needs a C++ compiler on the CPU)")
     devices.add_argument("--pipeline_chunks", type=int, default=1,
                          help="with --model_parallel: micro-batches per step, so both GPUs of a "
                          "pair work at once")
     devices.add_argument("--cudnn_workspace_limit_mb", type=int, default=64,
-                         help="cap on cuDNN's convolution workspace, in MiB (GPU only; sets "
-                         "CUDNN_CONV_WSCAP_DBG, which PyTorch's cuDNN v8 path honours)")
+                         help="cap on cuDNN's convolution workspace, in MiB (GPU only). PyTorch "
+                         "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
+                         "itself reads (listed in PyTorch's CUDA environment variables), unless "
+                         "that variable is already set")
 
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--num_layers", type=int, default=50, choices=RESNET_DEPTHS, help="ResNet depth")
@@ -171,6 +178,7 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
     _check_databases(args)
     check_transport(args.distributed_transport, args.distributed_interfaces, args.use_cpu)
     run_id = _run_id(args, launched)
+    _check_precision_and_decoding(args)
     return Config(
         train_data=args.train_data, test_data=args.test_data, db_type=args.db_type,
         gpus=tuple(gpu_ids), num_gpus=num_processes, model_parallel=args.model_parallel,
@@ -202,11 +210,6 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
     unsupported = {
         "--model_parallel": args.model_parallel,
         "--pipeline_chunks": args.pipeline_chunks != 1,
-        "--dtype float16/bfloat16": args.dtype != "float",
-        "--compile": args.compile,
-        "--decode_device gpu": args.decode_device == "gpu",
-        "--float16_compute": args.float16_compute,
-        "--enable_tensor_core": args.enable_tensor_core,
         "--keep_checkpoints above 1": args.keep_checkpoints != 1,
         "--checkpoint_every_iters": args.checkpoint_every_iters != 0,
     }
@@ -246,6 +249,30 @@ def _run_id(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[
         raise UserError(f"--run_id {run_id!r} may hold only letters, digits, '.', '_' and '-' "
                         "(at most 128): it names Redis keys and files")
     return run_id
+
+
+def _check_precision_and_decoding(args: argparse.Namespace) -> None:
+    if args.float16_compute and args.dtype == "bfloat16":
+        raise UserError("--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
+                        "bfloat16: drop one of them")
+    if args.decode_device == "gpu" and args.train_data == SYNTHETIC_DATA:
+        raise UserError("--decode_device gpu has nothing to decode with --train_data null: leave "
+                        "it out")
+    if not args.use_cpu:
+        return
+    gpu_only = {
+        "--dtype float16": (args.dtype == "float16", "float16 training needs a GPU (CPU float16 "
+                            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU"),
+        "--float16_compute": (args.float16_compute, "float16 arithmetic needs a GPU: use --dtype "
+                              "bfloat16 on the CPU"),
+        "--enable_tensor_core": (args.enable_tensor_core, "tensor cores (TF32, channels_last) are "
+                                 "GPU hardware: leave it out with --use_cpu"),
+        "--decode_device gpu": (args.decode_device == "gpu", "decoding on the GPU needs a GPU: "
+                                "leave it out with --use_cpu"),
+    }
+    for flag, (given, reason) in gpu_only.items():
+        if given:
+            raise UserError(f"{flag} with --use_cpu: {reason}")
 
 
 def _gpu_ids(args: argparse.Namespace, gpus_present: int) -> list[int]:

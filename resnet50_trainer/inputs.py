@@ -1,27 +1,47 @@
-"""The run's input pipelines, built from its settings: training batches and the test share."""
+"""The run's input pipelines, built from its settings: training batches and the test share, on the
+training device."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import torch
-from torch.utils.data import DataLoader
 
 from resnet50_trainer.config import SYNTHETIC_EPOCH_SIZE, Config
+from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedRecords, collate_encoded
 from resnet50_trainer.data.loader import (Batch, ImageRecords, RecordOrder, ShardBatchSampler,
-                                          SyntheticBatches, evaluation_batches, make_loader,
-                                          read_keys)
+                                          SyntheticBatches, collate, evaluation_batches,
+                                          make_loader, read_keys)
+from resnet50_trainer.data.prefetch import DevicePrefetcher, copy_to_device
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
 
 
 @dataclass
 class TrainInput:
-    batches: Iterable[Batch]
+    batches: Iterable[Batch]  # on the training device
     epoch_plan: Union[ShardBatchSampler, SyntheticBatches]  # set_epoch(epoch, start_step)
     steps_per_epoch: int
     num_records: int
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How records become crops: what the trainer's flags say, and what `resnet50-db bench` asks."""
+
+    num_labels: int
+    num_channels: int
+    scale: int
+    image_size: int
+    seed: int
+    num_workers: int
+    decode_on_gpu: bool
+
+    @classmethod
+    def of(cls, config: Config) -> "DecodeSettings":
+        return cls(config.num_labels, config.num_channels, config.scale, config.image_size,
+                   config.seed, config.num_workers, config.decode_device == "gpu")
 
 
 def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
@@ -35,25 +55,35 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
     steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
     sampler = ShardBatchSampler(RecordOrder(len(keys), config.seed), steps,
                                 config.global_batch_size, config.device_batch_size, placement.rank)
-    records = _records(config, config.train_data, keys, train=True)
-    loader = make_loader(records, sampler, config.num_workers, pin_memory=device.type == "cuda")
-    return TrainInput(loader, sampler, steps, len(keys))
+    batches = device_batches(config.train_data, config.db_type, keys, sampler, device,
+                             DecodeSettings.of(config), train=True)
+    return TrainInput(batches, sampler, steps, len(keys))
 
 
-def build_test_input(config: Config, placement: Placement, device: torch.device) -> Optional[DataLoader]:
+def build_test_input(config: Config, placement: Placement,
+                     device: torch.device) -> Optional[DevicePrefetcher]:
     """This process's share of the whole test DB, or None without --test_data."""
     if config.test_data is None:
         return None
     keys = read_keys(config.test_data, config.db_type)
     batches = evaluation_batches(len(keys), config.device_batch_size, placement.rank,
                                  placement.world_size)
-    records = _records(config, config.test_data, keys, train=False)
-    return make_loader(records, batches, config.num_workers, pin_memory=device.type == "cuda")
+    return device_batches(config.test_data, config.db_type, keys, batches, device,
+                          DecodeSettings.of(config), train=False)
 
 
-def _records(config: Config, path: str, keys: list, train: bool) -> ImageRecords:
-    return ImageRecords(path, config.db_type, keys, config.num_labels, config.num_channels,
-                        config.scale, config.image_size, config.seed, train)
+def device_batches(path: str, db_type: str, keys: Sequence[bytes], batch_sampler,
+                   device: torch.device, settings: DecodeSettings, train: bool) -> DevicePrefetcher:
+    """Batches of the DB at `path` in `batch_sampler`'s order, decoded, cropped and on `device`."""
+    records_type = EncodedRecords if settings.decode_on_gpu else ImageRecords
+    records = records_type(path, db_type, keys, settings.num_labels, settings.num_channels,
+                           settings.scale, settings.image_size, settings.seed, train)
+    loader = make_loader(records, batch_sampler, settings.num_workers,
+                         pin_memory=device.type == "cuda",
+                         collate_fn=collate_encoded if settings.decode_on_gpu else collate)
+    stage = (BatchDecoder(device, settings.num_channels, settings.image_size)
+             if settings.decode_on_gpu else copy_to_device(device))
+    return DevicePrefetcher(loader, device, stage)
 
 
 def _require_steps(config: Config, num_records: int, what: str) -> int:

@@ -108,8 +108,9 @@ def _claim_device(config: Config, local_index: int) -> torch.device:
         # Processes share the cores; more threads than a share only contend.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.num_gpus))
         return torch.device("cpu")
-    # PyTorch's cuDNN v8 convolutions read this cap (MiB) when choosing algorithms.
-    os.environ["CUDNN_CONV_WSCAP_DBG"] = str(config.cudnn_workspace_limit_mb)
+    # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the allocator's
+    # largest free block); cuDNN reads this debug variable, in MiB. Set before cuDNN is first used.
+    os.environ.setdefault("CUDNN_CONV_WSCAP_DBG", str(config.cudnn_workspace_limit_mb))
     torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
     device = torch.device("cuda", config.gpus[local_index])
     torch.cuda.set_device(device)

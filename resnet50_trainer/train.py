@@ -17,13 +17,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from resnet50_trainer import checkpoint, distributed
 from resnet50_trainer.config import Config
-from resnet50_trainer.data.transforms import normalize
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
+from resnet50_trainer.precision import Precision
 from resnet50_trainer.profiling import StepProfiler
 from resnet50_trainer.progress import EpochProgress
 from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
@@ -57,10 +57,14 @@ class Trainer:
         self.config, self.placement, self.device = config, placement, device
         self.input: TrainInput = build_train_input(config, placement, device)
         self.test_input = build_test_input(config, placement, device)
-        self.model = build_model(config.num_layers, config.num_labels, config.num_channels).to(device)
+        self.precision = Precision(config, device)
+        self.model = self.precision.prepare_model(
+            build_model(config.num_layers, config.num_labels, config.num_channels).to(device))
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[device] if device.type == "cuda" else None,
             gradient_as_bucket_view=True)
+        # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
+        self.train_model = torch.compile(self.ddp) if config.compile else self.ddp
         self.optimizer = build_optimizer(self.model, config)
         self.schedule = LearningRateSchedule(config.effective_learning_rate,
                                              self.input.steps_per_epoch, config.warmup_epochs)
@@ -80,6 +84,7 @@ class Trainer:
                                 f"has {getattr(self.config, name)}: use the same value or another checkpoint")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.precision.scaler.load_state_dict(state.get("scaler", {}))
         self.epoch, self.iteration = state["epoch"], state["iteration"]
         log.info("Resumed from %s: epoch %d done, iteration %d", path, self.epoch, self.iteration)
 
@@ -87,29 +92,31 @@ class Trainer:
         config, steps = self.config, self.input.steps_per_epoch
         self.input.epoch_plan.set_epoch(self.epoch)
         self.ddp.train()
-        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, correct, images, bad
+        # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x images, correct
+        images = bad = 0
         progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.gpu_monitor)
         started = time.perf_counter()
-        for step, batch in enumerate(progress.batches(self.input.batches)):
-            images = batch.images.to(self.device, non_blocking=True)
-            labels = batch.labels.to(self.device, non_blocking=True)
+        for step, batch in enumerate(progress.batches(self.input.batches)):  # already on the device
+            labels = batch.labels
             set_learning_rate(self.optimizer, self.schedule(self.iteration))
-            logits = self.ddp(normalize(images))
-            loss = F.cross_entropy(logits, labels)
+            with self.precision.autocast():
+                logits = self.train_model(self.precision.inputs(batch.images))
+                loss = F.cross_entropy(logits, labels)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            self.precision.backward_and_step(loss, self.optimizer)
             self.iteration += 1
             self._after_first_step()
             self.profiler.step()
             correct = (logits.argmax(1) == labels).sum()
-            sums += torch.stack([loss.detach() * len(labels), correct, torch.tensor(len(labels)),
-                                 torch.tensor(len(batch.bad_keys))]).to(sums)
+            sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
+            images, bad = images + len(labels), bad + len(batch.bad_keys)
             progress.step(step, loss, correct, len(labels), batch.bad_keys)
         progress.close()
+        totals = torch.cat([sums, torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
+        dist.all_reduce(totals)
+        loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
         seconds = time.perf_counter() - started
-        dist.all_reduce(sums)
-        loss_sum, correct, images, bad = sums.tolist()
         return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad))
 
     @torch.no_grad()
@@ -118,14 +125,16 @@ class Trainer:
         if self.test_input is None:
             return None
         self.model.eval()
-        counts = torch.zeros(2, dtype=torch.float64, device=self.device)  # correct, images
-        for batch in self.test_input:
+        correct = torch.zeros(1, dtype=torch.float64, device=self.device)
+        images = 0
+        for batch in self.test_input:  # already on the device
             good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
-            images = batch.images[:good].to(self.device, non_blocking=True)
-            labels = batch.labels[:good].to(self.device, non_blocking=True)
-            predictions = self.model(normalize(images)).argmax(1)
-            counts += torch.stack([(predictions == labels).sum(), torch.tensor(good)]).to(counts)
+            with self.precision.autocast():
+                predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
+            correct += (predictions == batch.labels[:good]).sum()
+            images += good
         self.model.train()
+        counts = torch.cat([correct, torch.tensor([images], dtype=torch.float64, device=self.device)])
         dist.all_reduce(counts)
         correct, images = counts.tolist()
         return correct / max(images, 1)
@@ -138,6 +147,7 @@ class Trainer:
             path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name, self.epoch)
             checkpoint.save_checkpoint({
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.precision.scaler.state_dict(),
                 "epoch": self.epoch, "iteration": self.iteration,
                 "arguments": config.to_dict(), "world_size": self.placement.world_size,
             }, path)
@@ -191,9 +201,9 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             rows.append(_row(rows, result, trainer, test_accuracy))
             if runlog:
                 runlog.write(rows[-1])
-            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec",
+            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
                      trainer.epoch, result.loss, result.accuracy, rows[-1].test_accuracy,
-                     result.images / result.seconds)
+                     result.images / result.seconds, _peak_memory(device))
             saved = trainer.save()
     digest = distributed.parameters_digest_everywhere(trainer.model)
     if runlog:
@@ -202,6 +212,12 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
         log.info("Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest)
+
+
+def _peak_memory(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
 
 
 def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: Optional[float]) -> EpochRow:

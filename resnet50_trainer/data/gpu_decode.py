@@ -1,0 +1,129 @@
+"""`--decode_device gpu`: input processes read record bytes, the training GPU decodes and crops.
+
+An input process parses each record and reads only the JPEG header (size, colour mode), enough to
+draw the crop from the same per-position RNG as the CPU path (transforms.random_plan), and hands
+over the file bytes. The training process decodes the whole batch in one call
+(torchvision.io.decode_jpeg on the device, nvJPEG on CUDA), then cuts, resizes and mirrors each crop
+there. Records that are raw pixels, PNG or unusual JPEGs (CMYK) fall back to the CPU path in the
+input process, with one warning per run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+from torchvision.io import ImageReadMode, decode_jpeg
+
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.loader import Batch, ImageRecords, Sample, all_failed, fill_bad_places
+from resnet50_trainer.data.records import Record, jpeg_header
+
+log = logging.getLogger(__name__)
+
+
+class EncodedSample(NamedTuple):
+    jpeg: Optional[torch.Tensor]  # the file's bytes, uint8; None when `image` holds a CPU crop
+    plan: Optional[transforms.CropPlan]
+    image: Optional[torch.Tensor]  # CHW uint8 crop decoded on the CPU (the fallback)
+    label: int
+    bad_key: Optional[bytes]
+    key: bytes
+
+
+class EncodedBatch(NamedTuple):
+    jpegs: list  # per place: bytes tensor, or None where cpu_images has the crop
+    plans: list
+    cpu_images: torch.Tensor  # K x C x S x S uint8, the places whose jpeg is None, in order
+    labels: torch.Tensor
+    bad_keys: list
+    keys: list
+
+
+class EncodedRecords(ImageRecords):
+    """ImageRecords whose JPEGs are left encoded, with their crop plans, for the GPU to decode."""
+
+    def __getitem__(self, item):
+        sample = super().__getitem__(item)
+        if isinstance(sample, Sample):  # a failed record
+            return EncodedSample(None, None, None, sample.label, sample.bad_key, sample.bad_key)
+        return sample
+
+    def sample(self, record: Record, position: int, key: bytes) -> EncodedSample:
+        header = jpeg_header(record)
+        if header is None:
+            fallback = super().sample(record, position, key)
+            return EncodedSample(None, None, fallback.image, record.label, None, key)
+        width, height = header
+        jpeg = torch.frombuffer(bytearray(record.encoded), dtype=torch.uint8)
+        return EncodedSample(jpeg, self.crop_plan(position, width, height), None, record.label,
+                             None, key)
+
+
+def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:
+    filled, bad_keys = fill_bad_places(samples)
+    crops = [sample.image for sample in filled if sample.jpeg is None]
+    return EncodedBatch([sample.jpeg for sample in filled], [sample.plan for sample in filled],
+                        torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
+                        torch.tensor([sample.label for sample in filled], dtype=torch.int64),
+                        bad_keys, [sample.key for sample in filled])
+
+
+class BatchDecoder:
+    """EncodedBatch -> Batch on `device`: decode the JPEGs together, then crop each one there."""
+
+    def __init__(self, device: torch.device, num_channels: int, image_size: int):
+        self.device, self.image_size = device, image_size
+        self.mode = ImageReadMode.RGB if num_channels == 3 else ImageReadMode.GRAY
+        self.shape = (num_channels, image_size, image_size)
+        self.warned = False
+
+    def __call__(self, batch: EncodedBatch) -> Batch:
+        images = torch.empty((len(batch.jpegs),) + self.shape, dtype=torch.uint8, device=self.device)
+        on_device = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is not None]
+        on_cpu = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is None]
+        if on_cpu:
+            self._warn_once(len(on_cpu), len(batch.jpegs))
+            images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
+        bad_keys = list(batch.bad_keys)
+        decoded = self._decode([batch.jpegs[i] for i in on_device], [batch.keys[i] for i in on_device],
+                               bad_keys)
+        good = [(i, image) for i, image in zip(on_device, decoded) if image is not None]
+        for i, image in good:
+            images[i] = transforms.resize_crop(image, batch.plans[i], self.image_size)
+        labels = batch.labels.to(self.device, non_blocking=True)
+        failed = {i for i, image in zip(on_device, decoded) if image is None}
+        if failed:  # as the CPU path: the decoded records first, then copies of them (with labels)
+            kept = [i for i in range(len(images)) if i not in failed]
+            if not kept:
+                raise all_failed(bad_keys)
+            order = [kept[n % len(kept)] for n in range(len(images))]
+            images, labels = images[order], labels[order]
+        return Batch(images, labels, bad_keys)
+
+    def _decode(self, jpegs: list, keys: list, bad_keys: list) -> list:
+        """Decoded CHW uint8 images on the device; None (and the key in bad_keys) where one fails."""
+        if not jpegs:
+            return []
+        try:
+            return list(decode_jpeg(jpegs, mode=self.mode, device=self.device))
+        except RuntimeError:
+            pass  # one bad file fails the whole call: find it by decoding one at a time
+        decoded = []
+        for jpeg, key in zip(jpegs, keys):
+            try:
+                decoded.append(decode_jpeg(jpeg, mode=self.mode, device=self.device))
+            except RuntimeError as error:
+                log.debug("record %r: %s", key, error)
+                bad_keys.append(key)
+                decoded.append(None)
+        return decoded
+
+    def _warn_once(self, count: int, total: int) -> None:
+        if not self.warned:
+            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the input "
+                        "processes decode those on the CPU (--decode_device gpu decodes only JPEG)",
+                        count, total)
+            self.warned = True
+

@@ -1,0 +1,61 @@
+"""Batches onto the training device, the next one copied while the current one trains.
+
+On a GPU, a side CUDA stream runs `stage` (the pinned host->device copy, or the GPU decoder) for
+batch k+1 while the default stream computes batch k (queued just before); the default stream waits
+for the side stream only when it takes the batch. On the CPU there is nothing to overlap: batches pass through `stage`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Optional
+
+import torch
+
+from resnet50_trainer.data.loader import Batch
+
+
+def copy_to_device(device: torch.device) -> Callable[[Batch], Batch]:
+    """The stage of CPU-decoded batches: a non-blocking copy (the loader pinned the memory)."""
+
+    def copy(batch: Batch) -> Batch:
+        return Batch(batch.images.to(device, non_blocking=True),
+                     batch.labels.to(device, non_blocking=True), batch.bad_keys)
+
+    return copy
+
+
+class DevicePrefetcher:
+    """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA."""
+
+    def __init__(self, batches: Iterable, device: torch.device, stage: Callable[[object], Batch]):
+        self.batches, self.device, self.stage = batches, device, stage
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.device.type != "cuda":
+            return (self.stage(batch) for batch in self.batches)
+        return self._overlapped()
+
+    def _overlapped(self) -> Iterator[Batch]:
+        side = torch.cuda.Stream(self.device)
+        compute = torch.cuda.current_stream(self.device)
+        iterator = iter(self.batches)
+        ready = self._load(iterator, side)
+        while ready is not None:
+            compute.wait_stream(side)
+            for tensor in (ready.images, ready.labels):
+                # Made on the side stream, used on the compute stream: keep the allocator from
+                # handing the memory back to the side stream while compute still reads it.
+                tensor.record_stream(compute)
+            yield ready  # the caller queues this step's work before the next copy is queued
+            ready = self._load(iterator, side)
+
+    def _load(self, iterator: Iterator, side: "torch.cuda.Stream") -> Optional[Batch]:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return None
+        with torch.cuda.stream(side):
+            return self.stage(batch)

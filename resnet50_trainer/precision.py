@@ -1,0 +1,64 @@
+"""Training precision and memory layout: autocast, the gradient scaler, TF32 and channels_last.
+
+How the original's flags map onto PyTorch (see docs_issue6.md):
+- --dtype float16: autocast to float16 with a gradient scaler. The original kept float16 weights
+  with float32 master copies; autocast keeps float32 weights and runs conv/fc in float16, which is
+  the same arithmetic with the master copy being the weights themselves.
+- --float16_compute: the original's "do the conv/fc arithmetic in float16". Under autocast that is
+  exactly what --dtype float16 does, so it selects the same mode.
+- --dtype bfloat16: autocast to bfloat16, no scaler (bfloat16 has float32's exponent range).
+- --enable_tensor_core: TF32 for matmuls and cuDNN convolutions, and channels_last tensors (the
+  layout tensor-core convolutions run on without transposes). GPU only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+
+from resnet50_trainer.config import Config
+from resnet50_trainer.data.transforms import normalize
+
+
+def compute_dtype(config: Config) -> Optional[torch.dtype]:
+    """The autocast dtype of the run, or None for plain float32."""
+    if config.dtype == "float16" or config.float16_compute:
+        return torch.float16
+    if config.dtype == "bfloat16":
+        return torch.bfloat16
+    return None
+
+
+class Precision:
+    """What the training step needs to know about precision and layout, for one device."""
+
+    def __init__(self, config: Config, device: torch.device):
+        self.device = device
+        self.dtype = compute_dtype(config)
+        self.channels_last = config.enable_tensor_core
+        # A disabled scaler passes backward() and step() straight through.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
+        if config.enable_tensor_core and device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def inputs(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 NCHW on the device -> normalised, in the compute dtype and the model's layout."""
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return normalize(images, self.dtype or torch.float32)
+
+    def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()

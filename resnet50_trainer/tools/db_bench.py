@@ -1,0 +1,117 @@
+"""`resnet50-db bench DB`: the training input pipeline alone, in images per second.
+
+The same pipeline the trainer builds (inputs.device_batches: seeded record order, input processes,
+uint8 crops, pinned batches, the device prefetcher), read for --batches batches after one warm-up
+batch (which pays for starting the input processes). No model runs. Registered in resnet50-db's
+subcommands with `register(subparsers)`; also runnable alone as
+`python -m resnet50_trainer.tools.db_bench DB ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Optional, Sequence
+
+import torch
+
+from resnet50_trainer.data.databases import check_database_path, detect_db_type
+from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler, read_keys
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.inputs import DecodeSettings, device_batches
+
+ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="time the training input pipeline alone (images/s)",
+        description="Run the training input pipeline (decode, crop, batch, copy to the device) "
+        "without a model and print images per second; last line: 'images/sec: X'.")
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", help="LMDB or LevelDB directory of image records")
+    parser.add_argument("--db_type", choices=("lmdb", "leveldb"),
+                        help="database type (default: detected from the directory)")
+    parser.add_argument("--batch_size", type=int, default=256, help="images per batch")
+    parser.add_argument("--image_size", type=int, default=224, help="crop size in pixels")
+    parser.add_argument("--scale", type=int, help="shorter side before cropping "
+                        "(default: round(image_size / 0.875), as the trainer)")
+    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3), help="colour channels")
+    parser.add_argument("--num_workers", type=int, default=2, help="input processes (0: in this one)")
+    parser.add_argument("--batches", type=int, default=20, help="batches timed, after one warm-up")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where batches end up (cuda adds the pinned copy and the prefetcher)")
+    parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
+                        help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the order and the crops")
+
+
+def run(args: argparse.Namespace) -> int:
+    rate = bench(args)
+    print(f"images/sec: {rate:.1f}")
+    return 0
+
+
+def bench(args: argparse.Namespace) -> float:
+    """Images per second over args.batches batches after a warm-up batch."""
+    device = _device(args)
+    db_type = args.db_type or detect_db_type(args.db) or "lmdb"
+    check_database_path(args.db, db_type)
+    for name in ("batch_size", "image_size", "batches"):
+        if getattr(args, name) <= 0:
+            raise UserError(f"--{name} must be positive")
+    if args.num_workers < 0:
+        raise UserError("--num_workers must be 0 or more")
+    scale = args.scale or round(args.image_size / 0.875)
+    if args.image_size > scale:
+        raise UserError(f"--image_size {args.image_size} is above --scale {scale}: raise --scale")
+    keys = read_keys(args.db, db_type)
+    steps = args.batches + 1
+    # One process of a run whose global batch is this batch: the trainer's order, wrapping around
+    # the DB as often as the batches need.
+    sampler = ShardBatchSampler(RecordOrder(len(keys), args.seed), steps, args.batch_size,
+                                args.batch_size, rank=0)
+    settings = DecodeSettings(ANY_LABEL, args.num_channels, scale, args.image_size, args.seed,
+                              args.num_workers, args.decode_device == "gpu")
+    batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
+    next(batches)  # warm-up: input processes start, the DB opens
+    _synchronize(device)
+    started = time.perf_counter()
+    images = sum(len(batch.labels) for batch in batches)
+    _synchronize(device)
+    return images / (time.perf_counter() - started)
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    if args.decode_device == "gpu" and args.device != "cuda":
+        raise UserError("--decode_device gpu decodes on the GPU: add --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no GPU found on this machine: use --device cpu")
+    return torch.device(args.device)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as error:
+        print(f"resnet50-db bench: error: {error}", file=sys.stderr)
+        return USAGE_EXIT_STATUS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

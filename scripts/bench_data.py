@@ -1,0 +1,88 @@
+"""ImageNet-like JPEGs for the benchmarks: about 500x375 (some portrait), quality 90, rich content.
+
+Flat colours decode unrealistically fast, so each image is a scene of textured shapes: a lit
+background of low-frequency waves, 30 ellipses and boxes with their own colours, stripes and
+grain, and sensor-like noise, which compresses to about 90 KB a file (ImageNet averages about 110 KB).
+The same images are written as files in class folders (what torchvision's ImageFolder reads) and
+as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+from PIL import Image
+
+from resnet50_trainer.data.databases import open_writer
+from resnet50_trainer.data.records import DATUM, Record, serialize_record
+
+JPEG_QUALITY = 90
+NUM_CLASSES = 10
+
+
+def make_photo(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """HxWx3 uint8 scene of textured shapes."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.empty((height, width, 3), np.float32)
+    image[:] = rng.uniform(50, 200, 3)
+    for _ in range(4):
+        frequency = rng.uniform(0.002, 0.03, 2)
+        wave = np.sin(frequency[0] * x + frequency[1] * y + rng.uniform(0, 6.3))
+        image += wave[:, :, None] * rng.uniform(-30, 30, 3)
+    for _ in range(30):
+        cx, cy = rng.uniform(0, width), rng.uniform(0, height)
+        rx, ry = rng.uniform(8, width / 4), rng.uniform(8, height / 4)
+        x0, x1 = int(max(0, cx - rx)), int(min(width, cx + rx + 1))
+        y0, y1 = int(max(0, cy - ry)), int(min(height, cy + ry + 1))
+        if x0 >= x1 or y0 >= y1:
+            continue
+        bx, by = x[y0:y1, x0:x1], y[y0:y1, x0:x1]
+        inside = (((bx - cx) / rx) ** 2 + ((by - cy) / ry) ** 2 <= 1) if rng.random() < 0.6 \
+            else np.ones_like(bx, dtype=bool)
+        period, angle = rng.uniform(3, 25), rng.uniform(0, np.pi)
+        stripes = np.sin((np.cos(angle) * bx + np.sin(angle) * by) * 2 * np.pi / period)
+        patch = rng.uniform(0, 255, 3) + stripes[:, :, None] * rng.uniform(5, 45)
+        patch = patch + rng.normal(0, rng.uniform(2, 14), patch.shape)
+        region = image[y0:y1, x0:x1]
+        region[inside] = patch[inside]
+    image += rng.normal(0, 7, image.shape)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def jpeg_bytes(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def build(out_dir: str, count: int, seed: int = 0) -> tuple[str, str]:
+    """(folder root, LMDB path) holding `count` images; reused if already built with that count."""
+    folders, lmdb_path = os.path.join(out_dir, f"files_{count}"), os.path.join(out_dir, f"lmdb_{count}")
+    if os.path.isdir(folders) and os.path.isdir(lmdb_path):
+        return folders, lmdb_path
+    rng = np.random.default_rng(seed)
+    files = []
+    for index in range(count):
+        width, height = int(rng.integers(470, 520)), int(rng.integers(340, 390))
+        if rng.random() < 0.2:
+            width, height = height, width
+        label = index % NUM_CLASSES
+        data = jpeg_bytes(make_photo(rng, width, height))
+        folder = os.path.join(folders, f"class_{label}")
+        os.makedirs(folder, exist_ok=True)
+        name = f"img_{index:06d}.jpg"
+        with open(os.path.join(folder, name), "wb") as file:
+            file.write(data)
+        files.append((f"{index:08d}_class_{label}/{name}".encode(), label, data))
+    with open_writer(lmdb_path, "lmdb") as writer:
+        for key, label, data in files:
+            writer.put(key, serialize_record(Record(label, data, None, DATUM)))
+    return folders, lmdb_path
+
+
+def describe(folders: str) -> str:
+    sizes = [os.path.getsize(os.path.join(root, name))
+             for root, _, names in os.walk(folders) for name in names]
+    return f"{len(sizes)} JPEGs, mean {np.mean(sizes) / 1024:.0f} KB, quality {JPEG_QUALITY}"

@@ -1,0 +1,190 @@
+"""Training throughput: ours against PyTorch's ImageNet example loop, and DDP's cost, in one run.
+
+1. baseline: the ImageNet example's plain float32 loop (ImageFolder + RandomResizedCrop, ToTensor,
+   Normalize; forward, loss, loss.item() and top-1 every step, zero_grad, backward, SGD step) over
+   the same ImageNet-like JPEGs as files.
+2. ours, end to end: `resnet50-trainer` from an LMDB of the same JPEGs (on a GPU: --dtype
+   bfloat16 --enable_tensor_core, and --decode_device gpu unless --cpu_decode; on the CPU:
+   float32, as the baseline).
+3. ours, compute only: `resnet50-trainer --train_data null`, same flags.
+4. DDP's cost: the same synthetic step loop with and without DistributedDataParallel at one
+   process, alternated --ddp_rounds times; the round with the median ratio is reported.
+Ours runs 2 epochs of --steps steps and reports the second (the first pays for start-up). Prints
+images/s, the ratios, and GPU memory peaks. Usage (GPU): python scripts/benchmark_train.py
+Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from torchvision import datasets, models, transforms
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_data  # noqa: E402
+
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def baseline(args, device: torch.device, root: str) -> float:
+    """The ImageNet example's train() loop, float32, timed after --warmup steps."""
+    dataset = datasets.ImageFolder(root, transforms.Compose([
+        transforms.RandomResizedCrop(args.image_size), transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]))
+    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                        pin_memory=device.type == "cuda", drop_last=True, persistent_workers=True)
+    model = models.__dict__[f"resnet{args.num_layers}"]().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+    model.train()
+    batches = itertools.chain.from_iterable(itertools.repeat(loader))
+    for step, (images, target) in enumerate(batches):
+        if step == args.warmup:
+            _sync(device)
+            started = time.perf_counter()
+        if step == args.warmup + args.steps:
+            break
+        images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        output = model(images)
+        loss = F.cross_entropy(output, target)
+        loss.item()  # the example's AverageMeter.update(loss.item(), ...)
+        (output.argmax(1) == target).float().mean().item()  # its accuracy(), top-1
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    _sync(device)
+    return args.steps * args.batch_size / (time.perf_counter() - started)
+
+
+def ours(args, device: torch.device, train_data: str, out: str) -> float:
+    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess."""
+    log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
+    flags = ["--train_data", train_data, "--num_layers", str(args.num_layers),
+             "--image_size", str(args.image_size), "--batch_size", str(args.batch_size),
+             "--epoch_size", str(args.steps * args.batch_size), "--num_epochs", "2",
+             "--num_workers", str(args.workers), "--log_dir", log_dir, "--num_labels", "1000",
+             "--print_every", str(10 * args.steps)]
+    if device.type == "cuda":
+        flags += ["--dtype", args.dtype, "--enable_tensor_core"]
+        if train_data != "null" and not args.cpu_decode:
+            flags += ["--decode_device", "gpu"]
+    else:  # float32 like the baseline: CPUs without bfloat16 units run autocast slower
+        flags += ["--use_cpu"]
+    print("  ours:", " ".join(flags), flush=True)
+    run = subprocess.run([sys.executable, "-m", "resnet50_trainer", *flags], cwd=REPO,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    peaks = [line for line in run.stderr.splitlines() + run.stdout.splitlines() if "peak GPU" in line]
+    if run.returncode:
+        raise SystemExit(f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    if peaks:
+        print("  ", peaks[-1].strip())
+    [log_path] = glob.glob(os.path.join(log_dir, "*.log"))
+    with open(log_path) as log_file:
+        rows = list(csv.DictReader(line for line in log_file if not line.startswith("#")))
+    return float(rows[-1]["inputs_per_sec"])
+
+
+def ddp_cost(args, device: torch.device) -> tuple[float, float]:
+    """(images/s without DDP, with DDP) at one process, synthetic batch: the round of median ratio."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
+    dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    labels = torch.randint(0, 1000, (args.batch_size,), device=device)
+    model = models.__dict__[f"resnet{args.num_layers}"]().to(device)
+    wrapped = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                      gradient_as_bucket_view=True)
+    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+
+    def rate(module) -> float:
+        for step in range(args.warmup + args.steps):
+            if step == args.warmup:
+                _sync(device)
+                started = time.perf_counter()
+            loss = F.cross_entropy(module(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        _sync(device)
+        return args.steps * args.batch_size / (time.perf_counter() - started)
+
+    # Alternate so that drift (a shared machine, clocks) hits both alike; the median round wins.
+    results = sorted(((rate(model), rate(wrapped)) for _ in range(args.ddp_rounds)),
+                     key=lambda pair: pair[1] / pair[0])
+    dist.destroy_process_group()
+    return results[len(results) // 2]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return f", peak GPU memory {peak:.2f} GiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
+    parser.add_argument("--images", type=int, default=1024)
+    parser.add_argument("--num_layers", type=int, default=50)
+    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (baseline, DDP)")
+    parser.add_argument("--workers", type=int, default=min(8, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    parser.add_argument("--ddp_rounds", type=int, default=5, help="alternations without/with DDP")
+    parser.add_argument("--cpu_decode", action="store_true", help="ours decodes on the CPU")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: "
+                        "baseline,end_to_end,compute,ddp")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    root, lmdb_path = bench_data.build(args.out, args.images)
+    print(f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}; "
+          f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; data {bench_data.describe(root)}; "
+          f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}", flush=True)
+    figures = {}
+    if "baseline" not in skip:
+        figures["baseline"] = baseline(args, device, root)
+        print(f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
+              f"{_peak(device)}", flush=True)
+    if "end_to_end" not in skip:
+        figures["end_to_end"] = ours(args, device, lmdb_path, args.out)
+        print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
+    if "compute" not in skip:
+        figures["compute"] = ours(args, device, "null", args.out)
+        print(f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True)
+    if {"baseline", "end_to_end"} <= figures.keys():
+        print(f"ratio ours end to end / baseline: {figures['end_to_end'] / figures['baseline']:.2f}x")
+    if {"compute", "end_to_end"} <= figures.keys():
+        print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
+    if "ddp" not in skip:
+        plain, wrapped = ddp_cost(args, device)
+        print(f"DDP at one process ({device.type}, float32): without {plain:.1f}, with {wrapped:.1f} "
+              f"images/s, cost {1 - wrapped / plain:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The input pipeline's parts: `resnet50-db bench`, the device prefetcher, and the GPU decode path's
+logic (run here with the CPU as its device, which decode_jpeg also supports)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+
+import torch
+from PIL import Image
+
+from dbfactory import datum_record, encode_image, make_jpeg, smooth_pixels, write_db
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedRecords, collate_encoded
+from resnet50_trainer.data.loader import ImageRecords, collate, make_loader, read_keys
+from resnet50_trainer.data.prefetch import DevicePrefetcher, copy_to_device
+from resnet50_trainer.data.records import DATUM, Record, jpeg_header
+from resnet50_trainer.tools import db_bench
+
+CPU = torch.device("cpu")
+
+
+def records_of(cls, path, train=True, size=32, scale=40):
+    return cls(path, "lmdb", read_keys(path, "lmdb"), num_labels=4, num_channels=3, scale=scale,
+               image_size=size, seed=7, train=train)
+
+
+def test_bench_prints_images_per_second_last(image_db, capsys):
+    db = image_db("bench", 12, 4)
+    status = db_bench.main([db, "--batch_size", "4", "--image_size", "32", "--num_workers", "1",
+                            "--batches", "5"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert status == 0 and last.startswith("images/sec: ") and float(last.split()[-1]) > 0
+
+
+def test_bench_refuses_gpu_decoding_without_a_gpu_in_one_line(image_db, capsys):
+    db = image_db("bench", 4, 4)
+    assert db_bench.main([db, "--decode_device", "gpu"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_prefetcher_yields_the_plain_loaders_batches(image_db):
+    db = image_db("train", 12, 4)
+    order = [[(p, (p * 5) % 12) for p in range(s * 4, s * 4 + 4)] for s in range(3)]
+    plain = list(make_loader(records_of(ImageRecords, db), order, 0, pin_memory=False))
+    loader = make_loader(records_of(ImageRecords, db), order, 1, pin_memory=False)
+    fetched = list(DevicePrefetcher(loader, CPU, copy_to_device(CPU)))
+    assert len(fetched) == len(plain) == 3
+    for ours, theirs in zip(fetched, plain):
+        assert torch.equal(ours.images, theirs.images) and torch.equal(ours.labels, theirs.labels)
+
+
+def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
+    # Below 2 x scale, so the CPU path decodes at full size too (no draft reduction).
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
+        for i in range(8)])
+    items = [[(p, p) for p in range(8)]]
+    for train in (True, False):
+        batch_items = items if train else [list(range(8))]
+        cpu = next(iter(make_loader(records_of(ImageRecords, db, train), batch_items, 0, False)))
+        encoded = next(iter(make_loader(records_of(EncodedRecords, db, train), batch_items, 0,
+                                        False, collate_fn=collate_encoded)))
+        assert all(jpeg is not None for jpeg in encoded.jpegs)
+        decoded = BatchDecoder(CPU, 3, 32)(encoded)
+        # Both decoders are libjpeg-turbo and both resizes PyTorch's: the same pixels.
+        assert torch.equal(decoded.images, cpu.images) and torch.equal(decoded.labels, cpu.labels)
+
+
+def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_path, caplog):
+    pixels = smooth_pixels(48, 56, seed=3)
+    truncated = make_jpeg(160, 200, seed=1)
+    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"0_jpeg", datum_record(0, encoded=make_jpeg(48, 56, seed=3))),
+        (b"1_png", datum_record(1, encoded=encode_image(pixels, "PNG"))),
+        (b"2_raw", datum_record(2, pixels=pixels)),
+        (b"3_bad", datum_record(3, encoded=truncated)),
+    ])
+    items = [[(p, p) for p in range(4)]]
+    cpu = next(iter(make_loader(records_of(ImageRecords, db), items, 0, False)))
+    encoded = next(iter(make_loader(records_of(EncodedRecords, db), items, 0, False,
+                                    collate_fn=collate_encoded)))
+    assert [jpeg is None for jpeg in encoded.jpegs] == [False, True, True, False]
+    with caplog.at_level(logging.WARNING):
+        decoded = BatchDecoder(CPU, 3, 32)(encoded)
+    assert "raw pixels, PNG" in caplog.text
+    assert decoded.bad_keys == [b"3_bad"]
+    assert torch.equal(decoded.images[1:3], cpu.images[1:3])  # the fallback is the CPU path
+    assert torch.equal(decoded.images[3], decoded.images[0])  # filled with a good sample
+    assert decoded.labels.tolist() == [0, 1, 2, 0]  # and with its label, not the failed record's
+
+
+def test_resize_crop_matches_on_uint8_and_float_paths():
+    image = torch.from_numpy(smooth_pixels(50, 70, seed=2)).permute(2, 0, 1)
+    plan = transforms.random_plan(70, 50, 40, 32, random.Random(1))
+    uint8_path = transforms.resize_crop(image, plan, 32)
+    float_path = transforms.resize_crop(image.to("meta"), plan, 32)  # the non-CPU branch's shapes
+    assert uint8_path.shape == float_path.shape == (3, 32, 32)
+    assert uint8_path.dtype == float_path.dtype == torch.uint8
+
+
+def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
+    pixels = smooth_pixels(30, 40, seed=1)
+
+    def header(data=None, raw=None):
+        return jpeg_header(Record(0, data, raw, DATUM))
+
+    def saved(image, **options):
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", **options)
+        return buffer.getvalue()
+
+    rgb = Image.fromarray(pixels)
+    assert header(saved(rgb)) == header(saved(rgb, progressive=True)) == (40, 30)
+    assert header(saved(rgb.convert("L"))) == (40, 30)
+    assert header(saved(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
+    assert header(encode_image(pixels, "PNG")) is None and header(raw=pixels) is None
+    assert header(saved(rgb)[:20]) is None  # cut before the frame header
