@@ -11,9 +11,9 @@ import logging
 import sys
 
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
-from resnet50_trainer.tools import db_create, db_dump, db_inspect
+from resnet50_trainer.tools import db_bench, db_create, db_dump, db_inspect
 
-SUBCOMMANDS = (db_create, db_inspect, db_dump)
+SUBCOMMANDS = (db_create, db_inspect, db_dump, db_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
