@@ -196,8 +196,6 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
         "--distributed_transport ibverbs": args.distributed_transport == "ibverbs",
         "--distributed_interfaces": bool(args.distributed_interfaces),
         "--redis_password": args.redis_password is not None,
-        "--keep_checkpoints above 1": args.keep_checkpoints != 1,
-        "--checkpoint_every_iters": args.checkpoint_every_iters != 0,
         "--profile_iters": args.profile_iters != 0,
     }
     for flag, given in unsupported.items():

@@ -2,34 +2,60 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import sys
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from resnet50_trainer import distributed
+from resnet50_trainer import distributed, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
-from resnet50_trainer.train import check_outputs_writable, train
+from resnet50_trainer.train import train
 
 log = logging.getLogger(__name__)
+# Seconds the other processes get to end by themselves (and report) once one has failed, and
+# again after SIGTERM, before they are killed.
+GRACE_PERIOD_S = 5.0
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class RunFailed(Exception):
+    """The run lost a training process's peer or its input processes; the message is one line."""
 
 
 def launch(config: Config) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
-    check_outputs_writable(config)
+    preflight.check_inputs(config)
     store = distributed.serve_local_store(config.first_iter_timeout)
+    _stop_on_sigterm()
     if config.num_gpus == 1:
-        run_process(0, config, store.port)
+        try:
+            run_process(0, config, store.port)
+        except RunFailed as failure:
+            print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
+            return 1
         return 0
+    # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
+    context = mp.start_processes(_run_spawned, args=(config, store.port), nprocs=config.num_gpus,
+                                 join=False, start_method="spawn")
     try:
-        # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-        mp.start_processes(_run_spawned, args=(config, store.port), nprocs=config.num_gpus,
-                           join=True, start_method="spawn")
+        while not context.join(grace_period=GRACE_PERIOD_S):
+            pass
+    except KeyboardInterrupt:
+        _stop_all(context.processes)
+        raise
     except mp.ProcessExitedException as failure:
-        # The failed process already printed its one-line reason (or its traceback).
+        if failure.signal_name:  # no last words from a killed process: name it here
+            rank = config.shard_id * config.num_gpus + failure.error_index
+            print(f"resnet50-trainer: error: training process of rank {rank} (pid "
+                  f"{failure.error_pid}) was killed by {failure.signal_name}; the run stopped: "
+                  "resume it with --load_model_path " + config.checkpoint_dir, file=sys.stderr)
+        # Otherwise the failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
@@ -46,17 +72,63 @@ def run_process(local_index: int, config: Config, store_port: int) -> None:
     distributed.join_process_group(config, placement, store_port)
     try:
         train(config, placement, device)
+    except (dist.DistError, RuntimeError) as error:
+        if not _is_lost_peer_or_input(error):
+            raise
+        raise RunFailed(f"rank {placement.rank} stopped: {str(error).splitlines()[0]}; the run "
+                        "cannot go on without every process: resume it with --load_model_path "
+                        f"{config.checkpoint_dir}") from error
     finally:
         distributed.leave_process_group()
 
 
 def _run_spawned(local_index: int, config: Config, store_port: int) -> None:
-    """A spawned process reports a user error in one line and exits 2; the launcher passes that on."""
+    """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
+    launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C."""
+    _stop_on_sigterm()
+    _end_with_parent()
     try:
         run_process(local_index, config, store_port)
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)
+    except RunFailed as failure:
+        print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _is_lost_peer_or_input(error: Exception) -> bool:
+    """Errors from collectives (a peer died or timed out) and from the DataLoader (an input
+    process died) end the run with one line; any other error keeps its traceback."""
+    return isinstance(error, dist.DistError) or str(error).startswith(
+        ("DataLoader worker", "[/", "Connection closed by peer", "Timed out"))
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
+    is abandoned (its temporary file removed) and the last complete one stays."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _end_with_parent() -> None:
+    """A launcher killed outright (SIGKILL) must not leave its training processes running."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _stop_all(processes) -> None:
+    """Ctrl-C or SIGTERM on the launcher: SIGTERM every training process, then SIGKILL stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(GRACE_PERIOD_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _claim_device(config: Config, local_index: int) -> torch.device:

@@ -20,9 +20,9 @@ PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once 
 class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
-    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int):
+    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int, start_step: int = 0):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
-        self.bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+        self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}/{config.num_epochs}",
                         unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
         self.bad_named = 0
         self.waited = 0.0
@@ -60,7 +60,7 @@ class EpochProgress:
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
             self.bar.set_postfix(loss=f"{loss.item():.3f}",
-                                 img_s=f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
+                                 img_s=f"{(self.bar.n - self.bar.initial) * config.global_batch_size / elapsed:.0f}",
                                  input_wait=f"{self.waited / elapsed:.0%}")
             self.last_refresh = now
 

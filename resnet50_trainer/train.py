@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -19,11 +20,11 @@ from resnet50_trainer import checkpoint, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.transforms import normalize
 from resnet50_trainer.distributed import Placement
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
-from resnet50_trainer.progress import EpochProgress
+from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.runlog import EpochRow, RunLog
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,21 @@ class EpochResult:
     images: int  # global
     seconds: float
     bad_records: int  # global
+    bad_keys: list  # this process's first BAD_KEYS_NAMED
+
+
+# An epoch's running sums: loss x images, correct, images, bad records (global once all-reduced).
+EPOCH_SUMS = 4
+
+
+def check_checkpoint_matches(state: dict, config: Config) -> None:
+    """A checkpoint of another architecture or label count cannot continue this run."""
+    saved = state.get("arguments", {})
+    for name in ("num_layers", "num_labels", "num_channels"):
+        if saved.get(name) != getattr(config, name):
+            raise UserError(f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
+                            f"this run has {getattr(config, name)}: use the same value or another "
+                            "checkpoint")
 
 
 class Trainer:
@@ -63,29 +79,72 @@ class Trainer:
         self.schedule = LearningRateSchedule(config.effective_learning_rate,
                                              self.input.steps_per_epoch, config.warmup_epochs)
         self.epoch = 0  # epochs completed
+        self.step = 0  # steps done of the current epoch (non-zero only when resuming mid-epoch)
         self.iteration = 0  # global steps completed
+        # Sums of the epoch so far, carried by a mid-epoch checkpoint, and the run's totals so far,
+        # so the log's cumulative columns continue across a resume.
+        self.resumed_sums: Optional[torch.Tensor] = None
+        self.resumed_seconds = 0.0
+        self.total_seconds, self.total_images = 0.0, 0
         self.timeout_shortened = False
 
     def resume(self, path: str) -> None:
+        """Continue exactly where the checkpoint left off: weights, momentum, epoch, step, LR and
+        data order. The order and augmentation are functions of (seed, epoch, step, position)
+        (data/loader.py), so the seed and the counters restore them; torch's RNG state is restored
+        too, though after the weights are drawn nothing in training consumes it."""
         state = checkpoint.load_checkpoint(path)
-        saved = state.get("arguments", {})
-        for name in ("num_layers", "num_labels", "num_channels"):
-            if saved.get(name) != getattr(self.config, name):
-                raise UserError(f"checkpoint {path} was made with --{name} {saved.get(name)}, this run "
-                                f"has {getattr(self.config, name)}: use the same value or another checkpoint")
+        check_checkpoint_matches(state, self.config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.iteration = state["epoch"], state["iteration"]
-        log.info("Resumed from %s: epoch %d done, iteration %d", path, self.epoch, self.iteration)
+        torch.set_rng_state(state["torch_rng_state"])
+        self.epoch, self.step, self.iteration = state["epoch"], state["step"], state["iteration"]
+        self.total_seconds, self.total_images = state["total_seconds"], state["total_images"]
+        if self.step:
+            self.resumed_sums, self.resumed_seconds = state["epoch_sums"], state["epoch_seconds"]
+        self._follow_new_global_batch(state)
+        self._warn_if_learning_rate_changes(state)
+        log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
+                 state["path"], self.epoch, self.step, self.epoch + 1, self.iteration,
+                 self.schedule(self.iteration))
+
+    def _follow_new_global_batch(self, state: dict) -> None:
+        """A checkpoint made with another world size continues with this run's global batch: the
+        record stream is the same, cut into this run's batches from the position reached."""
+        saved_world, saved_batch = state["world_size"], state["global_batch_size"]
+        if saved_world != self.placement.world_size:
+            log.warning("Checkpoint made with %d processes, resuming on %d: each process now takes "
+                        "%d of every global batch of %d", saved_world, self.placement.world_size,
+                        self.config.device_batch_size, self.config.global_batch_size)
+        if saved_batch == self.config.global_batch_size:
+            return
+        position = self.step * saved_batch
+        self.step = position // self.config.global_batch_size
+        self.iteration = self.epoch * self.input.steps_per_epoch + self.step
+        log.warning("Global batch changes from %d to %d: the record order follows the new batch "
+                    "from epoch %d step %d (iteration %d)%s", saved_batch, self.config.global_batch_size,
+                    self.epoch + 1, self.step, self.iteration,
+                    f"; {position % self.config.global_batch_size} records of the interrupted step "
+                    "are read again" if position % self.config.global_batch_size else "")
+
+    def _warn_if_learning_rate_changes(self, state: dict) -> None:
+        now = self.schedule(self.iteration)
+        if not math.isclose(now, state["learning_rate"], rel_tol=1e-9):
+            log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
+                        "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
+                        "checkpoint's", state["learning_rate"], now)
 
     def train_epoch(self) -> EpochResult:
         config, steps = self.config, self.input.steps_per_epoch
-        self.input.epoch_plan.set_epoch(self.epoch)
+        self.input.epoch_plan.set_epoch(self.epoch, self.step)
         self.ddp.train()
-        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, correct, images, bad
-        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps)
-        started = time.perf_counter()
-        for step, batch in enumerate(progress.batches(self.input.batches)):
+        sums = torch.zeros(EPOCH_SUMS, dtype=torch.float64, device=self.device)
+        if self.resumed_sums is not None and self.placement.is_main:
+            sums += self.resumed_sums.to(sums)  # all-reduced already: counted once, by one process
+        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.step)
+        started = time.perf_counter() - self.resumed_seconds
+        bad_keys = []
+        for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
             images = batch.images.to(self.device, non_blocking=True)
             labels = batch.labels.to(self.device, non_blocking=True)
             set_learning_rate(self.optimizer, self.schedule(self.iteration))
@@ -99,12 +158,22 @@ class Trainer:
             correct = (logits.argmax(1) == labels).sum()
             sums += torch.stack([loss.detach() * len(labels), correct, torch.tensor(len(labels)),
                                  torch.tensor(len(batch.bad_keys))]).to(sums)
+            bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
             progress.step(step, loss, correct, len(labels), batch.bad_keys)
+            if self._checkpoint_due(step):
+                self.step = step + 1
+                self.save(sums, time.perf_counter() - started)
         progress.close()
+        self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
         seconds = time.perf_counter() - started
         dist.all_reduce(sums)
         loss_sum, correct, images, bad = sums.tolist()
-        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad))
+        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys)
+
+    def _checkpoint_due(self, step: int) -> bool:
+        """Within an epoch, every --checkpoint_every_iters iterations; the epoch's end saves anyway."""
+        every = self.config.checkpoint_every_iters
+        return bool(every) and self.iteration % every == 0 and step + 1 < self.input.steps_per_epoch
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -124,30 +193,56 @@ class Trainer:
         correct, images = counts.tolist()
         return correct / max(images, 1)
 
-    def save(self) -> Optional[str]:
-        """The first process writes; every process waits, so none runs ahead of a saved epoch."""
+    def save(self, epoch_sums: Optional[torch.Tensor] = None, epoch_seconds: float = 0.0) -> Optional[str]:
+        """The first process writes; every process waits, so none runs ahead of a saved step.
+
+        Within an epoch, `epoch_sums` (this process's) are all-reduced so the checkpoint holds the
+        epoch's global sums so far."""
+        if epoch_sums is not None:
+            epoch_sums = epoch_sums.clone()
+            dist.all_reduce(epoch_sums)
         path = None
         if self.placement.is_main:
             config = self.config
-            path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name, self.epoch)
+            path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name,
+                                              self.epoch, self.step)
             checkpoint.save_checkpoint({
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "epoch": self.epoch, "iteration": self.iteration,
+                "epoch": self.epoch, "step": self.step, "iteration": self.iteration,
+                "learning_rate": self.schedule(self.iteration),  # of the next step
+                "seed": config.seed, "torch_rng_state": torch.get_rng_state(),
+                "global_batch_size": config.global_batch_size,
+                "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
+                "epoch_seconds": epoch_seconds,
+                "total_seconds": self.total_seconds, "total_images": self.total_images,
                 "arguments": config.to_dict(), "world_size": self.placement.world_size,
             }, path)
-            checkpoint.remove_older(config.checkpoint_dir, config.save_model_name, keep=1)
+            checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
+                                    config.keep_checkpoints)
         dist.barrier()
         return path
 
     def check_bad_records(self, result: EpochResult) -> None:
-        if result.bad_records:
-            log.warning("Epoch %d: %d records skipped as undecodable", self.epoch + 1, result.bad_records)
-        share = result.bad_records / (result.images + result.bad_records)
-        if share > self.config.max_bad_records:
-            raise UserError(f"{result.bad_records} of {result.images} records ({share:.1%}) in epoch "
-                            f"{self.epoch + 1} of {self.config.train_data} failed to decode, above "
-                            f"--max_bad_records {self.config.max_bad_records}: repair the DB (resnet50-db "
-                            "inspect names them) or raise --max_bad_records")
+        """Name the epoch's count; above --max_bad_records stop the run, naming the first keys.
+        Every process reaches the same verdict from the global counts; the first one reports it."""
+        if not result.bad_records:
+            return
+        log.warning("Epoch %d: %d of %d records skipped as unreadable (the first %d of each "
+                    "process named above)", self.epoch + 1, result.bad_records, result.images,
+                    BAD_KEYS_NAMED)
+        share = result.bad_records / result.images
+        if share <= self.config.max_bad_records:
+            return
+        gathered = [None] * self.placement.world_size
+        dist.all_gather_object(gathered, result.bad_keys)
+        if not self.placement.is_main:
+            raise SystemExit(USAGE_EXIT_STATUS)
+        first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]
+        raise UserError(f"{result.bad_records} of {result.images} records ({share:.1%}) read in "
+                        f"epoch {self.epoch + 1} of {self.config.train_data} could not be read "
+                        f"(first: {', '.join(first)}), above --max_bad_records "
+                        f"{self.config.max_bad_records}: repair the DB (resnet50-db inspect names "
+                        "them) or raise --max_bad_records")
 
     def _after_first_step(self) -> None:
         if not self.timeout_shortened:
@@ -178,7 +273,9 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             trainer.check_bad_records(result)
             test_accuracy = trainer.evaluate()
             trainer.epoch += 1
-            rows.append(_row(rows, result, trainer, test_accuracy))
+            trainer.total_seconds += result.seconds
+            trainer.total_images += result.images
+            rows.append(_row(result, trainer, test_accuracy))
             if runlog:
                 runlog.write(rows[-1])
             log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %.4f, %.1f images/sec",
@@ -189,13 +286,12 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
         _summarise(rows, runlog.path, saved, time.time() - started)
 
 
-def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: float) -> EpochRow:
-    previous = rows[-1] if rows else None
+def _row(result: EpochResult, trainer: Trainer, test_accuracy: float) -> EpochRow:
     return EpochRow(
         time_spent=round(result.seconds, 3),
-        cumulative_time_spent=round(result.seconds + (previous.cumulative_time_spent if previous else 0), 3),
+        cumulative_time_spent=round(trainer.total_seconds, 3),
         input_count=result.images,
-        cumulative_input_count=result.images + (previous.cumulative_input_count if previous else 0),
+        cumulative_input_count=trainer.total_images,
         cumulative_batch_count=trainer.iteration,
         inputs_per_sec=round(result.images / result.seconds, 2),
         accuracy=round(result.accuracy, 6), epoch=trainer.epoch,
