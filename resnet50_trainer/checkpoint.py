@@ -49,7 +49,8 @@ def save_checkpoint(state: dict, path: str) -> None:
     checkpoints already in place are untouched.
     """
     directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=SUFFIX, dir=directory)
+    handle, temporary = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.path.basename(path)}-",
+                                         suffix=SUFFIX, dir=directory)
     try:
         with os.fdopen(handle, "wb") as file:
             torch.save(state, file)
@@ -104,9 +105,13 @@ def saved_checkpoints(directory: str, name: Optional[str] = None) -> list[Saved]
 
 
 def remove_older(directory: str, name: str, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints, only after the newest is in place."""
+    """Delete all but the newest `keep` checkpoints, only after the newest is in place, and the
+    temporary files that writers killed mid-write left behind."""
     for saved in saved_checkpoints(directory, name)[:-keep]:
         os.unlink(saved.path)
+    for entry in os.listdir(directory):
+        if entry.startswith(f"{TEMPORARY_PREFIX}{name}_"):
+            os.unlink(os.path.join(directory, entry))
 
 
 def _reason(error: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -20,7 +21,7 @@ from resnet50_trainer.train import train
 log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
-GRACE_PERIOD_S = 5.0
+GRACE_PERIOD_S = 3.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -75,7 +76,7 @@ def run_process(local_index: int, config: Config, store_port: int) -> None:
     except (dist.DistError, RuntimeError) as error:
         if not _is_lost_peer_or_input(error):
             raise
-        raise RunFailed(f"rank {placement.rank} stopped: {str(error).splitlines()[0]}; the run "
+        raise RunFailed(f"rank {placement.rank} stopped: {_reason(error)}; the run "
                         "cannot go on without every process: resume it with --load_model_path "
                         f"{config.checkpoint_dir}") from error
     finally:
@@ -102,6 +103,12 @@ def _is_lost_peer_or_input(error: Exception) -> bool:
     process died) end the run with one line; any other error keeps its traceback."""
     return isinstance(error, dist.DistError) or str(error).startswith(
         ("DataLoader worker", "[/", "Connection closed by peer", "Timed out"))
+
+
+def _reason(error: Exception) -> str:
+    """The first line, without Gloo's source location and its boilerplate advice."""
+    line = re.sub(r"^\[[^\]]*\] ", "", str(error).splitlines()[0])
+    return line.split(" This is typically caused", 1)[0]
 
 
 def _stop_on_sigterm() -> None:

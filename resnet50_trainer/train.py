@@ -236,7 +236,7 @@ class Trainer:
         gathered = [None] * self.placement.world_size
         dist.all_gather_object(gathered, result.bad_keys)
         if not self.placement.is_main:
-            raise SystemExit(USAGE_EXIT_STATUS)
+            _leave_after_main()
         first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]
         raise UserError(f"{result.bad_records} of {result.images} records ({share:.1%}) read in "
                         f"epoch {self.epoch + 1} of {self.config.train_data} could not be read "
@@ -248,6 +248,16 @@ class Trainer:
         if not self.timeout_shortened:
             distributed.shorten_timeout(self.config)
             self.timeout_shortened = True
+
+
+def _leave_after_main() -> None:
+    """Exit 2 once the first process, which reports a run-wide stop, has gone: its line is never
+    lost to the launcher ending the run on this process's exit."""
+    try:
+        dist.barrier()  # the first process never joins: this returns when it has exited
+    except (dist.DistError, RuntimeError):
+        pass
+    raise SystemExit(USAGE_EXIT_STATUS)
 
 
 def train(config: Config, placement: Placement, device: torch.device) -> None:

@@ -21,9 +21,15 @@ def image_db(tmp_path):
 
     def make(name: str, num_records: int, num_labels: int, db_type: str = "lmdb",
              height: int = 40, width: int = 48) -> str:
-        records = [(caffe_key(i, f"img{i}.jpg"),
-                    datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
-                   for i in range(num_records)]
-        return write_db(str(tmp_path / name), db_type, records)
+        return write_image_db(str(tmp_path / name), num_records, num_labels, db_type, height, width)
 
     return make
+
+
+def write_image_db(path: str, num_records: int, num_labels: int, db_type: str = "lmdb",
+                   height: int = 40, width: int = 48) -> str:
+    """The image_db fixture's DB at `path`, for module-scoped fixtures."""
+    records = [(caffe_key(i, f"img{i}.jpg"),
+                datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
+               for i in range(num_records)]
+    return write_db(path, db_type, records)
