@@ -10,7 +10,7 @@ they are.
 
 from __future__ import annotations
 
-import logging
+import io
 import os
 import re
 import tempfile
@@ -21,7 +21,6 @@ import torch
 
 from resnet50_trainer.errors import UserError
 
-log = logging.getLogger(__name__)
 SUFFIX = ".pt"
 TEMPORARY_PREFIX = ".tmp-"
 # Fault-injection hook for tests: seconds to sleep between the fsync and the rename, so a test can
@@ -45,23 +44,26 @@ def checkpoint_path(directory: str, name: str, epoch: int, step: int = 0) -> str
 def save_checkpoint(state: dict, path: str) -> None:
     """Temporary file, fsync, rename, fsync of the directory: a crash leaves the old file or the new.
 
-    A failed write (disk full, quota) removes the temporary file and raises UserError; the
-    checkpoints already in place are untouched.
+    The state is serialized in memory first, so a failed write (disk full, quota) surfaces as the
+    OSError it is, not as torch's stream-writer error; it removes the temporary file and raises
+    UserError, and the checkpoints already in place are untouched.
     """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.path.basename(path)}-",
                                          suffix=SUFFIX, dir=directory)
     try:
         with os.fdopen(handle, "wb") as file:
-            torch.save(state, file)
+            file.write(buffer.getbuffer())
             file.flush()
             os.fsync(file.fileno())
         time.sleep(float(os.environ.get(PAUSE_BEFORE_RENAME_ENV, 0)))
         os.replace(temporary, path)
     except BaseException as error:
         os.unlink(temporary)
-        if isinstance(error, (OSError, RuntimeError)):  # torch.save reports write errors as RuntimeError
-            raise UserError(f"writing checkpoint {path} failed ({_reason(error)}): free space in "
+        if isinstance(error, OSError):
+            raise UserError(f"writing checkpoint {path} failed ({error.strerror}): free space in "
                             "--checkpoint_dir or choose another; the checkpoints already there "
                             "are intact") from error
         raise
@@ -112,10 +114,6 @@ def remove_older(directory: str, name: str, keep: int) -> None:
     for entry in os.listdir(directory):
         if entry.startswith(f"{TEMPORARY_PREFIX}{name}_"):
             os.unlink(os.path.join(directory, entry))
-
-
-def _reason(error: BaseException) -> str:
-    return error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
 
 
 def _fsync_directory(directory: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -22,7 +21,6 @@ log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
 GRACE_PERIOD_S = 3.0
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class RunFailed(Exception):
@@ -86,8 +84,7 @@ def run_process(local_index: int, config: Config, store_port: int) -> None:
 def _run_spawned(local_index: int, config: Config, store_port: int) -> None:
     """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
     launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C."""
-    _stop_on_sigterm()
-    _end_with_parent()
+    _stop_on_sigterm()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
     try:
         run_process(local_index, config, store_port)
     except UserError as error:
@@ -118,12 +115,6 @@ def _stop_on_sigterm() -> None:
         raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def _end_with_parent() -> None:
-    """A launcher killed outright (SIGKILL) must not leave its training processes running."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _stop_all(processes) -> None:

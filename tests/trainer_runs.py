@@ -31,8 +31,9 @@ def run_trainer(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def start_trainer(*args: str, **env: str) -> subprocess.Popen:
+    """The run leads its own process group, as a command started from a shell does."""
     return subprocess.Popen(trainer_command(*args), env=trainer_env(**env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def training_processes(launcher_pid: int) -> list[int]:
