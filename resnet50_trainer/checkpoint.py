@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from resnet50_trainer.config import Config
 from resnet50_trainer.errors import UserError
 
 SUFFIX = ".pt"
@@ -92,6 +93,16 @@ def load_checkpoint(path: str) -> dict:
                         f"{SUFFIX} file written by resnet50-trainer")
     state["path"] = path
     return state
+
+
+def check_matches(state: dict, config: Config) -> None:
+    """A checkpoint of another architecture or label count cannot continue this run."""
+    saved = state.get("arguments", {})
+    for name in ("num_layers", "num_labels", "num_channels"):
+        if saved.get(name) != getattr(config, name):
+            raise UserError(f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
+                            f"this run has {getattr(config, name)}: use the same value or another "
+                            "checkpoint")
 
 
 def saved_checkpoints(directory: str, name: Optional[str] = None) -> list[Saved]:

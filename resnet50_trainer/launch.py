@@ -105,7 +105,7 @@ def _is_lost_peer_or_input(error: Exception) -> bool:
 def _reason(error: Exception) -> str:
     """The first line, without Gloo's source location and its boilerplate advice."""
     line = re.sub(r"^\[[^\]]*\] ", "", str(error).splitlines()[0])
-    return line.split(" This is typically caused", 1)[0]
+    return line.split(" This is typically caused", 1)[0].rstrip(".")
 
 
 def _stop_on_sigterm() -> None:

@@ -3,12 +3,14 @@ before any file is written: a bad input ends the run with one line naming the fi
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from resnet50_trainer import checkpoint
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import RecordError, UserError
-from resnet50_trainer.train import check_checkpoint_matches, check_outputs_writable
 
 # Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
 # with a few bad records passes (they are skipped while training); one where all fail does not.
@@ -22,7 +24,19 @@ def check_inputs(config: Config) -> None:
     if config.test_data is not None:
         _check_test_labels(config)
     if config.load_model_path:
-        check_checkpoint_matches(checkpoint.load_checkpoint(config.load_model_path), config)
+        checkpoint.check_matches(checkpoint.load_checkpoint(config.load_model_path), config)
+
+
+def check_outputs_writable(config: Config) -> None:
+    """Fail before any work if the log or checkpoint directory cannot take files."""
+    for flag, directory in (("--log_dir", config.log_dir), ("--checkpoint_dir", config.checkpoint_dir)):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as error:
+            raise UserError(f"{flag} {directory} cannot be written ({error.strerror}): "
+                            "choose a writable directory") from None
 
 
 def _check_holds_images(config: Config) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -30,18 +29,6 @@ from resnet50_trainer.runlog import EpochRow, RunLog
 log = logging.getLogger(__name__)
 
 
-def check_outputs_writable(config: Config) -> None:
-    """Fail before any work if the log or checkpoint directory cannot take files."""
-    for flag, directory in (("--log_dir", config.log_dir), ("--checkpoint_dir", config.checkpoint_dir)):
-        try:
-            os.makedirs(directory, exist_ok=True)
-            with tempfile.TemporaryFile(dir=directory):
-                pass
-        except OSError as error:
-            raise UserError(f"{flag} {directory} cannot be written ({error.strerror}): "
-                            "choose a writable directory") from None
-
-
 @dataclass
 class EpochResult:
     loss: float
@@ -54,16 +41,6 @@ class EpochResult:
 
 # An epoch's running sums: loss x images, correct, images, bad records (global once all-reduced).
 EPOCH_SUMS = 4
-
-
-def check_checkpoint_matches(state: dict, config: Config) -> None:
-    """A checkpoint of another architecture or label count cannot continue this run."""
-    saved = state.get("arguments", {})
-    for name in ("num_layers", "num_labels", "num_channels"):
-        if saved.get(name) != getattr(config, name):
-            raise UserError(f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
-                            f"this run has {getattr(config, name)}: use the same value or another "
-                            "checkpoint")
 
 
 class Trainer:
@@ -94,7 +71,7 @@ class Trainer:
         (data/loader.py), so the seed and the counters restore them; torch's RNG state is restored
         too, though after the weights are drawn nothing in training consumes it."""
         state = checkpoint.load_checkpoint(path)
-        check_checkpoint_matches(state, self.config)
+        checkpoint.check_matches(state, self.config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng_state"])

@@ -3,11 +3,8 @@ of an earlier run touched. The command line runs in-process; nothing is spawned 
 
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
-from dbfactory import datum_record, make_jpeg, write_db
+from dbfactory import write_db
 from trainer_runs import SMALL_RUN, files
 
 from resnet50_trainer import checkpoint, cli

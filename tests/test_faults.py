@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import torch
 from dbfactory import caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db
-from trainer_runs import (RUN_TIMEOUT_S, run_trainer, start_trainer, trainer_command, trainer_env,
-                          training_processes, wait_for)
+from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, run_trainer, start_trainer, trainer_command,
+                          trainer_env, training_processes, wait_for)
 
 TIMEOUT_S = 5  # --timeout of the runs below
 BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]
@@ -175,3 +176,40 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, s
     assert (directory / "resnet50_model_1.pt").read_bytes() == previous
     assert not [name for name in os.listdir(directory) if name.endswith(".pt")
                 and name != "resnet50_model_1.pt"]
+
+
+RUN_ONE_PROCESS = """
+import sys
+from resnet50_trainer import cli, launch
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
+launch._run_spawned(rank, config, port)
+"""
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tmp_path, fault):
+    """As when a whole machine is lost or hangs: the two training processes are independent
+    commands, so only Gloo (a reset connection, or --timeout) can tell the survivor."""
+    from resnet50_trainer import distributed
+
+    store = distributed.serve_local_store(60)
+    args = [*SMALL_RUN, "--num_gpus", "2", "--train_data", small_db, "--num_epochs", "1000",
+            "--log_dir", str(tmp_path), "--timeout", str(TIMEOUT_S)]
+    survivor, victim = (subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank),
+                                          str(store.port), *args],
+                                         env=trainer_env(), text=True, stderr=subprocess.PIPE)
+                        for rank in (0, 1))
+    try:
+        wait_for(lambda: os.path.exists(tmp_path / "resnet50_model_1.pt"), 180, "the first checkpoint")
+        victim.send_signal(fault)
+        status, stderr, seconds = finish(survivor, TIMEOUT_S + 10)
+    finally:
+        for process in (survivor, victim):
+            process.kill()
+            process.communicate()
+    assert status == 1, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert "rank 0 stopped:" in errors[0] and "resume it with --load_model_path" in errors[0]
+    assert ("Timed out waiting 5000ms" if fault == signal.SIGSTOP else "Connection") in errors[0]
