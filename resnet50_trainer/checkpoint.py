@@ -27,6 +27,10 @@ TEMPORARY_PREFIX = ".tmp-"
 # Fault-injection hook for tests: seconds to sleep between the fsync and the rename, so a test can
 # kill the writer while the new checkpoint exists only as a temporary file.
 PAUSE_BEFORE_RENAME_ENV = "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME"
+# What a resume needs (train.Trainer.save writes them all).
+REQUIRED_KEYS = frozenset({"model", "optimizer", "epoch", "step", "iteration", "learning_rate",
+                           "torch_rng_state", "global_batch_size", "epoch_sums", "epoch_seconds",
+                           "total_seconds", "total_images", "arguments", "world_size"})
 _NAME = re.compile(r"(?P<stem>.+)_(?P<epoch>\d+)(?:_step(?P<step>\d+))?" + re.escape(SUFFIX) + "$")
 
 
@@ -88,9 +92,11 @@ def load_checkpoint(path: str) -> dict:
     except Exception as error:  # torch raises several types for a file that is not a checkpoint
         raise UserError(f"--load_model_path {path} is not a readable checkpoint ({type(error).__name__}): "
                         "give a .pt file written by resnet50-trainer") from error
-    if not isinstance(state, dict) or "model" not in state or "epoch" not in state:
-        raise UserError(f"--load_model_path {path} holds no resnet50-trainer checkpoint: give a "
-                        f"{SUFFIX} file written by resnet50-trainer")
+    missing = REQUIRED_KEYS - state.keys() if isinstance(state, dict) else REQUIRED_KEYS
+    if missing:
+        raise UserError(f"--load_model_path {path} lacks {', '.join(sorted(missing))}: it is no "
+                        "resnet50-trainer checkpoint, or one too old to resume exactly; give a "
+                        "checkpoint written by this version")
     state["path"] = path
     return state
 

@@ -4,6 +4,7 @@ of an earlier run touched. The command line runs in-process; nothing is spawned 
 from __future__ import annotations
 
 import pytest
+import torch
 from dbfactory import write_db
 from trainer_runs import SMALL_RUN, files
 
@@ -70,8 +71,9 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
     path = str(tmp_path / "other_1.pt")
     model = build_model(layers, labels, 3)
     arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
-    checkpoint.save_checkpoint({"model": model.state_dict(), "epoch": 1, "arguments": arguments},
-                               path)
+    state = dict.fromkeys(checkpoint.REQUIRED_KEYS, 0)
+    state.update(model=model.state_dict(), arguments=arguments)
+    checkpoint.save_checkpoint(state, path)
     line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
     assert f"was made with --{flag}" in line
 
@@ -82,6 +84,13 @@ def test_not_a_checkpoint(capsys, earlier_run, image_db, tmp_path):
     line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path",
                  str(path))
     assert "not a readable checkpoint" in line
+
+
+def test_checkpoint_without_resume_state(capsys, earlier_run, image_db, tmp_path):
+    path = str(tmp_path / "weights_only.pt")
+    torch.save({"model": build_model(18, 4, 3).state_dict()}, path)
+    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
+    assert "lacks epoch, epoch_seconds" in line
 
 
 @pytest.mark.parametrize("flag", ["--log_dir", "--checkpoint_dir"])

@@ -120,3 +120,17 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     assert "Resumed from " + str(tmp_path / "resnet50_model_1.pt") in done.stderr
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["resnet50_model_2.pt"] + [n for n in os.listdir(tmp_path) if n.endswith(".log")])
+
+
+def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
+    """The same global batch on fewer processes: the record stream and the LR continue as they
+    were; the weights differ only because batch norm now sees batches of 8, not 2 x 4."""
+    database, out = uninterrupted
+    done = run_trainer("--train_data", database, "--num_gpus", "1", "--num_epochs", "3",
+                       "--log_dir", str(tmp_path), "--load_model_path",
+                       str(out / "resnet50_model_2_step1.pt"))
+    assert done.returncode == 0, done.stderr
+    assert "Checkpoint made with 2 processes, resuming on 1" in done.stderr
+    row, reference = log_rows(tmp_path)[-1], log_rows(out)[2]
+    for column in ("epoch", "learning_rate", "cumulative_batch_count", "cumulative_input_count"):
+        assert row[column] == reference[column], column
