@@ -90,7 +90,7 @@ def test_checkpoint_without_resume_state(capsys, earlier_run, image_db, tmp_path
     path = str(tmp_path / "weights_only.pt")
     torch.save({"model": build_model(18, 4, 3).state_dict()}, path)
     line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
-    assert "lacks epoch, epoch_seconds" in line
+    assert "lacks arguments, epoch, epoch_seconds" in line and "too old to resume" in line
 
 
 @pytest.mark.parametrize("flag", ["--log_dir", "--checkpoint_dir"])
