@@ -97,9 +97,11 @@ def _run_spawned(local_index: int, config: Config, store_port: int) -> None:
 
 def _is_lost_peer_or_input(error: Exception) -> bool:
     """Errors from collectives (a peer died or timed out) and from the DataLoader (an input
-    process died) end the run with one line; any other error keeps its traceback."""
-    return isinstance(error, dist.DistError) or str(error).startswith(
-        ("DataLoader worker", "[/", "Connection closed by peer", "Timed out"))
+    process died) end the run with one line; any other error keeps its traceback. Gloo raises
+    plain RuntimeErrors that start with its source location (".../gloo/transport/tcp/pair.cc")."""
+    message = str(error)
+    return (isinstance(error, dist.DistError) or message.startswith("DataLoader worker")
+            or "/gloo/" in message.split(" ", 1)[0])
 
 
 def _reason(error: Exception) -> str:
