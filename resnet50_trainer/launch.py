@@ -31,7 +31,7 @@ def launch(config: Config) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
     preflight.check_inputs(config)
     store = distributed.serve_local_store(config.first_iter_timeout)
-    _stop_on_sigterm()
+    _interrupt_once()
     if config.num_gpus == 1:
         try:
             run_process(0, config, store.port)
@@ -84,7 +84,7 @@ def run_process(local_index: int, config: Config, store_port: int) -> None:
 def _run_spawned(local_index: int, config: Config, store_port: int) -> None:
     """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
     launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C."""
-    _stop_on_sigterm()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
+    _interrupt_once()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
     try:
         run_process(local_index, config, store_port)
     except UserError as error:
@@ -110,12 +110,21 @@ def _reason(error: Exception) -> str:
     return line.split(" This is typically caused", 1)[0].rstrip(".")
 
 
-def _stop_on_sigterm() -> None:
+def _interrupt_once() -> None:
     """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
-    is abandoned (its temporary file removed) and the last complete one stays."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+    is abandoned (its temporary file removed) and the last complete one stays. Only the first
+    SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
+    sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
+    handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
+    interrupted = []
 
+    def interrupt(signum, frame):
+        # Not SIG_IGN: Python reports a signal pending while its handler is swapped as an OSError.
+        if not interrupted:
+            interrupted.append(signum)
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
 
 
