@@ -59,7 +59,8 @@ class EpochProgress:
             self.interval_started, self.interval_steps = now, 0
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
-            images = (self.bar.n - self.bar.initial) * config.global_batch_size  # since the epoch (re)started
+            # Images since this process (re)started the epoch, not since a resumed epoch began.
+            images = (self.bar.n - self.bar.initial) * config.global_batch_size
             self.bar.set_postfix(loss=f"{loss.item():.3f}", img_s=f"{images / elapsed:.0f}",
                                  input_wait=f"{self.waited / elapsed:.0%}")
             self.last_refresh = now

@@ -11,7 +11,8 @@ import time
 
 import pytest
 import torch
-from dbfactory import caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db
+from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
+                       write_image_db)
 from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, run_trainer, start_trainer, trainer_command,
                           trainer_env, training_processes, wait_for)
 
@@ -71,8 +72,6 @@ def test_five_percent_corrupt_records_stop_the_run_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_db(tmp_path_factory):
-    from conftest import write_image_db
-
     return write_image_db(str(tmp_path_factory.mktemp("faults") / "db"), 32, 4)
 
 

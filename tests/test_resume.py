@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from dbfactory import write_image_db
 from trainer_runs import log_rows, model_state, run_trainer, start_trainer, wait_for
 
 from resnet50_trainer import checkpoint
@@ -27,8 +28,6 @@ RECORDS, STEPS = 32, 4
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The reference: 3 epochs in one go, every checkpoint kept."""
-    from conftest import write_image_db
-
     root = tmp_path_factory.mktemp("resume")
     database = write_image_db(str(root / "db"), RECORDS, 4)
     out = root / "uninterrupted"
