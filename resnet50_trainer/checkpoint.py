@@ -29,8 +29,9 @@ TEMPORARY_PREFIX = ".tmp-"
 PAUSE_BEFORE_RENAME_ENV = "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME"
 # What a resume needs (train.Trainer.save writes them all).
 REQUIRED_KEYS = frozenset({"model", "optimizer", "epoch", "step", "iteration", "learning_rate",
-                           "torch_rng_state", "global_batch_size", "epoch_sums", "epoch_seconds",
-                           "total_seconds", "total_images", "arguments", "world_size"})
+                           "seed", "torch_rng_state", "global_batch_size", "epoch_sums",
+                           "epoch_seconds", "total_seconds", "total_images", "arguments",
+                           "world_size"})
 _NAME = re.compile(r"(?P<stem>.+)_(?P<epoch>\d+)(?:_step(?P<step>\d+))?" + re.escape(SUFFIX) + "$")
 
 

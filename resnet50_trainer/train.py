@@ -80,7 +80,7 @@ class Trainer:
         if self.step:
             self.resumed_sums, self.resumed_seconds = state["epoch_sums"], state["epoch_seconds"]
         self._follow_new_global_batch(state)
-        self._warn_if_learning_rate_changes(state)
+        self._warn_of_changes(state)
         log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
                  state["path"], self.epoch, self.step, self.epoch + 1, self.iteration,
                  self.schedule(self.iteration))
@@ -104,7 +104,12 @@ class Trainer:
                     f"; {position % self.config.global_batch_size} records of the interrupted step "
                     "are read again" if position % self.config.global_batch_size else "")
 
-    def _warn_if_learning_rate_changes(self, state: dict) -> None:
+    def _warn_of_changes(self, state: dict) -> None:
+        """A resume never changes the LR or the data order silently."""
+        if state["seed"] != self.config.seed:
+            log.warning("--seed %d differs from the checkpoint's %d: the record order and crops "
+                        "from here on differ from the interrupted run's", self.config.seed,
+                        state["seed"])
         now = self.schedule(self.iteration)
         if not math.isclose(now, state["learning_rate"], rel_tol=1e-9):
             log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
@@ -204,9 +209,10 @@ class Trainer:
         Every process reaches the same verdict from the global counts; the first one reports it."""
         if not result.bad_records:
             return
-        log.warning("Epoch %d: %d of %d records skipped as unreadable (the first %d of each "
-                    "process named above)", self.epoch + 1, result.bad_records, result.images,
-                    BAD_KEYS_NAMED)
+        if self.placement.is_main:
+            log.warning("Epoch %d: %d of %d records skipped as unreadable (the first %d of each "
+                        "process named above)", self.epoch + 1, result.bad_records, result.images,
+                        BAD_KEYS_NAMED)
         share = result.bad_records / result.images
         if share <= self.config.max_bad_records:
             return
