@@ -210,8 +210,6 @@ def _refuse_unsupported(args: argparse.Namespace) -> None:
     unsupported = {
         "--model_parallel": args.model_parallel,
         "--pipeline_chunks": args.pipeline_chunks != 1,
-        "--keep_checkpoints above 1": args.keep_checkpoints != 1,
-        "--checkpoint_every_iters": args.checkpoint_every_iters != 0,
     }
     for flag, given in unsupported.items():
         if given:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import signal
 import sys
 from typing import Optional
 
@@ -12,37 +14,61 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from resnet50_trainer import distributed, network
+from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
-from resnet50_trainer.train import check_outputs_writable, train
+from resnet50_trainer.train import train
 
 log = logging.getLogger(__name__)
-PEER_LOST_EXIT_STATUS = 1
+# Seconds the other processes get to end by themselves (and report) once one has failed, and
+# again after SIGTERM, before they are killed.
+GRACE_PERIOD_S = 3.0
+
+
+class RunFailed(Exception):
+    """The run lost a training process's peer or its input processes; the message is one line."""
 
 
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
-    check_outputs_writable(config)
+    preflight.check_inputs(config)
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
+    _interrupt_once()
     if launched is not None:
-        _run_launched(launched, config)
-        return 0
+        return _in_this_process(lambda: _run_launched(launched, config))
     # Held until the run ends: in shard 0 this process serves the run's store.
     meeting = distributed.meet_shards(config)
     if config.num_gpus == 1:
-        run_process(0, config, meeting.host, meeting.port)
-        return 0
+        return _in_this_process(lambda: run_process(0, config, meeting.host, meeting.port))
+    # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
+    context = mp.start_processes(_run_spawned, args=(config, meeting.host, meeting.port),
+                                 nprocs=config.num_gpus, join=False, start_method="spawn")
     try:
-        # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-        mp.start_processes(_run_spawned, args=(config, meeting.host, meeting.port),
-                           nprocs=config.num_gpus, join=True, start_method="spawn")
+        while not context.join(grace_period=GRACE_PERIOD_S):
+            pass
+    except KeyboardInterrupt:
+        _stop_all(context.processes)
+        raise
     except mp.ProcessExitedException as failure:
-        # The failed process already printed its one-line reason (or its traceback).
+        if failure.signal_name:  # no last words from a killed process: name it here
+            rank = config.shard_id * config.num_gpus + failure.error_index
+            print(f"resnet50-trainer: error: training process of rank {rank} (pid "
+                  f"{failure.error_pid}) was killed by {failure.signal_name}; the run stopped: "
+                  "resume it with --load_model_path " + config.checkpoint_dir, file=sys.stderr)
+        # Otherwise the failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _in_this_process(run) -> int:
+    try:
+        run()
+    except RunFailed as failure:
+        print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         return 1
     return 0
 
@@ -66,40 +92,81 @@ def _run_launched(launched: Launched, config: Config) -> None:
     _train_in_group(config, placement, device)
 
 
-def _train_in_group(config: Config, placement: distributed.Placement, device: torch.device) -> None:
-    try:
-        train(config, placement, device)
-    except RuntimeError as error:
-        if not _is_peer_loss(error):
-            raise
-        # A peer died or stopped answering; its own process names its reason, if it could.
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-        print(f"resnet50-trainer: error: rank {placement.rank} lost contact with the run's other "
-              f"processes ({reason}); every process stops", file=sys.stderr)
-        sys.exit(PEER_LOST_EXIT_STATUS)
-    finally:
-        distributed.leave_process_group()
-
-
-def _is_peer_loss(error: RuntimeError) -> bool:
-    """Collectives raise DistError; inside DDP's backward the same failure arrives as a plain
-    RuntimeError carrying Gloo's or NCCL's message."""
-    return isinstance(error, dist.DistError) or any(
-        marker in str(error) for marker in ("gloo", "NCCL", "Connection closed by peer", "timed out"))
-
-
 def _set_up_logging(placement: distributed.Placement) -> None:
     logging.basicConfig(level=logging.INFO if placement.is_main else logging.WARNING,
                         format="%(message)s", force=True)
 
 
+def _train_in_group(config: Config, placement: distributed.Placement, device: torch.device) -> None:
+    try:
+        train(config, placement, device)
+    except (dist.DistError, RuntimeError) as error:
+        if not _is_lost_peer_or_input(error):
+            raise
+        raise RunFailed(f"rank {placement.rank} stopped: {_reason(error)}; the run "
+                        "cannot go on without every process: resume it with --load_model_path "
+                        f"{config.checkpoint_dir}") from error
+    finally:
+        distributed.leave_process_group()
+
+
 def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> None:
-    """A spawned process reports a user error in one line and exits 2; the launcher passes that on."""
+    """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
+    launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C."""
+    _interrupt_once()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
     try:
         run_process(local_index, config, store_host, store_port)
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)
+    except RunFailed as failure:
+        print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _is_lost_peer_or_input(error: Exception) -> bool:
+    """Errors from collectives (a peer died or timed out) and from the DataLoader (an input
+    process died) end the run with one line; any other error keeps its traceback. Gloo raises
+    plain RuntimeErrors that start with its source location (".../gloo/transport/tcp/pair.cc")."""
+    message = str(error)
+    return (isinstance(error, dist.DistError) or message.startswith("DataLoader worker")
+            or "/gloo/" in message.split(" ", 1)[0])
+
+
+def _reason(error: Exception) -> str:
+    """The first line, without Gloo's source location and its boilerplate advice."""
+    line = re.sub(r"^\[[^\]]*\] ", "", str(error).splitlines()[0])
+    return line.split(" This is typically caused", 1)[0].rstrip(".")
+
+
+def _interrupt_once() -> None:
+    """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
+    is abandoned (its temporary file removed) and the last complete one stays. Only the first
+    SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
+    sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
+    handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
+    interrupted = []
+
+    def interrupt(signum, frame):
+        # Not SIG_IGN: Python reports a signal pending while its handler is swapped as an OSError.
+        if not interrupted:
+            interrupted.append(signum)
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _stop_all(processes) -> None:
+    """Ctrl-C or SIGTERM on the launcher: SIGTERM every training process, then SIGKILL stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(GRACE_PERIOD_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _claim_device(config: Config, local_index: int) -> torch.device:

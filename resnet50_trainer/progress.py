@@ -22,11 +22,11 @@ PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once 
 class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
-    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int,
+    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int, start_step: int = 0,
                  gpu_monitor: Optional[GpuMonitor] = None):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
         self.gpu_monitor = gpu_monitor
-        self.bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+        self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}/{config.num_epochs}",
                         unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
         self.bad_named = 0
         self.waited = 0.0
@@ -68,8 +68,9 @@ class EpochProgress:
             self.interval_started, self.interval_steps = now, 0
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
-            postfix = {"loss": f"{loss.item():.3f}",
-                       "img_s": f"{self.bar.n * config.global_batch_size / elapsed:.0f}",
+            # Images since this process (re)started the epoch, not since a resumed epoch began.
+            images = (self.bar.n - self.bar.initial) * config.global_batch_size
+            postfix = {"loss": f"{loss.item():.3f}", "img_s": f"{images / elapsed:.0f}",
                        "input_wait": f"{self.input_wait_share:.0%}"}
             gpus = self.gpu_monitor.summary() if self.gpu_monitor else None
             if gpus:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -18,29 +18,17 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from resnet50_trainer import checkpoint, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.model import build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
 from resnet50_trainer.precision import Precision
 from resnet50_trainer.profiling import StepProfiler
-from resnet50_trainer.progress import EpochProgress
+from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
 
 log = logging.getLogger(__name__)
-
-
-def check_outputs_writable(config: Config) -> None:
-    """Fail before any work if the log or checkpoint directory cannot take files."""
-    for flag, directory in (("--log_dir", config.log_dir), ("--checkpoint_dir", config.checkpoint_dir)):
-        try:
-            os.makedirs(directory, exist_ok=True)
-            with tempfile.TemporaryFile(dir=directory):
-                pass
-        except OSError as error:
-            raise UserError(f"{flag} {directory} cannot be written ({error.strerror}): "
-                            "choose a writable directory") from None
 
 
 @dataclass
@@ -50,6 +38,9 @@ class EpochResult:
     images: int  # global
     seconds: float
     bad_records: int  # global
+    bad_keys: list  # this process's first BAD_KEYS_NAMED
+
+
 
 
 class Trainer:
@@ -69,36 +60,84 @@ class Trainer:
         self.schedule = LearningRateSchedule(config.effective_learning_rate,
                                              self.input.steps_per_epoch, config.warmup_epochs)
         self.epoch = 0  # epochs completed
+        self.step = 0  # steps done of the current epoch (non-zero only when resuming mid-epoch)
         self.iteration = 0  # global steps completed
+        # Sums of the epoch so far, carried by a mid-epoch checkpoint, and the run's totals so far,
+        # so the log's cumulative columns continue across a resume.
+        self.resumed_sums: Optional[torch.Tensor] = None
+        self.resumed_seconds = 0.0
+        self.total_seconds, self.total_images = 0.0, 0
         self.timeout_shortened = False
         # Only the first process shows GPUs (this machine's) and profiles; set up by train().
         self.gpu_monitor: Optional[GpuMonitor] = None
         self.profiler = StepProfiler(0, None)
 
     def resume(self, path: str) -> None:
+        """Continue exactly where the checkpoint left off: weights, momentum, epoch, step, LR and
+        data order. The order and augmentation are functions of (seed, epoch, step, position)
+        (data/loader.py), so the seed and the counters restore them; torch's RNG state is restored
+        too, though after the weights are drawn nothing in training consumes it."""
         state = checkpoint.load_checkpoint(path)
-        saved = state.get("arguments", {})
-        for name in ("num_layers", "num_labels", "num_channels"):
-            if saved.get(name) != getattr(self.config, name):
-                raise UserError(f"checkpoint {path} was made with --{name} {saved.get(name)}, this run "
-                                f"has {getattr(self.config, name)}: use the same value or another checkpoint")
+        checkpoint.check_matches(state, self.config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.precision.scaler.load_state_dict(state.get("scaler", {}))
-        self.epoch, self.iteration = state["epoch"], state["iteration"]
-        log.info("Resumed from %s: epoch %d done, iteration %d", path, self.epoch, self.iteration)
+        if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
+            self.precision.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["torch_rng_state"])
+        self.epoch, self.step, self.iteration = state["epoch"], state["step"], state["iteration"]
+        self.total_seconds, self.total_images = state["total_seconds"], state["total_images"]
+        if self.step:
+            self.resumed_sums, self.resumed_seconds = state["epoch_sums"], state["epoch_seconds"]
+        self._follow_new_global_batch(state)
+        self._warn_of_changes(state)
+        log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
+                 state["path"], self.epoch, self.step, self.epoch + 1, self.iteration,
+                 self.schedule(self.iteration))
+
+    def _follow_new_global_batch(self, state: dict) -> None:
+        """A checkpoint made with another world size continues with this run's global batch: the
+        record stream is the same, cut into this run's batches from the position reached."""
+        saved_world, saved_batch = state["world_size"], state["global_batch_size"]
+        if saved_world != self.placement.world_size:
+            log.warning("Checkpoint made with %d processes, resuming on %d: each process now takes "
+                        "%d of every global batch of %d", saved_world, self.placement.world_size,
+                        self.config.device_batch_size, self.config.global_batch_size)
+        if saved_batch == self.config.global_batch_size:
+            return
+        position = self.step * saved_batch
+        self.step = position // self.config.global_batch_size
+        self.iteration = self.epoch * self.input.steps_per_epoch + self.step
+        log.warning("Global batch changes from %d to %d: the record order follows the new batch "
+                    "from epoch %d step %d (iteration %d)%s", saved_batch, self.config.global_batch_size,
+                    self.epoch + 1, self.step, self.iteration,
+                    f"; {position % self.config.global_batch_size} records of the interrupted step "
+                    "are read again" if position % self.config.global_batch_size else "")
+
+    def _warn_of_changes(self, state: dict) -> None:
+        """A resume never changes the LR or the data order silently."""
+        if state["seed"] != self.config.seed:
+            log.warning("--seed %d differs from the checkpoint's %d: the record order and crops "
+                        "from here on differ from the interrupted run's", self.config.seed,
+                        state["seed"])
+        now = self.schedule(self.iteration)
+        if not math.isclose(now, state["learning_rate"], rel_tol=1e-9):
+            log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
+                        "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
+                        "checkpoint's", state["learning_rate"], now)
 
     def train_epoch(self) -> EpochResult:
         config, steps = self.config, self.input.steps_per_epoch
-        self.input.epoch_plan.set_epoch(self.epoch)
+        self.input.epoch_plan.set_epoch(self.epoch, self.step)
         self.ddp.train()
         # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
-        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x images, correct
+        device_sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x images, correct
         images = bad = 0
-        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.gpu_monitor)
-        started = time.perf_counter()
-        for step, batch in enumerate(progress.batches(self.input.batches)):  # already on the device
-            labels = batch.labels
+        progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.step,
+                                 self.gpu_monitor)
+        started = time.perf_counter() - self.resumed_seconds
+        bad_keys = []
+        for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
+            labels = batch.labels  # the batch is on the device already
             set_learning_rate(self.optimizer, self.schedule(self.iteration))
             with self.precision.autocast():
                 logits = self.train_model(self.precision.inputs(batch.images))
@@ -109,15 +148,34 @@ class Trainer:
             self._after_first_step()
             self.profiler.step()
             correct = (logits.argmax(1) == labels).sum()
-            sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
+            device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
             images, bad = images + len(labels), bad + len(batch.bad_keys)
+            bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
             progress.step(step, loss, correct, len(labels), batch.bad_keys)
+            if self._checkpoint_due(step):
+                self.step = step + 1
+                self.save(self._epoch_sums(device_sums, images, bad), time.perf_counter() - started)
         progress.close()
-        totals = torch.cat([sums, torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
+        totals = self._epoch_sums(device_sums, images, bad)
         dist.all_reduce(totals)
         loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
         seconds = time.perf_counter() - started
-        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad))
+        self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
+        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys)
+
+    def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
+        """This process's sums of the epoch so far: loss x images, correct, images, bad records.
+        The first process also carries what a mid-epoch checkpoint had counted (globally)."""
+        sums = torch.cat([device_sums, torch.tensor([images, bad], dtype=torch.float64,
+                                                    device=self.device)])
+        if self.resumed_sums is not None and self.placement.is_main:
+            sums += self.resumed_sums.to(sums)
+        return sums
+
+    def _checkpoint_due(self, step: int) -> bool:
+        """Within an epoch, every --checkpoint_every_iters iterations; the epoch's end saves anyway."""
+        every = self.config.checkpoint_every_iters
+        return bool(every) and self.iteration % every == 0 and step + 1 < self.input.steps_per_epoch
 
     @torch.no_grad()
     def evaluate(self) -> Optional[float]:
@@ -127,7 +185,7 @@ class Trainer:
         self.model.eval()
         correct = torch.zeros(1, dtype=torch.float64, device=self.device)
         images = 0
-        for batch in self.test_input:  # already on the device
+        for batch in self.test_input:  # on the device already
             good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
             with self.precision.autocast():
                 predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
@@ -139,36 +197,73 @@ class Trainer:
         correct, images = counts.tolist()
         return correct / max(images, 1)
 
-    def save(self) -> Optional[str]:
-        """The first process writes; every process waits, so none runs ahead of a saved epoch."""
+    def save(self, epoch_sums: Optional[torch.Tensor] = None, epoch_seconds: float = 0.0) -> Optional[str]:
+        """The first process writes; every process waits, so none runs ahead of a saved step.
+
+        Within an epoch, `epoch_sums` (this process's) are all-reduced so the checkpoint holds the
+        epoch's global sums so far."""
+        if epoch_sums is not None:
+            epoch_sums = epoch_sums.clone()
+            dist.all_reduce(epoch_sums)
         path = None
         if self.placement.is_main:
             config = self.config
-            path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name, self.epoch)
+            path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name,
+                                              self.epoch, self.step)
             checkpoint.save_checkpoint({
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.precision.scaler.state_dict(),
-                "epoch": self.epoch, "iteration": self.iteration,
+                "epoch": self.epoch, "step": self.step, "iteration": self.iteration,
+                "learning_rate": self.schedule(self.iteration),  # of the next step
+                "seed": config.seed, "torch_rng_state": torch.get_rng_state(),
+                "global_batch_size": config.global_batch_size,
+                "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
+                "epoch_seconds": epoch_seconds,
+                "total_seconds": self.total_seconds, "total_images": self.total_images,
                 "arguments": config.to_dict(), "world_size": self.placement.world_size,
             }, path)
-            checkpoint.remove_older(config.checkpoint_dir, config.save_model_name, keep=1)
+            checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
+                                    config.keep_checkpoints)
         dist.barrier()
         return path
 
     def check_bad_records(self, result: EpochResult) -> None:
-        if result.bad_records:
-            log.warning("Epoch %d: %d records skipped as undecodable", self.epoch + 1, result.bad_records)
-        share = result.bad_records / (result.images + result.bad_records)
-        if share > self.config.max_bad_records:
-            raise UserError(f"{result.bad_records} of {result.images} records ({share:.1%}) in epoch "
-                            f"{self.epoch + 1} of {self.config.train_data} failed to decode, above "
-                            f"--max_bad_records {self.config.max_bad_records}: repair the DB (resnet50-db "
-                            "inspect names them) or raise --max_bad_records")
+        """Name the epoch's count; above --max_bad_records stop the run, naming the first keys.
+        Every process reaches the same verdict from the global counts; the first one reports it."""
+        if not result.bad_records:
+            return
+        if self.placement.is_main:
+            log.warning("Epoch %d: %d of %d records skipped as unreadable (the first %d of each "
+                        "process named above)", self.epoch + 1, result.bad_records, result.images,
+                        BAD_KEYS_NAMED)
+        share = result.bad_records / result.images
+        if share <= self.config.max_bad_records:
+            return
+        gathered = [None] * self.placement.world_size
+        dist.all_gather_object(gathered, result.bad_keys)
+        if not self.placement.is_main:
+            _leave_after_main()
+        first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]
+        raise UserError(f"{result.bad_records} of {result.images} records ({share:.1%}) read in "
+                        f"epoch {self.epoch + 1} of {self.config.train_data} could not be read "
+                        f"(first: {', '.join(first)}), above --max_bad_records "
+                        f"{self.config.max_bad_records}: repair the DB (resnet50-db inspect names "
+                        "them) or raise --max_bad_records")
 
     def _after_first_step(self) -> None:
         if not self.timeout_shortened:
             distributed.shorten_timeout(self.config)
             self.timeout_shortened = True
+
+
+def _leave_after_main() -> None:
+    """Exit 2 once the first process, which reports a run-wide stop, has gone: its line is never
+    lost to the launcher ending the run on this process's exit."""
+    try:
+        dist.barrier()  # the first process never joins: this returns when it has exited
+    except (dist.DistError, RuntimeError):
+        pass
+    raise SystemExit(USAGE_EXIT_STATUS)
 
 
 def train(config: Config, placement: Placement, device: torch.device) -> None:
@@ -198,7 +293,9 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
             trainer.check_bad_records(result)
             test_accuracy = trainer.evaluate()
             trainer.epoch += 1
-            rows.append(_row(rows, result, trainer, test_accuracy))
+            trainer.total_seconds += result.seconds
+            trainer.total_images += result.images
+            rows.append(_row(result, trainer, test_accuracy))
             if runlog:
                 runlog.write(rows[-1])
             log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
@@ -220,13 +317,12 @@ def _peak_memory(device: torch.device) -> str:
     return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
 
 
-def _row(rows: list, result: EpochResult, trainer: Trainer, test_accuracy: Optional[float]) -> EpochRow:
-    previous = rows[-1] if rows else None
+def _row(result: EpochResult, trainer: Trainer, test_accuracy: Optional[float]) -> EpochRow:
     return EpochRow(
         time_spent=round(result.seconds, 3),
-        cumulative_time_spent=round(result.seconds + (previous.cumulative_time_spent if previous else 0), 3),
+        cumulative_time_spent=round(trainer.total_seconds, 3),
         input_count=result.images,
-        cumulative_input_count=result.images + (previous.cumulative_input_count if previous else 0),
+        cumulative_input_count=trainer.total_images,
         cumulative_batch_count=trainer.iteration,
         inputs_per_sec=round(result.images / result.seconds, 2),
         accuracy=round(result.accuracy, 6), epoch=trainer.epoch,

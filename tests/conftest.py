@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # so tests can import dbfactory
 
-from dbfactory import caffe_key, datum_record, make_jpeg, write_db  # noqa: E402
+from dbfactory import write_image_db  # noqa: E402
 
 
 @pytest.fixture
@@ -21,9 +21,7 @@ def image_db(tmp_path):
 
     def make(name: str, num_records: int, num_labels: int, db_type: str = "lmdb",
              height: int = 40, width: int = 48) -> str:
-        records = [(caffe_key(i, f"img{i}.jpg"),
-                    datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
-                   for i in range(num_records)]
-        return write_db(str(tmp_path / name), db_type, records)
+        return write_image_db(str(tmp_path / name), num_records, num_labels, db_type, height, width)
 
     return make
+

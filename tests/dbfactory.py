@@ -140,3 +140,12 @@ def write_class_folders(root: str, class_count: int = 2, per_class: int = 3, siz
                 file.write(encode_image(pixels, image_format))
             written.append(pixels)
     return written
+
+
+def write_image_db(path: str, num_records: int, num_labels: int, db_type: str = "lmdb",
+                   height: int = 40, width: int = 48) -> str:
+    """JPEG Datum records; record i has label i % num_labels and key "%08d_img{i}.jpg"."""
+    records = [(caffe_key(i, f"img{i}.jpg"),
+                datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
+               for i in range(num_records)]
+    return write_db(path, db_type, records)

@@ -1,0 +1,103 @@
+"""Bad input at start: one line naming the problem and the fix, exit 2, no traceback, and no file
+of an earlier run touched. The command line runs in-process; nothing is spawned before the checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from dbfactory import write_db
+from trainer_runs import SMALL_RUN, files
+
+from resnet50_trainer import checkpoint, cli
+from resnet50_trainer.model import build_model
+
+
+@pytest.fixture
+def earlier_run(tmp_path):
+    """A directory holding an earlier run's log and checkpoint, which no failed start may touch."""
+    directory = tmp_path / "earlier"
+    directory.mkdir()
+    (directory / "resnet50_gpu1_b8_L4_lr0.10_v2_20260101_000000.log").write_text("# earlier\n")
+    (directory / "resnet50_model_1.pt").write_bytes(b"earlier checkpoint")
+    return directory
+
+
+def start(capsys, earlier_run, *args: str) -> str:
+    """Run the command line; assert exit 2, one line, nothing of the earlier run touched."""
+    before = files(earlier_run)
+    status = cli.main([*SMALL_RUN, "--log_dir", str(earlier_run), *args])
+    error = capsys.readouterr().err
+    assert status == 2, error
+    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
+    assert len(lines) == 1 and "Traceback" not in error, error
+    assert files(earlier_run) == before
+    return lines[0]
+
+
+def test_missing_train_path(capsys, earlier_run, tmp_path):
+    line = start(capsys, earlier_run, "--train_data", str(tmp_path / "nowhere"))
+    assert "does not exist" in line and "give the path" in line
+
+
+@pytest.mark.parametrize("made, given", [("leveldb", "lmdb"), ("lmdb", "leveldb")])
+def test_database_of_the_other_type(capsys, earlier_run, image_db, made, given):
+    path = image_db("db", 16, 4, db_type=made)
+    line = start(capsys, earlier_run, "--train_data", path, "--db_type", given)
+    assert f"pass --db_type {made}" in line
+
+
+def test_empty_database(capsys, earlier_run, tmp_path):
+    path = write_db(str(tmp_path / "empty"), "lmdb", [])
+    line = start(capsys, earlier_run, "--train_data", path)
+    assert "holds no records" in line
+
+
+def test_records_that_are_not_images(capsys, earlier_run, tmp_path):
+    records = [(b"%08d" % i, b"\x08\x01not an image at all %d" % i) for i in range(16)]
+    path = write_db(str(tmp_path / "garbage"), "lmdb", records)
+    line = start(capsys, earlier_run, "--train_data", path)
+    assert "none of 16 records sampled is an image" in line
+
+
+def test_test_labels_above_num_labels(capsys, earlier_run, image_db):
+    train = image_db("train", 16, 4)
+    test = image_db("test", 16, 6)  # labels 0..5, the model has 4 classes
+    line = start(capsys, earlier_run, "--train_data", train, "--test_data", test)
+    assert "holds label 4" in line and "--num_labels to at least" in line
+
+
+@pytest.mark.parametrize("layers, labels, flag", [(34, 4, "num_layers"), (18, 10, "num_labels")])
+def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, layers, labels, flag):
+    path = str(tmp_path / "other_1.pt")
+    model = build_model(layers, labels, 3)
+    arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
+    state = dict.fromkeys(checkpoint.REQUIRED_KEYS, 0)
+    state.update(model=model.state_dict(), arguments=arguments)
+    checkpoint.save_checkpoint(state, path)
+    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
+    assert f"was made with --{flag}" in line
+
+
+def test_not_a_checkpoint(capsys, earlier_run, image_db, tmp_path):
+    path = tmp_path / "junk.pt"
+    path.write_bytes(b"not a checkpoint")
+    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path",
+                 str(path))
+    assert "not a readable checkpoint" in line
+
+
+def test_checkpoint_without_resume_state(capsys, earlier_run, image_db, tmp_path):
+    path = str(tmp_path / "weights_only.pt")
+    torch.save({"model": build_model(18, 4, 3).state_dict()}, path)
+    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
+    assert "lacks arguments, epoch, epoch_seconds" in line and "too old to resume" in line
+
+
+@pytest.mark.parametrize("flag", ["--log_dir", "--checkpoint_dir"])
+def test_directory_that_cannot_be_written(capsys, earlier_run, image_db, tmp_path, flag):
+    # Root may write anywhere, so the directory is made impossible: its parent is a file.
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), flag,
+                 str(blocker / "logs"))
+    assert f"{flag} {blocker / 'logs'} cannot be written" in line

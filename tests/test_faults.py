@@ -1,0 +1,214 @@
+"""Faults done for real: corrupt records, a killed peer, a killed input process, SIGTERM and
+Ctrl-C, a disk that fills up while a checkpoint is written. CPU, small runs, bounded waits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
+                       write_image_db)
+from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, run_trainer, start_trainer, trainer_command,
+                          trainer_env, training_processes, wait_for)
+
+TIMEOUT_S = 5  # --timeout of the runs below
+BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]
+
+
+def corrupt_records() -> list[bytes]:
+    """One record of each kind that must be skipped, not kill the run."""
+    jpeg = make_jpeg(40, 48, seed=1)
+    return [
+        datum_record(1, encoded=jpeg[:len(jpeg) // 3]),  # truncated JPEG
+        b"\x8f\xff garbage \x00\x01\x02" * 4,  # bytes that are no protobuf
+        tensorprotos_record(1, encoded=jpeg)[:-9],  # a TensorProtos that lost its label tensor
+        datum_record(1, pixels=torch.zeros(0, 0, 3, dtype=torch.uint8).numpy()),  # zero-size image
+        datum_record(99, encoded=jpeg),  # label outside 0..num_labels-1
+    ]
+
+
+def db_with_corrupt_records(path: str, num_records: int) -> tuple[str, list[bytes]]:
+    """`num_records` records, the five corrupt kinds spread among them; returns the bad keys."""
+    corrupt = corrupt_records()
+    spacing = num_records // len(corrupt)
+    records, bad_keys = [], []
+    for i in range(num_records):
+        key = caffe_key(i, f"img{i}.jpg")
+        if i % spacing == spacing // 2:
+            records.append((key, corrupt[len(bad_keys)]))
+            bad_keys.append(key)
+        else:
+            records.append((key, datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i))))
+    return write_db(path, "lmdb", records), bad_keys
+
+
+def test_one_percent_corrupt_records_are_skipped_and_counted(tmp_path):
+    database, bad_keys = db_with_corrupt_records(str(tmp_path / "db"), 500)  # 5 bad: 1%
+    done = run_trainer("--train_data", database, *BATCH_20, "--num_epochs", "1",
+                       "--log_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "Epoch 1: 5 of 500 records skipped as unreadable" in done.stderr
+    for key in bad_keys:
+        assert f"Skipped undecodable record {key!r}" in done.stderr
+
+
+def test_five_percent_corrupt_records_stop_the_run_with_one_line(tmp_path):
+    database, bad_keys = db_with_corrupt_records(str(tmp_path / "db"), 100)  # 5 bad: 5%
+    done = run_trainer("--train_data", database, *BATCH_20, "--num_epochs", "2",
+                       "--log_dir", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"5 of 100 records (5.0%) read in epoch 1 of {database}" in errors[0]
+    assert all(key.decode() in errors[0] for key in bad_keys)
+    assert "--max_bad_records" in errors[0]
+    assert not os.path.exists(tmp_path / "resnet50_model_1.pt")  # the epoch was not accepted
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory):
+    return write_image_db(str(tmp_path_factory.mktemp("faults") / "db"), 32, 4)
+
+
+def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
+    """A run far longer than the test; returns once its first checkpoint is in place."""
+    run = start_trainer("--train_data", database, "--num_epochs", "1000", "--log_dir", str(out),
+                        "--timeout", str(TIMEOUT_S), *args)
+    try:
+        wait_for(lambda: os.path.exists(out / "resnet50_model_1.pt"), 180, "the first checkpoint")
+    except AssertionError:
+        run.kill()
+        raise AssertionError(run.communicate()[1])
+    return run
+
+
+def finish(run: subprocess.Popen, within_s: float) -> tuple[int, str, float]:
+    """Wait for the run to end; its status, stderr and seconds taken. Killed if it hangs."""
+    started = time.monotonic()
+    try:
+        _, stderr = run.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        raise AssertionError(f"the run hung: {run.communicate()[1]}")
+    return run.returncode, stderr, time.monotonic() - started
+
+
+def test_a_killed_peer_ends_the_run_naming_it(small_db, tmp_path):
+    run = start_long_run(small_db, tmp_path, "--num_gpus", "2")
+    processes = training_processes(run.pid)
+    os.kill(processes[1], signal.SIGKILL)
+    status, stderr, seconds = finish(run, TIMEOUT_S + 10)
+    assert status != 0
+    assert "training process of rank 1" in stderr and "killed by SIGKILL" in stderr, stderr
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in processes)
+    torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
+
+
+def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
+    run = start_long_run(small_db, tmp_path, "--num_workers", "1")
+    with open(f"/proc/{run.pid}/task/{run.pid}/children") as file:
+        input_processes = [int(pid) for pid in file.read().split()]
+    for pid in input_processes:
+        os.kill(pid, signal.SIGKILL)
+    status, stderr, _ = finish(run, TIMEOUT_S + 10)
+    assert status == 1, stderr
+    assert "rank 0 stopped: DataLoader worker" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the launcher", "SIGINT to the process group"])
+def test_signals_stop_every_process_and_keep_the_last_checkpoint(small_db, tmp_path, how):
+    run = start_long_run(small_db, tmp_path, "--num_gpus", "2")
+    processes = training_processes(run.pid)
+    if how.startswith("SIGTERM"):
+        os.kill(run.pid, signal.SIGTERM)
+    else:  # what Ctrl-C in a terminal does: the whole foreground process group gets SIGINT
+        os.killpg(run.pid, signal.SIGINT)
+    status, stderr, _ = finish(run, 30)
+    assert status == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in processes)
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+    checkpoints = [name for name in os.listdir(tmp_path) if name.endswith(".pt")]
+    assert len(checkpoints) == 1
+    torch.load(tmp_path / checkpoints[0], weights_only=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """(directory, limit_files): a 130 MB tmpfs, room for one ResNet-18 checkpoint (~90 MB) but not
+    two, so the next write fills it (ENOSPC). Where mounting is not permitted, RLIMIT_FSIZE of
+    60 MB on the resumed run makes its checkpoint write fail instead (EFBIG)."""
+    directory = tmp_path / "small_disk"
+    directory.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=130m", "tmpfs", str(directory)],
+                             capture_output=True).returncode == 0
+    yield directory, not mounted
+    if mounted:
+        subprocess.run(["umount", str(directory)], check=True)
+
+
+def limit_file_size() -> None:
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (60 << 20, 60 << 20))
+
+
+def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, small_disk):
+    directory, limit_files = small_disk
+    first = run_trainer("--train_data", small_db, "--num_epochs", "1", "--log_dir", str(directory))
+    assert first.returncode == 0, first.stderr
+    previous = (directory / "resnet50_model_1.pt").read_bytes()
+    command = trainer_command("--train_data", small_db, "--num_epochs", "2", "--log_dir",
+                              str(directory), "--load_model_path", str(directory))
+    second = subprocess.run(command, env=trainer_env(), capture_output=True, text=True,
+                            timeout=RUN_TIMEOUT_S, preexec_fn=limit_file_size if limit_files else None)
+    assert second.returncode == 2, second.stderr
+    errors = [line for line in second.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr
+    assert "writing checkpoint" in errors[0] and "resnet50_model_2.pt failed" in errors[0]
+    assert (directory / "resnet50_model_1.pt").read_bytes() == previous
+    assert not [name for name in os.listdir(directory) if name.endswith(".pt")
+                and name != "resnet50_model_1.pt"]
+
+
+RUN_ONE_PROCESS = """
+import sys
+from resnet50_trainer import cli, launch
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
+launch._run_spawned(rank, config, port)
+"""
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tmp_path, fault):
+    """As when a whole machine is lost or hangs: the two training processes are independent
+    commands, so only Gloo (a reset connection, or --timeout) can tell the survivor."""
+    from resnet50_trainer import distributed
+
+    store = distributed.serve_local_store(60)
+    args = [*SMALL_RUN, "--num_gpus", "2", "--train_data", small_db, "--num_epochs", "1000",
+            "--log_dir", str(tmp_path), "--timeout", str(TIMEOUT_S)]
+    survivor, victim = (subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank),
+                                          str(store.port), *args],
+                                         env=trainer_env(), text=True, stderr=subprocess.PIPE)
+                        for rank in (0, 1))
+    try:
+        wait_for(lambda: os.path.exists(tmp_path / "resnet50_model_1.pt"), 180, "the first checkpoint")
+        victim.send_signal(fault)
+        status, stderr, seconds = finish(survivor, TIMEOUT_S + 10)
+    finally:
+        for process in (survivor, victim):
+            process.kill()
+            process.communicate()
+    assert status == 1, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert "rank 0 stopped:" in errors[0] and "resume it with --load_model_path" in errors[0]
+    assert ("Timed out waiting 5000ms" if fault == signal.SIGSTOP else "Connection") in errors[0]

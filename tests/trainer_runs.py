@@ -1,0 +1,85 @@
+"""Running the trainer as a real command in tests: small CPU runs, their processes and outputs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_TIMEOUT_S = 240
+# ResNet-18 at 32 px on CPU, labels 0..3: the cheapest run that is still the real trainer.
+SMALL_RUN = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8",
+             "--num_labels", "4", "--num_workers", "0", "--print_every", "1000"]
+
+
+def trainer_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "resnet50_trainer", *SMALL_RUN, *args]
+
+
+def trainer_env(**extra: str) -> dict:
+    return {**os.environ, "PYTHONPATH": REPOSITORY, **extra}
+
+
+def run_trainer(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(trainer_command(*args), env=trainer_env(**env), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+
+
+def start_trainer(*args: str, **env: str) -> subprocess.Popen:
+    """The run leads its own process group, as a command started from a shell does."""
+    return subprocess.Popen(trainer_command(*args), env=trainer_env(**env), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def training_processes(launcher_pid: int) -> list[int]:
+    """The launcher's spawned training processes, in rank order (they are started in that order)."""
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as file:
+        children = [int(pid) for pid in file.read().split()]
+    spawned = []
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                if b"spawn_main" in file.read():
+                    spawned.append(pid)
+        except FileNotFoundError:
+            continue
+    return sorted(spawned, key=_start_time)
+
+
+def _start_time(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as file:
+        return int(file.read().rsplit(")", 1)[1].split()[19])
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def files(directory) -> dict:
+    """name -> (size, mtime_ns) of every file in `directory`: what a failed run must not touch."""
+    return {entry.name: (entry.stat().st_size, entry.stat().st_mtime_ns)
+            for entry in os.scandir(directory)}
+
+
+def model_state(path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def log_rows(directory) -> list[dict]:
+    """The CSV run logs' rows in `directory`, in the order the logs were written."""
+    rows = []
+    for name in sorted(name for name in os.listdir(directory) if name.endswith(".log")):
+        with open(os.path.join(directory, name)) as file:
+            lines = [line.strip() for line in file if not line.startswith("#")]
+        header = lines[0].split(",")
+        rows += [dict(zip(header, line.split(","))) for line in lines[1:]]
+    return rows
