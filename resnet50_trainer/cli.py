@@ -10,6 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 from resnet50_trainer.config import SYNTHETIC_DATA, Config
+from resnet50_trainer.devices import gpus_on_this_machine, select_gpus
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.network import check_transport
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
@@ -141,16 +142,21 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
     """Check the parsed flags against each other and this machine; raise UserError on the first problem.
 
     `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""
-    _refuse_unsupported(args)
     if launched is not None:
         args = _adopt_launcher(args, launched)
-    gpu_ids = _gpu_ids(args, gpus_present)
-    num_processes = len(gpu_ids) if gpu_ids else (args.num_gpus or 1)
+    gpu_ids = select_gpus(args.gpus, args.num_gpus, args.use_cpu, args.model_parallel, gpus_present)
+    per_replica = 2 if args.model_parallel else 1
+    num_processes = len(gpu_ids) // per_replica if gpu_ids else (args.num_gpus or 1)
     if launched is not None and not args.use_cpu:
-        if len(gpu_ids) < launched.local_world_size:
+        if len(gpu_ids) < launched.local_world_size * per_replica:
             raise UserError(f"{launched.name} started {launched.local_world_size} processes on this "
-                            f"machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: one GPU each")
-        gpu_ids, num_processes = gpu_ids[:launched.local_world_size], launched.local_world_size
+                            f"machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: "
+                            f"{per_replica} GPU(s) each")
+        gpu_ids = gpu_ids[:launched.local_world_size * per_replica]
+        num_processes = launched.local_world_size
+    if args.pipeline_chunks != 1 and not args.model_parallel:
+        raise UserError("--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
+                        "add --model_parallel or leave it out")
     _check_positive(args, ("num_gpus", "batch_size", "num_epochs", "num_labels", "num_shards",
                            "epoch_size", "print_every", "scale", "keep_checkpoints",
                            "pipeline_chunks"))
@@ -203,17 +209,6 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
         decode_device=args.decode_device, profile_iters=args.profile_iters,
         pipeline_chunks=args.pipeline_chunks,
     )
-
-
-def _refuse_unsupported(args: argparse.Namespace) -> None:
-    """Flags whose work has not landed yet are refused, never accepted and ignored."""
-    unsupported = {
-        "--model_parallel": args.model_parallel,
-        "--pipeline_chunks": args.pipeline_chunks != 1,
-    }
-    for flag, given in unsupported.items():
-        if given:
-            raise UserError(f"{flag} is not supported yet: leave it out")
 
 
 def _adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Namespace:
@@ -273,32 +268,6 @@ def _check_precision_and_decoding(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} with --use_cpu: {reason}")
 
 
-def _gpu_ids(args: argparse.Namespace, gpus_present: int) -> list[int]:
-    if args.use_cpu:
-        if args.gpus:
-            raise UserError("--gpus names GPUs but --use_cpu trains on the CPU: drop one of them")
-        return []
-    if args.gpus:
-        try:
-            ids = [int(part) for part in args.gpus.split(",")]
-        except ValueError:
-            raise UserError(f"--gpus {args.gpus!r} is not a comma-separated list of GPU ids, "
-                            "e.g. --gpus 0,1") from None
-        if len(set(ids)) != len(ids) or min(ids) < 0:
-            raise UserError(f"--gpus {args.gpus} repeats an id or has a negative one: list each GPU once")
-        if args.num_gpus is not None and args.num_gpus != len(ids):
-            raise UserError(f"--gpus lists {len(ids)} GPUs but --num_gpus says {args.num_gpus}: "
-                            "give one of the two")
-    else:
-        ids = list(range(args.num_gpus or 1))
-    if gpus_present == 0:
-        raise UserError("no GPU found on this machine: add --use_cpu to train on the CPU")
-    if max(ids) >= gpus_present:
-        raise UserError(f"GPU {max(ids)} asked for but this machine has {gpus_present} "
-                        f"(ids 0 to {gpus_present - 1}): ask for fewer GPUs")
-    return ids
-
-
 def _check_positive(args: argparse.Namespace, names: Sequence[str]) -> None:
     for name in names:
         value = getattr(args, name)
@@ -319,12 +288,6 @@ def _check_databases(args: argparse.Namespace) -> None:
 def _default_workers(processes_per_machine: int) -> int:
     cores_each = (os.cpu_count() or 1) // processes_per_machine
     return max(1, min(8, cores_each - 1))
-
-
-def gpus_on_this_machine() -> int:
-    import torch
-
-    return torch.cuda.device_count()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

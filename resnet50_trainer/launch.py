@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
+from resnet50_trainer.devices import claim_device
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.train import train
@@ -77,7 +78,7 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
     """The body of one training process: placement, device, process group, training."""
     placement = distributed.placement_for(config, local_index)
     _set_up_logging(placement)
-    device = _claim_device(config, local_index)
+    device = claim_device(config, local_index)
     distributed.join_process_group(config, placement, store_host, store_port)
     _train_in_group(config, placement, device)
 
@@ -87,7 +88,7 @@ def _run_launched(launched: Launched, config: Config) -> None:
     placement = distributed.Placement(launched.rank, launched.world_size, launched.local_rank,
                                       launched.local_world_size)
     _set_up_logging(placement)
-    device = _claim_device(config, launched.local_rank)
+    device = claim_device(config, launched.local_rank)
     meeting = distributed.join_under_launcher(config, launched)  # noqa: F841 (held for the run)
     _train_in_group(config, placement, device)
 
@@ -167,18 +168,3 @@ def _stop_all(processes) -> None:
         if process.is_alive():
             process.kill()
             process.join()
-
-
-def _claim_device(config: Config, local_index: int) -> torch.device:
-    torch.manual_seed(config.seed)
-    if config.use_cpu:
-        # Processes share the cores; more threads than a share only contend.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.num_gpus))
-        return torch.device("cpu")
-    # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the allocator's
-    # largest free block); cuDNN reads this debug variable, in MiB. Set before cuDNN is first used.
-    os.environ.setdefault("CUDNN_CONV_WSCAP_DBG", str(config.cudnn_workspace_limit_mb))
-    torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
-    device = torch.device("cuda", config.gpus[local_index])
-    torch.cuda.set_device(device)
-    return device

@@ -21,7 +21,8 @@ from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
-from resnet50_trainer.model import build_model
+from resnet50_trainer.devices import replica_devices
+from resnet50_trainer.model import SplitResNet, build_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
 from resnet50_trainer.precision import Precision
 from resnet50_trainer.profiling import StepProfiler
@@ -49,11 +50,13 @@ class Trainer:
         self.input: TrainInput = build_train_input(config, placement, device)
         self.test_input = build_test_input(config, placement, device)
         self.precision = Precision(config, device)
-        self.model = self.precision.prepare_model(
-            build_model(config.num_layers, config.num_labels, config.num_channels).to(device))
+        self.model = self.precision.prepare_model(self._build_model())
+        # The logits (and so the labels they are scored against) are on the replica's last device.
+        self.output_device = self.model.output_device if config.model_parallel else device
         self.ddp = DistributedDataParallel(
-            self.model, device_ids=[device] if device.type == "cuda" else None,
-            gradient_as_bucket_view=True)
+            self.model, gradient_as_bucket_view=True,
+            # A model-parallel replica spans two devices: DDP then takes no device_ids.
+            device_ids=[device] if device.type == "cuda" and not config.model_parallel else None)
         # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
         self.train_model = torch.compile(self.ddp) if config.compile else self.ddp
         self.optimizer = build_optimizer(self.model, config)
@@ -71,6 +74,14 @@ class Trainer:
         # Only the first process shows GPUs (this machine's) and profiles; set up by train().
         self.gpu_monitor: Optional[GpuMonitor] = None
         self.profiler = StepProfiler(0, None)
+
+    def _build_model(self) -> torch.nn.Module:
+        config = self.config
+        model = build_model(config.num_layers, config.num_labels, config.num_channels)
+        if not config.model_parallel:
+            return model.to(self.device)
+        return SplitResNet(model, replica_devices(config, self.placement.local_rank),
+                           pipeline_chunks=config.pipeline_chunks)
 
     def resume(self, path: str) -> None:
         """Continue exactly where the checkpoint left off: weights, momentum, epoch, step, LR and
@@ -130,14 +141,14 @@ class Trainer:
         self.input.epoch_plan.set_epoch(self.epoch, self.step)
         self.ddp.train()
         # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
-        device_sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x images, correct
+        device_sums = torch.zeros(2, dtype=torch.float64, device=self.output_device)  # loss x images, correct
         images = bad = 0
         progress = EpochProgress(config, self.placement.is_main, self.epoch, steps, self.step,
                                  self.gpu_monitor)
         started = time.perf_counter() - self.resumed_seconds
         bad_keys = []
         for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
-            labels = batch.labels  # the batch is on the device already
+            labels = batch.labels.to(self.output_device, non_blocking=True)  # a no-op unless split
             set_learning_rate(self.optimizer, self.schedule(self.iteration))
             with self.precision.autocast():
                 logits = self.train_model(self.precision.inputs(batch.images))
@@ -166,8 +177,9 @@ class Trainer:
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.
         The first process also carries what a mid-epoch checkpoint had counted (globally)."""
-        sums = torch.cat([device_sums, torch.tensor([images, bad], dtype=torch.float64,
-                                                    device=self.device)])
+        # Collectives run on this process's own device (the first of a model-parallel pair).
+        sums = torch.cat([device_sums.to(self.device),
+                          torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
         if self.resumed_sums is not None and self.placement.is_main:
             sums += self.resumed_sums.to(sums)
         return sums
@@ -183,16 +195,17 @@ class Trainer:
         if self.test_input is None:
             return None
         self.model.eval()
-        correct = torch.zeros(1, dtype=torch.float64, device=self.device)
+        correct = torch.zeros(1, dtype=torch.float64, device=self.output_device)
         images = 0
         for batch in self.test_input:  # on the device already
             good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
             with self.precision.autocast():
                 predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
-            correct += (predictions == batch.labels[:good]).sum()
+            correct += (predictions == batch.labels[:good].to(self.output_device)).sum()
             images += good
         self.model.train()
-        counts = torch.cat([correct, torch.tensor([images], dtype=torch.float64, device=self.device)])
+        counts = torch.cat([correct.to(self.device),
+                            torch.tensor([images], dtype=torch.float64, device=self.device)])
         dist.all_reduce(counts)
         correct, images = counts.tolist()
         return correct / max(images, 1)

@@ -58,11 +58,22 @@ def test_derived_values():
     (["--use_cpu", "--image_size", "16"], 0, "below 32"),
     (["--use_cpu", "--image_size", "300", "--scale", "256"], 0, "above --scale"),
     (["--use_cpu", "--batch_size", "0"], 0, "must be positive"),
-    (["--use_cpu", "--model_parallel"], 0, "not supported yet"),
+    (["--model_parallel", "--num_gpus", "1"], 1, "2 GPUs, so 2 GPUs are needed"),
+    (["--model_parallel", "--gpus", "0,1,2"], 4, "even number of GPUs"),
+    (["--model_parallel", "--gpus", "0,1", "--num_gpus", "2"], 4, "give one of the two"),
+    (["--use_cpu", "--pipeline_chunks", "2"], 0, "add --model_parallel"),
 ])
 def test_contradictory_settings_are_refused(argv, gpus, message):
     with pytest.raises(UserError, match=message):
         parse(["--train_data", "null", *argv], gpus)
+
+
+def test_model_parallel_takes_gpus_in_pairs():
+    config = parse(["--train_data", "null", "--model_parallel", "--num_gpus", "2", "--batch_size", "64"],
+                   gpus_present=4)
+    assert config.gpus == (0, 1, 2, 3) and config.num_gpus == 2 and config.device_batch_size == 32
+    listed = parse(["--train_data", "null", "--model_parallel", "--gpus", "2,3"], gpus_present=4)
+    assert listed.gpus == (2, 3) and listed.num_gpus == 1
 
 
 def test_missing_database_is_refused(tmp_path):
