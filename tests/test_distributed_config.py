@@ -79,8 +79,10 @@ def test_transport_combinations():
 
 
 def test_transport_environment(monkeypatch):
-    for name in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA"):
-        monkeypatch.delenv(name, raising=False)
+    # A private environment: what configure_transport sets must not reach later tests' processes
+    # (delenv of an absent variable records nothing to undo).
+    monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
+                                        if not name.startswith(("NCCL_", "GLOO_"))})
     network.configure_transport("tcp", "eth0,eth1")
     assert [os.environ[n] for n in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")] == [
         "1", "eth0,eth1", "eth0,eth1"]

@@ -3,6 +3,7 @@ Ctrl-C, a disk that fills up while a checkpoint is written. CPU, small runs, bou
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
                        write_image_db)
 from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, run_trainer, start_trainer, trainer_command,
@@ -182,7 +184,7 @@ import sys
 from resnet50_trainer import cli, launch
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
-launch._run_spawned(rank, config, port)
+launch._run_spawned(rank, config, "127.0.0.1", port)
 """
 
 
@@ -190,9 +192,9 @@ launch._run_spawned(rank, config, port)
 def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tmp_path, fault):
     """As when a whole machine is lost or hangs: the two training processes are independent
     commands, so only Gloo (a reset connection, or --timeout) can tell the survivor."""
-    from resnet50_trainer import distributed
-
-    store = distributed.serve_local_store(60)
+    # The meeting point a launcher would serve; the two processes then only have each other.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=60))
     args = [*SMALL_RUN, "--num_gpus", "2", "--train_data", small_db, "--num_epochs", "1000",
             "--log_dir", str(tmp_path), "--timeout", str(TIMEOUT_S)]
     survivor, victim = (subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank),
