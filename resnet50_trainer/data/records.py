@@ -204,8 +204,7 @@ def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
     pixels. RecordError on anything libjpeg-turbo rejects, warnings included (strict).
     """
     width, height = size
-    reduction = next(factor for factor in (8, 4, 2, 1) if min(width, height) >= factor * min_side
-                     or factor == 1)
+    reduction = next((factor for factor in (8, 4, 2) if min(width, height) >= factor * min_side), 1)
     try:
         # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
         return simplejpeg.decode_jpeg(data, colorspace="RGB" if num_channels == 3 else "GRAY",
