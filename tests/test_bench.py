@@ -21,6 +21,12 @@ from resnet50_trainer.tools import db_bench
 CPU = torch.device("cpu")
 
 
+def jpeg_of(image, **options):
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", **options)
+    return buffer.getvalue()
+
+
 def records_of(cls, path, train=True, size=32, scale=40):
     return cls(path, "lmdb", read_keys(path, "lmdb"), num_labels=4, num_channels=3, scale=scale,
                image_size=size, seed=7, train=train)
@@ -51,21 +57,59 @@ def test_prefetcher_yields_the_plain_loaders_batches(image_db):
         assert torch.equal(ours.images, theirs.images) and torch.equal(ours.labels, theirs.labels)
 
 
-def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
-    # Below 2 x scale, so the CPU path decodes at full size too (no draft reduction).
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
-        for i in range(8)])
-    items = [[(p, p) for p in range(8)]]
+def cpu_and_gpu_path_batches(db, count):
+    """For train and test: (the CPU path's batch, the GPU path's, run on the CPU) of `count` records."""
     for train in (True, False):
-        batch_items = items if train else [list(range(8))]
+        batch_items = [[(p, p) for p in range(count)]] if train else [list(range(count))]
         cpu = next(iter(make_loader(records_of(ImageRecords, db, train), batch_items, 0, False)))
         encoded = next(iter(make_loader(records_of(EncodedRecords, db, train), batch_items, 0,
                                         False, collate_fn=collate_encoded)))
         assert all(jpeg is not None for jpeg in encoded.jpegs)
-        decoded = BatchDecoder(CPU, 3, 32)(encoded)
+        yield cpu, BatchDecoder(CPU, 3, 32)(encoded)
+
+
+def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
+    # Shorter side below 2 x scale (40), so the CPU path decodes at full size too.
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
+        for i in range(8)])
+    for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
         # Both decoders are libjpeg-turbo and both resizes PyTorch's: the same pixels.
         assert torch.equal(decoded.images, cpu.images) and torch.equal(decoded.labels, cpu.labels)
+
+
+def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path):
+    # Shorter side 2 to 4 x scale (40): the CPU path decodes at 1/2 scale, the GPU path at full
+    # size, and the same plan cuts both (each in its own pixels). Tolerance: mean absolute
+    # difference under 3 levels a crop (here 0.3 to 1.9: the DCT's filter against PyTorch's
+    # antialiased bilinear; a crop shifted by a pixel would be off by about the noise, 4 levels).
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(80 + 9 * i, 90 + 13 * i, seed=i)))
+        for i in range(8)])
+    for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
+        difference = (cpu.images.float() - decoded.images.float()).abs()
+        assert difference.mean(dim=(1, 2, 3)).max() < 3 and torch.equal(decoded.labels, cpu.labels)
+        assert not torch.equal(decoded.images, cpu.images)  # the scaled decode did happen
+
+
+def test_cpu_path_reads_gray_and_cmyk_jpegs_and_counts_a_truncated_one_as_bad(tmp_path):
+    colour = Image.fromarray(smooth_pixels(96, 120, seed=4))  # 1/2 scale at --scale 40
+    truncated = jpeg_of(colour)
+    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"0_rgb", datum_record(0, encoded=jpeg_of(colour))),
+        (b"1_gray", datum_record(1, encoded=jpeg_of(colour.convert("L")))),
+        (b"2_cmyk", datum_record(2, encoded=jpeg_of(colour.convert("CMYK")))),  # Pillow decodes
+        (b"3_bad", datum_record(3, encoded=truncated)),
+    ])
+    batch = next(iter(make_loader(records_of(ImageRecords, db, train=False), [list(range(4))], 0,
+                                  False)))
+    assert batch.bad_keys == [b"3_bad"] and batch.labels.tolist() == [0, 1, 2, 0]
+    rgb, gray, cmyk = batch.images[:3].float()
+    assert (gray[0] == gray[1]).all() and (gray[1] == gray[2]).all()
+    luma = (torch.tensor([0.299, 0.587, 0.114])[:, None, None] * rgb).sum(dim=0)
+    assert (gray[0] - luma).abs().mean() < 3  # the same picture
+    assert (cmyk - rgb).abs().mean() < 3
 
 
 def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_path, caplog):
@@ -107,14 +151,9 @@ def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
     def header(data=None, raw=None):
         return jpeg_header(Record(0, data, raw, DATUM))
 
-    def saved(image, **options):
-        buffer = io.BytesIO()
-        image.save(buffer, "JPEG", **options)
-        return buffer.getvalue()
-
     rgb = Image.fromarray(pixels)
-    assert header(saved(rgb)) == header(saved(rgb, progressive=True)) == (40, 30)
-    assert header(saved(rgb.convert("L"))) == (40, 30)
-    assert header(saved(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
+    assert header(jpeg_of(rgb)) == header(jpeg_of(rgb, progressive=True)) == (40, 30)
+    assert header(jpeg_of(rgb.convert("L"))) == (40, 30)
+    assert header(jpeg_of(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
     assert header(encode_image(pixels, "PNG")) is None and header(raw=pixels) is None
-    assert header(saved(rgb)[:20]) is None  # cut before the frame header
+    assert header(jpeg_of(rgb)[:20]) is None  # cut before the frame header

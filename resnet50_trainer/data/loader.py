@@ -18,11 +18,11 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchvision.io import ImageReadMode, decode_jpeg
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.databases import open_database
-from resnet50_trainer.data.records import Record, decode_image, jpeg_header, parse_record
+from resnet50_trainer.data.records import Record, decode_image, decode_jpeg_reduced, jpeg_header, \
+    parse_record
 from resnet50_trainer.errors import RecordError, UserError
 
 log = logging.getLogger(__name__)
@@ -128,23 +128,26 @@ class ImageRecords(Dataset):
 
     def sample(self, record: Record, position: int, key: bytes) -> Sample:
         """The record decoded and cropped; RecordError if it cannot be decoded."""
-        size = jpeg_header(record)
-        if size is not None and min(size) < 2 * self.scale:
-            # No DCT scaling to gain: torchvision's libjpeg-turbo decodes straight into a tensor,
-            # about a third faster than Pillow plus the copy out of its image.
-            image = self._decode_jpeg(record.encoded)
-        else:  # raw pixels, PNG, CMYK, or a JPEG worth decoding at 1/2, 1/4 or 1/8 (draft mode)
-            decoded = decode_image(record, self.num_channels, draft_size=(self.scale, self.scale))
-            size, image = decoded.size, transforms.pil_to_chw(decoded)
-        plan = self.crop_plan(position, *size)
+        image = self._decode_jpeg(record, key)
+        if image is None:  # raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode)
+            image = transforms.pil_to_chw(
+                decode_image(record, self.num_channels, draft_size=(self.scale, self.scale)))
+        # The plan is made for the image as decoded: a reduced decode is cropped in its own pixels.
+        plan = self.crop_plan(position, image.shape[2], image.shape[1])
         return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
 
-    def _decode_jpeg(self, data: bytes) -> torch.Tensor:
-        mode = ImageReadMode.RGB if self.num_channels == 3 else ImageReadMode.GRAY
+    def _decode_jpeg(self, record: Record, key: bytes) -> Optional[torch.Tensor]:
+        """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
+        else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
+        size = jpeg_header(record)
+        if size is None:
+            return None
         try:
-            return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=mode)
-        except RuntimeError as error:
-            raise RecordError(f"cannot decode the record's JPEG ({error})") from error
+            pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, self.scale)
+        except RecordError as error:
+            log.debug("record %r: %s; trying Pillow", key, error)
+            return None
+        return torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw
 
     def read_record(self, key: bytes) -> Record:
         """The parsed record under `key`; RecordError if it cannot be used."""

@@ -18,6 +18,7 @@ import io
 from dataclasses import dataclass
 
 import numpy as np
+import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 from resnet50_trainer.data import protos
@@ -189,6 +190,28 @@ def jpeg_header(record: Record) -> tuple[int, int] | None:
             return None  # end, scan data, or a frame kind (lossless, arithmetic) left to Pillow
         offset += 2 + int.from_bytes(data[offset + 2:offset + 4], "big")
     return None
+
+
+def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
+                        min_side: int) -> np.ndarray:
+    """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
+    `size` being its (width, height): decoded by libjpeg-turbo at 1/8, 1/4 or 1/2 scale, the
+    smallest that keeps the shorter side at least `min_side`, else at full size.
+
+    Only powers of two: libjpeg-turbo's scaled IDCTs for 3/8, 5/8, 6/8 and 7/8 have no SIMD code
+    and cost more than a full-size decode (BENCHMARKS.md, "JPEG DCT scaling"). Accurate DCT and
+    fancy upsampling (the defaults): the fast variants save under 7% of a decode and change the
+    pixels. RecordError on anything libjpeg-turbo rejects, warnings included (strict).
+    """
+    width, height = size
+    reduction = next((factor for factor in (8, 4, 2) if min(width, height) >= factor * min_side), 1)
+    try:
+        # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
+        return simplejpeg.decode_jpeg(data, colorspace="RGB" if num_channels == 3 else "GRAY",
+                                      min_height=-(-height // reduction),
+                                      min_width=-(-width // reduction))
+    except ValueError as exc:
+        raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
 
 
 def _native_mode(image: Image.Image) -> str:
