@@ -11,6 +11,8 @@ they are.
 from __future__ import annotations
 
 import io
+import logging
+import math
 import os
 import re
 import tempfile
@@ -21,6 +23,8 @@ import torch
 
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import UserError
+
+log = logging.getLogger(__name__)
 
 SUFFIX = ".pt"
 TEMPORARY_PREFIX = ".tmp-"
@@ -110,6 +114,40 @@ def check_matches(state: dict, config: Config) -> None:
             raise UserError(f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
                             f"this run has {getattr(config, name)}: use the same value or another "
                             "checkpoint")
+
+
+def continue_with_global_batch(state: dict, config: Config, world_size: int,
+                               steps_per_epoch: int) -> tuple[int, int]:
+    """(step in the epoch, global iteration) to continue from. A checkpoint made with another
+    global batch continues with this run's: the record stream is the same, cut into this run's
+    batches from the position reached."""
+    saved_world, saved_batch = state["world_size"], state["global_batch_size"]
+    if saved_world != world_size:
+        log.warning("Checkpoint made with %d processes, resuming on %d: each process now takes "
+                    "%d of every global batch of %d", saved_world, world_size,
+                    config.device_batch_size, config.global_batch_size)
+    if saved_batch == config.global_batch_size:
+        return state["step"], state["iteration"]
+    position = state["step"] * saved_batch
+    step = position // config.global_batch_size
+    iteration = state["epoch"] * steps_per_epoch + step
+    reread = position % config.global_batch_size
+    log.warning("Global batch changes from %d to %d: the record order follows the new batch "
+                "from epoch %d step %d (iteration %d)%s", saved_batch, config.global_batch_size,
+                state["epoch"] + 1, step, iteration,
+                f"; {reread} records of the interrupted step are read again" if reread else "")
+    return step, iteration
+
+
+def warn_of_changes(state: dict, config: Config, learning_rate: float) -> None:
+    """A resume never changes the LR or the data order silently."""
+    if state["seed"] != config.seed:
+        log.warning("--seed %d differs from the checkpoint's %d: the record order and crops "
+                    "from here on differ from the interrupted run's", config.seed, state["seed"])
+    if not math.isclose(learning_rate, state["learning_rate"], rel_tol=1e-9):
+        log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
+                    "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
+                    "checkpoint's", state["learning_rate"], learning_rate)
 
 
 def saved_checkpoints(directory: str, name: Optional[str] = None) -> list[Saved]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -99,42 +98,12 @@ class Trainer:
         self.total_seconds, self.total_images = state["total_seconds"], state["total_images"]
         if self.step:
             self.resumed_sums, self.resumed_seconds = state["epoch_sums"], state["epoch_seconds"]
-        self._follow_new_global_batch(state)
-        self._warn_of_changes(state)
+        self.step, self.iteration = checkpoint.continue_with_global_batch(
+            state, self.config, self.placement.world_size, self.input.steps_per_epoch)
+        checkpoint.warn_of_changes(state, self.config, self.schedule(self.iteration))
         log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
                  state["path"], self.epoch, self.step, self.epoch + 1, self.iteration,
                  self.schedule(self.iteration))
-
-    def _follow_new_global_batch(self, state: dict) -> None:
-        """A checkpoint made with another world size continues with this run's global batch: the
-        record stream is the same, cut into this run's batches from the position reached."""
-        saved_world, saved_batch = state["world_size"], state["global_batch_size"]
-        if saved_world != self.placement.world_size:
-            log.warning("Checkpoint made with %d processes, resuming on %d: each process now takes "
-                        "%d of every global batch of %d", saved_world, self.placement.world_size,
-                        self.config.device_batch_size, self.config.global_batch_size)
-        if saved_batch == self.config.global_batch_size:
-            return
-        position = self.step * saved_batch
-        self.step = position // self.config.global_batch_size
-        self.iteration = self.epoch * self.input.steps_per_epoch + self.step
-        log.warning("Global batch changes from %d to %d: the record order follows the new batch "
-                    "from epoch %d step %d (iteration %d)%s", saved_batch, self.config.global_batch_size,
-                    self.epoch + 1, self.step, self.iteration,
-                    f"; {position % self.config.global_batch_size} records of the interrupted step "
-                    "are read again" if position % self.config.global_batch_size else "")
-
-    def _warn_of_changes(self, state: dict) -> None:
-        """A resume never changes the LR or the data order silently."""
-        if state["seed"] != self.config.seed:
-            log.warning("--seed %d differs from the checkpoint's %d: the record order and crops "
-                        "from here on differ from the interrupted run's", self.config.seed,
-                        state["seed"])
-        now = self.schedule(self.iteration)
-        if not math.isclose(now, state["learning_rate"], rel_tol=1e-9):
-            log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
-                        "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
-                        "checkpoint's", state["learning_rate"], now)
 
     def train_epoch(self) -> EpochResult:
         config, steps = self.config, self.input.steps_per_epoch

@@ -133,3 +133,20 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
     row, reference = log_rows(tmp_path)[-1], log_rows(out)[2]
     for column in ("epoch", "learning_rate", "cumulative_batch_count", "cumulative_input_count"):
         assert row[column] == reference[column], column
+
+
+def test_a_new_global_batch_continues_from_the_position_reached(caplog):
+    from resnet50_trainer.checkpoint import continue_with_global_batch
+    from resnet50_trainer.cli import build_parser, config_from_args
+
+    def settings(batch):
+        argv = ["--train_data", "null", "--use_cpu", "--batch_size", str(batch)]
+        return config_from_args(build_parser().parse_args(argv), 0)
+
+    # Epoch 1 done, 3 steps of 16 into epoch 2: 48 records of the epoch's stream were read.
+    state = {"world_size": 1, "global_batch_size": 16, "epoch": 1, "step": 3, "iteration": 13}
+    assert continue_with_global_batch(state, settings(16), 1, steps_per_epoch=10) == (3, 13)
+    assert continue_with_global_batch(state, settings(8), 1, steps_per_epoch=20) == (6, 26)
+    with caplog.at_level("WARNING"):
+        assert continue_with_global_batch(state, settings(32), 1, steps_per_epoch=5) == (1, 6)
+    assert "16 records of the interrupted step are read again" in caplog.text
