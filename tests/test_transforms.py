@@ -20,31 +20,47 @@ def gradient_image(width=80, height=60):
     return Image.fromarray(pixels.astype(np.uint8))
 
 
+def crop(image, plan, size):
+    return transforms.resize_crop(transforms.pil_to_chw(image), plan, size)
+
+
 def test_centre_crop_matches_resize_then_crop():
     image = gradient_image()
-    ours = transforms.centre_crop(image, 48, 40).astype(int)
+    ours = crop(image, transforms.centre_plan(80, 60, 48, 40), 40).permute(1, 2, 0).numpy().astype(int)
     resized = image.resize((64, 48), Image.Resampling.BILINEAR)
     reference = np.asarray(resized.crop((12, 4, 52, 44))).astype(int)
-    assert ours.shape == (40, 40, 3) and ours.dtype == np.int64
-    assert np.abs(ours - reference).max() <= 2  # resampling of the edge pixels differs slightly
+    assert ours.shape == (40, 40, 3)
+    assert np.abs(ours - reference).max() <= 2  # resampling at the edges differs slightly
 
 
-def test_random_crop_is_deterministic_per_seed_and_mirrors():
+def test_random_crops_are_deterministic_per_seed_and_mirror():
     image = gradient_image()
-    crops = [transforms.random_crop(image, 48, 40, random.Random(seed)) for seed in range(20)]
-    assert all(crop.shape == (40, 40, 3) and crop.dtype == np.uint8 for crop in crops)
-    again = transforms.random_crop(image, 48, 40, random.Random(3))
-    assert np.array_equal(crops[3], again)
+    plans = [transforms.random_plan(80, 60, 48, 40, random.Random(seed)) for seed in range(20)]
+    crops = [crop(image, plan, 40) for plan in plans]
+    assert all(c.shape == (3, 40, 40) and c.dtype == torch.uint8 for c in crops)
+    assert transforms.random_plan(80, 60, 48, 40, random.Random(3)) == plans[3]
+    assert len({plan.box for plan in plans}) > 1  # the position varies
     # The red channel grows left to right; a mirrored crop has it falling.
-    directions = {bool(crop[:, -1, 0].mean() > crop[:, 0, 0].mean()) for crop in crops}
+    directions = {bool(c[0, :, -1].float().mean() > c[0, :, 0].float().mean()) for c in crops}
     assert directions == {True, False}
+    assert all((bool(c[0, :, -1].float().mean() < c[0, :, 0].float().mean()) == plan.mirror)
+               for c, plan in zip(crops, plans))
 
 
-def test_grayscale_and_tensor_layout():
+def test_plans_stay_inside_the_image():
+    for width, height in ((80, 60), (60, 80), (37, 37), (300, 41)):
+        for seed in range(30):
+            left, top, right, bottom = transforms.random_plan(
+                width, height, 37, 32, random.Random(seed)).box
+            assert 0 <= left < right <= width and 0 <= top < bottom <= height
+            assert right - left == bottom - top  # square in the source, as in the resized image
+
+
+def test_grayscale_keeps_one_channel():
     gray = gradient_image().convert("L")
-    crop = transforms.centre_crop(gray, 40, 32)
-    tensor = transforms.to_chw_tensor(crop)
-    assert tensor.shape == (1, 32, 32) and tensor.dtype == torch.uint8
+    tensor = transforms.pil_to_chw(gray)
+    assert tensor.shape == (1, 60, 80)
+    assert crop(gray, transforms.centre_plan(80, 60, 40, 32), 32).shape == (1, 32, 32)
 
 
 def test_normalize_matches_the_original():

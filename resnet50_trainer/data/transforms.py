@@ -1,4 +1,4 @@
-"""Crops and mirrors on decoded images, producing uint8 arrays; float work waits for the device.
+"""Crops and mirrors on decoded images, producing uint8 tensors; float work waits for the device.
 
 Resizing the shorter side to `scale` and then cropping `size` is done as one resize of the crop's
 box in the source image, which gives the same pixels as resize-then-crop up to resampling at the
@@ -62,16 +62,6 @@ def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     return resized.flip(2) if plan.mirror else resized
 
 
-def random_crop(image: Image.Image, scale: int, size: int, rng: random.Random) -> np.ndarray:
-    """Training crop of a decoded image, HWC (or HW) uint8."""
-    return _to_hwc(resize_crop(pil_to_chw(image), random_plan(*image.size, scale, size, rng), size))
-
-
-def centre_crop(image: Image.Image, scale: int, size: int) -> np.ndarray:
-    """Evaluation crop of a decoded image, HWC (or HW) uint8."""
-    return _to_hwc(resize_crop(pil_to_chw(image), centre_plan(*image.size, scale, size), size))
-
-
 def pil_to_chw(image: Image.Image) -> torch.Tensor:
     """A Pillow image as a CHW uint8 view of one copy of its pixels (channels-last in memory,
     which is the layout PyTorch's fast uint8 resize wants)."""
@@ -81,23 +71,10 @@ def pil_to_chw(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(pixels).permute(2, 0, 1)
 
 
-def to_chw_tensor(pixels: np.ndarray) -> torch.Tensor:
-    """HWC (or HW for grayscale) uint8 -> CHW uint8 tensor, still uint8."""
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    # One copy: into CHW order, and writable (Pillow's arrays are read-only views).
-    return torch.from_numpy(np.array(pixels.transpose(2, 0, 1), order="C"))
-
-
 def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """uint8 NCHW on the device -> centred floats, as the original did. Exact in float16 and
     bfloat16 too: integers to 255, minus 128, over a power of two."""
     return images.to(dtype).sub_(PIXEL_CENTRE).div_(PIXEL_SCALE)
-
-
-def _to_hwc(chw: torch.Tensor) -> np.ndarray:
-    hwc = chw.permute(1, 2, 0).numpy()
-    return hwc[:, :, 0] if hwc.shape[2] == 1 else hwc
 
 
 def _resized_size(width: int, height: int, scale: int) -> tuple[int, int]:
