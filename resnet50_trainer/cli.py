@@ -9,15 +9,15 @@ import re
 import sys
 from typing import Optional, Sequence
 
-from resnet50_trainer.config import SYNTHETIC_DATA, Config
+from resnet50_trainer.config import SYNTHETIC_DATA, Config, resolve_scale
 from resnet50_trainer.devices import gpus_on_this_machine, select_gpus
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.model import SUPPORTED_LAYERS
 from resnet50_trainer.network import check_transport
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
-RESNET_DEPTHS = (18, 34, 50, 101, 152)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "that variable is already set")
 
     model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--num_layers", type=int, default=50, choices=RESNET_DEPTHS, help="ResNet depth")
+    model.add_argument("--num_layers", type=int, default=50, choices=SUPPORTED_LAYERS, help="ResNet depth")
     model.add_argument("--batch_size", type=int, default=32,
                        help="batch size TOTAL over this machine's devices; must divide by them")
     model.add_argument("--epoch_size", type=int,
@@ -167,13 +167,12 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
     if not 0 <= args.shard_id < args.num_shards:
         raise UserError(f"--shard_id {args.shard_id} is not below --num_shards {args.num_shards}: "
                         f"shard ids run from 0 to {args.num_shards - 1}")
-    scale = args.scale or round(args.image_size / 0.875)
     if args.image_size < 32:
         raise UserError(f"--image_size {args.image_size} is below 32, too small for ResNet's five "
                         "stride-2 stages: use 32 or more")
-    if args.image_size > scale:
-        raise UserError(f"--image_size {args.image_size} is above --scale {scale}: the crop must fit "
-                        "in the resized image; raise --scale or lower --image_size")
+    scale = resolve_scale(args.image_size, args.scale)
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed} is negative: use 0 or more")
     for name in ("num_workers", "checkpoint_every_iters", "profile_iters"):
         if (getattr(args, name) or 0) < 0:
             raise UserError(f"--{name} must be 0 or more")

@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
 # The base learning rate is "based on 256 global batch size" (the original's docs).
@@ -18,6 +21,17 @@ LR_STEP_EPOCHS = 30
 LR_STEP_FACTOR = 0.1
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.
 SYNTHETIC_EPOCH_SIZE = 1_500_000
+# The crop is this share of the resized shorter side by default: 224 of 256.
+CROP_SHARE = 0.875
+
+
+def resolve_scale(image_size: int, scale: Optional[int]) -> int:
+    """--scale, or its default round(image_size / 0.875); the crop must fit in the resized image."""
+    scale = scale or round(image_size / CROP_SHARE)
+    if image_size > scale:
+        raise UserError(f"--image_size {image_size} is above --scale {scale}: the crop must fit "
+                        "in the resized image; raise --scale or lower --image_size")
+    return scale
 
 
 @dataclass(frozen=True)
@@ -100,5 +114,18 @@ class Config:
         """Plain types only, so a checkpoint can hold it and be loaded with weights_only=True."""
         values = dataclasses.asdict(self)
         values["gpus"] = list(self.gpus)
-        values["redis_password"] = None  # never written to a log or a checkpoint
+        # Never written to a log or a checkpoint, nor inside a redis:// URL.
+        values["redis_password"] = None
+        values["redis_host"] = _without_password(self.redis_host)
         return values
+
+
+def _without_password(redis_host: Optional[str]) -> Optional[str]:
+    if redis_host is None or "://" not in redis_host:
+        return redis_host
+    parts = urlsplit(redis_host)
+    if parts.password is None:
+        return redis_host
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))

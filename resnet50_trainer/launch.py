@@ -4,7 +4,6 @@ our own when torchrun, srun or mpirun started this process as one rank."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import sys

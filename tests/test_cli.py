@@ -100,3 +100,19 @@ def test_help_reads_well():
     assert result.returncode == 0
     for flag in ORIGINAL_FLAGS:
         assert flag in result.stdout
+
+
+def test_a_negative_seed_is_refused():
+    with pytest.raises(UserError, match="--seed -1 is negative"):
+        parse(["--train_data", "null", "--use_cpu", "--seed", "-1"])
+
+
+def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
+    from resnet50_trainer.config import Config
+
+    config = parse(["--train_data", "null", "--use_cpu"])
+    fields = dict(config.to_dict(), gpus=(), redis_host="redis://:hunter2@10.0.0.5:6380/2",
+                  redis_password="hunter2")
+    saved = Config(**fields).to_dict()
+    assert "hunter2" not in repr(saved)
+    assert saved["redis_host"] == "redis://:***@10.0.0.5:6380/2"

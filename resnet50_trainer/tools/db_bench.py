@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from resnet50_trainer.config import resolve_scale
 from resnet50_trainer.data.databases import check_database_path, detect_db_type
 from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler, read_keys
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
@@ -68,9 +69,7 @@ def bench(args: argparse.Namespace) -> float:
             raise UserError(f"--{name} must be positive")
     if args.num_workers < 0:
         raise UserError("--num_workers must be 0 or more")
-    scale = args.scale or round(args.image_size / 0.875)
-    if args.image_size > scale:
-        raise UserError(f"--image_size {args.image_size} is above --scale {scale}: raise --scale")
+    scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
     # One process of a run whose global batch is this batch: the trainer's order, wrapping around

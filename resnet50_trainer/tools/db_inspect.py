@@ -60,7 +60,8 @@ class Inspection:
     def warnings(self) -> list[str]:
         found = []
         if self.failed:
-            found.append(f"{self.failed} records cannot be read; the trainer stops at the first")
+            found.append(f"{self.failed} records cannot be read; the trainer skips them, and stops "
+                         "above --max_bad_records (default 1% of an epoch)")
         if len(self.labels) == 1:
             found.append(f"every record has label {next(iter(self.labels))}: a classifier "
                          "learns nothing (accuracy is trivially 1); check the labels")
