@@ -4,10 +4,11 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import tempfile
 
 import pytest
 
-from dbfactory import write_db
+from dbfactory import caffe_key, datum_record, make_jpeg, write_db
 from resnet50_trainer.data.databases import DB_TYPES, DatabaseSpec, open_database, open_writer
 from resnet50_trainer.errors import UserError
 
@@ -172,3 +173,24 @@ def test_writer_output_is_byte_reproducible(tmp_path, db_type):
 def test_writer_refuses_an_existing_path(tmp_path):
     with pytest.raises(UserError, match="already exists"):
         open_writer(str(tmp_path), "lmdb")
+
+
+def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
+    """DataLoader workers end with os._exit; their snapshots must not pile up in the temp dir."""
+    from torch.utils.data import DataLoader
+
+    from resnet50_trainer.data.loader import ImageRecords, collate
+
+    keys = [caffe_key(i, f"img{i}.jpg") for i in range(8)]
+    db = write_db(str(tmp_path / "db"), "leveldb",
+                  [(key, datum_record(i % 2, encoded=make_jpeg(40, 48, seed=i)))
+                   for i, key in enumerate(keys)])
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # inherited by the forked workers
+    records = ImageRecords(db, "leveldb", keys, 2, 3, 37, 32, 0, train=False)
+    loader = DataLoader(records, batch_sampler=[[0, 1, 2, 3], [4, 5, 6, 7]], num_workers=2,
+                        collate_fn=collate)
+    assert sum(len(batch.labels) for batch in loader) == 8  # each worker opened a snapshot
+    del loader
+    assert list(temporary.iterdir()) == []

@@ -11,10 +11,10 @@ database want to open an empty one; a trainer never does).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util
 import os
 import shutil
 import tempfile
-import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -137,7 +137,7 @@ class LmdbDatabase(Database):
 # of the small metadata files and symbolic links to the table files (*.ldb / *.sst). LevelDB never
 # modifies an existing table file; whatever it rewrites, renames or deletes in the snapshot touches
 # only the copies and the links. Any number of processes can thus read one LevelDB at once, and
-# reading never changes it. The snapshot is removed on close, or at interpreter exit.
+# reading never changes it. The snapshot is removed on close, or when its process exits.
 _TABLE_SUFFIXES = (".ldb", ".sst")
 _METADATA_PREFIXES = ("CURRENT", "MANIFEST-")
 
@@ -171,8 +171,10 @@ class LevelDbDatabase(Database):
             shutil.rmtree(self._snapshot, ignore_errors=True)
             raise UserError(f"cannot open LevelDB {path} ({exc}); check that it is complete "
                             "and not being written") from exc
-        self._finalizer = weakref.finalize(self, _close_leveldb, self._db, self._snapshot,
-                                           os.getpid())
+        # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
+        # which skips atexit, but they run multiprocessing's exit finalizers first.
+        self._finalizer = multiprocessing.util.Finalize(
+            self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0)
 
     def _read_keys(self) -> list[bytes]:
         return list(self._db.iterator(include_value=False))
