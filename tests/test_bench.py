@@ -7,6 +7,7 @@ import io
 import logging
 import random
 
+import pytest
 import torch
 from PIL import Image
 
@@ -16,6 +17,7 @@ from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedRecords, colla
 from resnet50_trainer.data.loader import ImageRecords, collate, make_loader, read_keys
 from resnet50_trainer.data.prefetch import DevicePrefetcher, copy_to_device
 from resnet50_trainer.data.records import DATUM, Record, jpeg_header
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools import db_bench
 
 CPU = torch.device("cpu")
@@ -157,3 +159,16 @@ def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
     assert header(jpeg_of(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
     assert header(encode_image(pixels, "PNG")) is None and header(raw=pixels) is None
     assert header(jpeg_of(rgb)[:20]) is None  # cut before the frame header
+
+
+def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_path):
+    """Raised in an input process, the error would reach the user inside its traceback."""
+    db = write_db(str(tmp_path / "garbage"), "lmdb",
+                  [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)])
+    for collate_fn, records_type in ((collate, ImageRecords), (collate_encoded, EncodedRecords)):
+        loader = make_loader(records_of(records_type, db), [[(p, p) for p in range(4)]], 1, False,
+                             collate_fn=collate_fn)
+        stage = BatchDecoder(CPU, 3, 32) if records_type is EncodedRecords else copy_to_device(CPU)
+        with pytest.raises(UserError) as raised:
+            list(DevicePrefetcher(loader, CPU, stage))
+        assert str(raised.value).startswith("every record of a batch failed to decode")

@@ -62,7 +62,7 @@ class EncodedRecords(ImageRecords):
 
 
 def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:
-    filled, bad_keys = fill_bad_places(samples)
+    filled, bad_keys = fill_bad_places(samples)  # none when every record failed
     crops = [sample.image for sample in filled if sample.jpeg is None]
     return EncodedBatch([sample.jpeg for sample in filled], [sample.plan for sample in filled],
                         torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),

@@ -169,18 +169,30 @@ class ImageRecords(Dataset):
 def collate(samples: Sequence[Sample]) -> Batch:
     """Stack a batch, filling the places of failed records with good samples so shapes stay fixed."""
     filled, bad_keys = fill_bad_places(samples)
+    if not filled:
+        return Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), bad_keys)
     return Batch(torch.stack([sample.image for sample in filled]),
                  torch.tensor([sample.label for sample in filled], dtype=torch.int64),
                  bad_keys)
 
 
 def fill_bad_places(samples: Sequence) -> tuple[list, list]:
-    """(the good samples followed by copies of them in the failed ones' number, the failed keys)."""
+    """(the good samples followed by copies of them in the failed ones' number, the failed keys).
+    No samples at all when every record failed: the training process then stops the run
+    (require_records), since an error raised here, in an input process, would reach the user
+    wrapped in that process's traceback."""
     good = [sample for sample in samples if sample.bad_key is None]
     bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
     if not good:
-        raise all_failed(bad_keys)
+        return [], bad_keys
     return [good[i % len(good)] for i in range(len(samples))], bad_keys
+
+
+def require_records(batch):
+    """A batch (decoded or encoded) in which no record could be used stops the run."""
+    if not len(batch.labels):
+        raise all_failed(batch.bad_keys)
+    return batch
 
 
 def all_failed(bad_keys: list) -> UserError:

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
-from resnet50_trainer.data.loader import Batch
+from resnet50_trainer.data.loader import Batch, require_records
 
 
 def copy_to_device(device: torch.device) -> Callable[[Batch], Batch]:
@@ -35,7 +35,7 @@ class DevicePrefetcher:
 
     def __iter__(self) -> Iterator[Batch]:
         if self.device.type != "cuda":
-            return (self.stage(batch) for batch in self.batches)
+            return (self.stage(require_records(batch)) for batch in self.batches)
         return self._overlapped()
 
     def _overlapped(self) -> Iterator[Batch]:
@@ -58,4 +58,4 @@ class DevicePrefetcher:
         except StopIteration:
             return None
         with torch.cuda.stream(side):
-            return self.stage(batch)
+            return self.stage(require_records(batch))
