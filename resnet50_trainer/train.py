@@ -165,18 +165,21 @@ class Trainer:
             return None
         self.model.eval()
         correct = torch.zeros(1, dtype=torch.float64, device=self.output_device)
-        images = 0
+        images = bad = 0
         for batch in self.test_input:  # on the device already
             good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
             with self.precision.autocast():
                 predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
             correct += (predictions == batch.labels[:good].to(self.output_device)).sum()
-            images += good
+            images, bad = images + good, bad + len(batch.bad_keys)
         self.model.train()
         counts = torch.cat([correct.to(self.device),
-                            torch.tensor([images], dtype=torch.float64, device=self.device)])
+                            torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
         dist.all_reduce(counts)
-        correct, images = counts.tolist()
+        correct, images, bad = counts.tolist()
+        if bad and self.placement.is_main:
+            log.warning("Test accuracy over %d records: %d of the test DB's records could not be "
+                        "read and were left out (resnet50-db inspect names them)", images, bad)
         return correct / max(images, 1)
 
     def save(self, epoch_sums: Optional[torch.Tensor] = None, epoch_seconds: float = 0.0) -> Optional[str]:

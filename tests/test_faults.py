@@ -214,3 +214,15 @@ def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tm
     assert len(errors) == 1 and "Traceback" not in stderr, stderr
     assert "rank 0 stopped:" in errors[0] and "resume it with --load_model_path" in errors[0]
     assert ("Timed out waiting 5000ms" if fault == signal.SIGSTOP else "Connection") in errors[0]
+
+
+def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(tmp_path):
+    records = [(caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
+               for i in range(10)]
+    records += [(caffe_key(10 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(2)]
+    test_db = write_db(str(tmp_path / "test"), "lmdb", records)
+    done = run_trainer("--train_data", "null", "--epoch_size", "8", "--test_data", test_db,
+                       "--num_epochs", "1", "--log_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert ("Test accuracy over 10 records: 2 of the test DB's records could not be read"
+            in done.stderr)
