@@ -215,3 +215,14 @@ def test_shipped_sample_databases_hold_the_same_records(capsys):
         report = json.loads(capsys.readouterr().out)
         assert report["failed"]["count"] == 0 and report["formats"] == {"datum": 10 * per_class}
         assert report["labels"]["counts"] == {str(label): per_class for label in range(10)}
+
+
+def test_paths_that_cannot_be_written_are_refused_before_any_work(tmp_path, capsys):
+    source = tmp_path / "images" / "cat"
+    source.mkdir(parents=True)
+    assert main(["create", str(tmp_path / "images"), str(tmp_path / "no" / "such" / "db")]) == 2
+    assert "is not a writable directory" in capsys.readouterr().err
+    empty = write_db(str(tmp_path / "one"), "lmdb", [(b"0", datum_record(0, encoded=make_jpeg()))])
+    for sheet in (str(tmp_path / "sheet.nosuchformat"), str(tmp_path / "missing" / "sheet.png")):
+        assert main(["inspect", empty, "--sheet", sheet]) == 2
+        assert "give an image path" in capsys.readouterr().err

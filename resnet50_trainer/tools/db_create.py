@@ -94,6 +94,10 @@ def create_database(options: CreateOptions) -> CreateSummary:
 
 
 def _check_target(target: str, overwrite: bool) -> None:
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UserError(f"cannot create {target}: {parent} is not a writable directory; create it "
+                        "or choose another path")
     if not os.path.lexists(target):
         return
     if not overwrite:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ from PIL import Image, ImageDraw, ImageOps
 from resnet50_trainer.data.databases import DB_TYPES, LMDB, open_database
 from resnet50_trainer.data.records import Record, decode_image, decode_native, encoded_format, \
     parse_record
-from resnet50_trainer.errors import RecordError
+from resnet50_trainer.errors import RecordError, UserError
 
 FAILED_KEYS_SHOWN = 5
 _SHEET_CELL = 96  # pixels per contact-sheet thumbnail
@@ -172,11 +173,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=lambda args: run(parser, args))
 
 
+def _check_sheet_path(out: str) -> None:
+    parent = os.path.dirname(os.path.abspath(out))
+    if os.path.splitext(out)[1].lower() not in Image.registered_extensions() or not os.path.isdir(parent):
+        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing directory")
+
+
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
     if args.sheet_count < 1:
         parser.error("--sheet_count must be at least 1")
+    if args.sheet:
+        _check_sheet_path(args.sheet)  # before the pass over the DB, not after it
     report = inspect_database(args.db_path, args.db_type, args.limit)
     print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
     if args.sheet:
