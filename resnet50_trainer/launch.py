@@ -32,7 +32,8 @@ class RunFailed(Exception):
 
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
-    preflight.check_inputs(config)
+    if launched is None or launched.local_rank == 0:  # once a machine, not once a rank
+        preflight.check_inputs(config)
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:

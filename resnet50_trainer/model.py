@@ -117,10 +117,6 @@ class SplitResNet(nn.Module):
                     split_at, *self.devices)
 
     @property
-    def input_device(self) -> torch.device:
-        return self.devices[0]
-
-    @property
     def output_device(self) -> torch.device:
         return self.devices[1]
 

@@ -21,7 +21,7 @@ from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.devices import replica_devices
-from resnet50_trainer.model import SplitResNet, build_model
+from resnet50_trainer.model import build_model, build_split_model
 from resnet50_trainer.optim import LearningRateSchedule, build_optimizer, set_learning_rate
 from resnet50_trainer.precision import Precision
 from resnet50_trainer.profiling import StepProfiler
@@ -76,11 +76,11 @@ class Trainer:
 
     def _build_model(self) -> torch.nn.Module:
         config = self.config
-        model = build_model(config.num_layers, config.num_labels, config.num_channels)
         if not config.model_parallel:
-            return model.to(self.device)
-        return SplitResNet(model, replica_devices(config, self.placement.local_rank),
-                           pipeline_chunks=config.pipeline_chunks)
+            return build_model(config.num_layers, config.num_labels, config.num_channels).to(self.device)
+        return build_split_model(config.num_layers, config.num_labels, config.num_channels,
+                                 replica_devices(config, self.placement.local_rank),
+                                 config.pipeline_chunks)
 
     def resume(self, path: str) -> None:
         """Continue exactly where the checkpoint left off: weights, momentum, epoch, step, LR and

@@ -3,13 +3,12 @@
 import hashlib
 import multiprocessing
 import os
-import pickle
 import tempfile
 
 import pytest
 
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db
-from resnet50_trainer.data.databases import DB_TYPES, DatabaseSpec, open_database, open_writer
+from resnet50_trainer.data.databases import DB_TYPES, open_database, open_writer
 from resnet50_trainer.errors import UserError
 
 RECORDS = [(b"%03d" % index, b"value-%d" % index) for index in (5, 1, 3, 0, 2, 4)]
@@ -32,21 +31,6 @@ def test_reader_gives_sorted_keys_and_values(tmp_path, db_type):
         assert database.get(b"003") == b"value-3"
         with pytest.raises(UserError, match="not in database"):
             database.get(b"missing")
-
-
-@pytest.mark.parametrize("db_type", DB_TYPES)
-def test_spec_pickles_and_opens_in_another_process(tmp_path, db_type):
-    path = write_db(str(tmp_path / "db"), db_type, RECORDS)
-    with open_database(path, db_type) as database:
-        spec = pickle.loads(pickle.dumps(database.spec))
-    assert spec == DatabaseSpec(path, db_type)
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        assert pool.apply(_count_records, (spec,)) == 6
-
-
-def _count_records(spec: DatabaseSpec) -> int:
-    with spec.open() as database:
-        return sum(1 for key in database.keys() if database.get(key))
 
 
 def test_wrong_paths_and_types_are_user_errors_with_the_fix(tmp_path):

@@ -1,8 +1,8 @@
 """LMDB and LevelDB key/value databases: readers opened in the process that uses them, and writers.
 
 Readers have a tiny interface: `keys()` (sorted, computed once), `len()`, `get(key)`, `close()`.
-Open them where they are used (inside each DataLoader worker, after fork): pass a `DatabaseSpec`
-(path + type, picklable, cheap) across process boundaries, never an open Database.
+Open them where they are used (inside each DataLoader worker, after fork), from the path and the
+type: never pass an open Database across process boundaries.
 
 `open_database` refuses an empty database unless `allow_empty=True` (only tools that report on a
 database want to open an empty one; a trainer never does).
@@ -16,7 +16,6 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import lmdb
 import plyvel
@@ -64,10 +63,6 @@ class Database(ABC):
         self.path = path
         self.db_type = db_type
         self._keys: list[bytes] | None = None
-
-    @property
-    def spec(self) -> "DatabaseSpec":
-        return DatabaseSpec(self.path, self.db_type)
 
     def keys(self) -> list[bytes]:
         """All keys in sorted (byte) order; read once, then cached."""
@@ -198,17 +193,6 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
         raise UserError(f"database {path} holds no records; check that it was built completely "
                         "(resnet50-db inspect shows what is in it)")
     return database
-
-
-@dataclass(frozen=True)
-class DatabaseSpec:
-    """What a worker process needs to open its own reader: cheap to pickle, opened lazily."""
-
-    path: str
-    db_type: str
-
-    def open(self, allow_empty: bool = False) -> Database:
-        return open_database(self.path, self.db_type, allow_empty)
 
 
 class DatabaseWriter(ABC):

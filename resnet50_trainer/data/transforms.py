@@ -3,8 +3,10 @@
 Resizing the shorter side to `scale` and then cropping `size` is done as one resize of the crop's
 box in the source image, which gives the same pixels as resize-then-crop up to resampling at the
 edges and costs only the crop's pixels. Where the crop lies is a `CropPlan`, computed from the
-image's size and the sample's RNG alone, so the CPU path and the GPU decode path
-(data/gpu_decode.py) cut the same crop; `resize_crop` does the cutting on either device.
+decoded image's size and the sample's RNG alone, so the CPU path and the GPU decode path
+(data/gpu_decode.py) cut the same crop of a full-size decode (the CPU path may decode a large JPEG
+at 1/2 to 1/8 scale first, and then cuts the same crop up to rounding); `resize_crop` does the
+cutting on either device.
 """
 
 from __future__ import annotations
