@@ -66,7 +66,18 @@ def _nvml_handles(gpu_indices: Sequence[int]) -> list:
         import pynvml
 
         pynvml.nvmlInit()
-        return [pynvml.nvmlDeviceGetHandleByIndex(index) for index in gpu_indices]
+        return [_nvml_handle(pynvml, index) for index in gpu_indices]
     except Exception as error:  # ImportError or any NVMLError: monitoring is optional
         log.info("GPU utilisation not shown (NVML unavailable: %s)", error)
         return []
+
+
+def _nvml_handle(pynvml, cuda_index: int):
+    """CUDA numbers the GPUs that CUDA_VISIBLE_DEVICES lets it see; NVML numbers all of them in
+    PCI order. The device's UUID is the same in both."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
+    if uuid is None:  # torch too old to say: the numbering agrees without CUDA_VISIBLE_DEVICES
+        return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
