@@ -84,5 +84,4 @@ _POOL.Add(_caffe_file())
 _POOL.Add(_caffe2_file())
 
 Datum = _message_class(_POOL, "caffe.Datum")
-TensorProto = _message_class(_POOL, "caffe2.TensorProto")
 TensorProtos = _message_class(_POOL, "caffe2.TensorProtos")
