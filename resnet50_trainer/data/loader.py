@@ -181,11 +181,16 @@ def fill_bad_places(samples: Sequence) -> tuple[list, list]:
     No samples at all when every record failed: the training process then stops the run
     (require_records), since an error raised here, in an input process, would reach the user
     wrapped in that process's traceback."""
-    good = [sample for sample in samples if sample.bad_key is None]
+    order = filled_order([sample.bad_key is not None for sample in samples])
     bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
-    if not good:
-        return [], bad_keys
-    return [good[i % len(good)] for i in range(len(samples))], bad_keys
+    return [samples[i] for i in order], bad_keys
+
+
+def filled_order(failed: Sequence[bool]) -> list[int]:
+    """The places of a batch filled from the records that did not fail: those first, in order,
+    then copies of them, as many as failed. Empty when every record failed."""
+    kept = [i for i, bad in enumerate(failed) if not bad]
+    return [kept[n % len(kept)] for n in range(len(failed))] if kept else []
 
 
 def require_records(batch):
