@@ -4,57 +4,68 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import sys
 from typing import Optional, Sequence
 
-from resnet50_trainer.config import SYNTHETIC_DATA, Config, resolve_scale
+from resnet50_trainer.config import SYNTHETIC_DATA, Config, effective_learning_rate, resolve_scale
 from resnet50_trainer.devices import gpus_on_this_machine, select_gpus
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.flag_values import (
+    NO_TIME_LIMIT_S, REDIS_PORT, FlagHelpFormatter, Number, OneLineParser, gpu_list, redis_address)
 from resnet50_trainer.model import SUPPORTED_LAYERS
 from resnet50_trainer.network import check_transport
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
+# Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
+# later (a list of 10**30 GPU ids, a C int overflowing in torch, round(inf) in the LR schedule).
+PIXELS = Number(int, 32, 8192)  # below 32, ResNet's five stride-2 stages leave nothing
+TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
+MAX_SHARDS = 65536
+COUNT_FROM_0 = Number(int, 0)
+COUNT_FROM_1 = Number(int, 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="resnet50-trainer",
         description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from an "
         "LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
         "Flags follow Caffe2's resnet50_trainer.py.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=FlagHelpFormatter,
     )
     data = parser.add_argument_group("data")
     data.add_argument("--train_data", required=True,
                       help="path of the training DB; the word 'null' trains on synthetic data")
     data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
     data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type")
-    data.add_argument("--num_channels", type=int, default=3, choices=(1, 3),
+    data.add_argument("--num_channels", type=Number(int), default=3, choices=(1, 3),
                       help="colour channels; 1 trains on grayscale")
-    data.add_argument("--image_size", type=int, default=DEFAULT_IMAGE_SIZE,
+    data.add_argument("--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE,
                       help="crop size in pixels, square")
-    data.add_argument("--scale", type=int,
+    data.add_argument("--scale", type=PIXELS,
                       help="shorter side images are resized to before cropping "
                       "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
                       "--image_size 227 is exactly the original)")
-    data.add_argument("--num_labels", type=int, default=1000, help="number of classes")
-    data.add_argument("--num_workers", type=int,
+    data.add_argument("--num_labels", type=Number(int, 1, 1_000_000), default=1000,
+                      help="number of classes")
+    data.add_argument("--num_workers", type=Number(int, 0, 128),
                       help="input (decoding) processes per training process; 0 decodes in the "
                       "training process (default: the cores per training process minus one, 1 to 8)")
     data.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
                       help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
                       "training GPU; input processes only read bytes)")
-    data.add_argument("--max_bad_records", type=float, default=0.01,
+    data.add_argument("--max_bad_records", type=Number(float, 0, 1, below_maximum=True), default=0.01,
                       help="fraction of an epoch's records that may fail to decode (skipped and "
                       "named) before the run stops")
 
     devices = parser.add_argument_group("devices")
-    devices.add_argument("--gpus", help="comma-separated GPU ids, e.g. 0,1")
-    devices.add_argument("--num_gpus", type=int,
+    devices.add_argument("--gpus", type=gpu_list, help="comma-separated GPU ids, e.g. 0,1")
+    devices.add_argument("--num_gpus", type=Number(int, 1, 256),
                          help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
                          "CPU training processes (default 1)")
     devices.add_argument("--use_cpu", action="store_true", help="train on CPU (Gloo)")
@@ -72,40 +83,44 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--compile", action="store_true",
                          help="compile the training model with torch.compile (the first steps "
                          "take minutes; needs a C++ compiler on the CPU)")
-    devices.add_argument("--pipeline_chunks", type=int, default=1,
+    devices.add_argument("--pipeline_chunks", type=Number(int, 1, 1024), default=1,
                          help="with --model_parallel: micro-batches per step, so both GPUs of a "
                          "pair work at once")
-    devices.add_argument("--cudnn_workspace_limit_mb", type=int, default=64,
+    devices.add_argument("--cudnn_workspace_limit_mb", type=Number(int, 1, 1 << 20), default=64,
                          help="cap on cuDNN's convolution workspace, in MiB (GPU only). PyTorch "
                          "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
                          "itself reads (listed in PyTorch's CUDA environment variables), unless "
                          "that variable is already set")
 
     model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--num_layers", type=int, default=50, choices=SUPPORTED_LAYERS, help="ResNet depth")
-    model.add_argument("--batch_size", type=int, default=32,
+    model.add_argument("--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS,
+                       help="ResNet depth")
+    model.add_argument("--batch_size", type=Number(int, 1, 1_000_000), default=32,
                        help="batch size TOTAL over this machine's devices; must divide by them")
-    model.add_argument("--epoch_size", type=int,
+    model.add_argument("--epoch_size", type=Number(int, 1, 10**12),
                        help="images per epoch over all machines (default: one pass over the "
                        "training DB; the original's default was 1500000)")
-    model.add_argument("--num_epochs", type=int, default=1000, help="epochs")
-    model.add_argument("--base_learning_rate", type=float, default=0.1,
+    model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
+    model.add_argument("--base_learning_rate", type=Number(float, 0, above_minimum=True), default=0.1,
                        help="learning rate for a global batch of 256, scaled linearly to the "
                        "real global batch; x0.1 every 30 epochs")
-    model.add_argument("--warmup_epochs", type=float, default=0.0,
+    model.add_argument("--warmup_epochs", type=Number(float, 0, 1_000_000), default=0.0,
                        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)")
-    model.add_argument("--weight_decay", type=float, default=1e-4,
+    model.add_argument("--weight_decay", type=Number(float, 0), default=1e-4,
                        help="L2 on conv and fc weights and BN scales, not on biases")
-    model.add_argument("--seed", type=int, default=0,
+    model.add_argument("--seed", type=Number(int, 0, 2**64 - 1), default=0,
                        help="seed of the initial weights, the data order and the augmentation")
 
     dist = parser.add_argument_group("distributed")
-    dist.add_argument("--num_shards", type=int, default=1, help="machines in the run")
-    dist.add_argument("--shard_id", type=int, default=0, help="this machine's index, from 0")
+    dist.add_argument("--num_shards", type=Number(int, 1, MAX_SHARDS), default=1,
+                      help="machines in the run")
+    dist.add_argument("--shard_id", type=Number(int, 0, MAX_SHARDS - 1), default=0,
+                      help="this machine's index, from 0")
     dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
-    dist.add_argument("--redis_host", help="Redis server used for rendezvous, a host name or a "
+    dist.add_argument("--redis_host", type=redis_address,
+                      help="Redis server used for rendezvous, a host name or a "
                       "redis://[:password@]host[:port][/db] URL")
-    dist.add_argument("--redis_port", type=int, default=6379, help="Redis port")
+    dist.add_argument("--redis_port", type=REDIS_PORT, default=6379, help="Redis port")
     dist.add_argument("--redis_password", default=os.environ.get("REDIS_PASSWORD"),
                       help="Redis password (default: $REDIS_PASSWORD); never printed or logged")
     dist.add_argument("--file_store_path", default="/tmp",
@@ -114,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="transport between machines")
     dist.add_argument("--distributed_interfaces", default="",
                       help="network interface(s) for the distributed run, comma-separated")
-    dist.add_argument("--first_iter_timeout", type=float, default=1200.0,
+    dist.add_argument("--first_iter_timeout", type=TIMEOUT_S, default=1200.0,
                       help="seconds allowed for the rendezvous and the first step")
-    dist.add_argument("--timeout", type=float, default=60.0,
+    dist.add_argument("--timeout", type=TIMEOUT_S, default=60.0,
                       help="seconds a collective may wait on a peer after the first step")
 
     output = parser.add_argument_group("logs and checkpoints")
@@ -124,15 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
     output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
     output.add_argument("--load_model_path", help="checkpoint to continue training from")
-    output.add_argument("--keep_checkpoints", type=int, default=1,
+    output.add_argument("--keep_checkpoints", type=COUNT_FROM_1, default=1,
                         help="how many of the newest checkpoints to keep")
-    output.add_argument("--checkpoint_every_iters", type=int, default=0,
+    output.add_argument("--checkpoint_every_iters", type=COUNT_FROM_0, default=0,
                         help="also checkpoint every N iterations within an epoch (0: only at "
                         "epoch ends)")
-    output.add_argument("--profile_iters", type=int, default=0,
+    output.add_argument("--profile_iters", type=COUNT_FROM_0, default=0,
                         help="profile N steps after warm-up with torch.profiler; writes a Chrome "
                         "trace next to the log")
-    output.add_argument("--print_every", type=int, default=100,
+    output.add_argument("--print_every", type=COUNT_FROM_1, default=100,
                         help="print the original's iteration and loss lines every N iterations")
     return parser
 
@@ -157,29 +172,14 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
     if args.pipeline_chunks != 1 and not args.model_parallel:
         raise UserError("--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
                         "add --model_parallel or leave it out")
-    _check_positive(args, ("num_gpus", "batch_size", "num_epochs", "num_labels", "num_shards",
-                           "epoch_size", "print_every", "scale", "keep_checkpoints",
-                           "pipeline_chunks"))
-    _check_positive(args, ("first_iter_timeout", "timeout", "base_learning_rate"))
     if args.batch_size % num_processes:
         raise UserError(f"--batch_size {args.batch_size} does not divide by the {num_processes} "
                         f"devices of this machine: use a multiple of {num_processes}")
     if not 0 <= args.shard_id < args.num_shards:
         raise UserError(f"--shard_id {args.shard_id} is not below --num_shards {args.num_shards}: "
                         f"shard ids run from 0 to {args.num_shards - 1}")
-    if args.image_size < 32:
-        raise UserError(f"--image_size {args.image_size} is below 32, too small for ResNet's five "
-                        "stride-2 stages: use 32 or more")
     scale = resolve_scale(args.image_size, args.scale)
-    if args.seed < 0:
-        raise UserError(f"--seed {args.seed} is negative: use 0 or more")
-    for name in ("num_workers", "checkpoint_every_iters", "profile_iters"):
-        if (getattr(args, name) or 0) < 0:
-            raise UserError(f"--{name} must be 0 or more")
-    if not 0 <= args.max_bad_records < 1:
-        raise UserError("--max_bad_records is a fraction: use a value from 0 up to (not including) 1")
-    if args.weight_decay < 0 or args.warmup_epochs < 0:
-        raise UserError("--weight_decay and --warmup_epochs cannot be negative")
+    _check_learning_rate(args.base_learning_rate, args.batch_size * args.num_shards)
     _check_databases(args)
     check_transport(args.distributed_transport, args.distributed_interfaces, args.use_cpu)
     run_id = _run_id(args, launched)
@@ -267,11 +267,11 @@ def _check_precision_and_decoding(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} with --use_cpu: {reason}")
 
 
-def _check_positive(args: argparse.Namespace, names: Sequence[str]) -> None:
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise UserError(f"--{name} must be positive, got {value}")
+def _check_learning_rate(base_learning_rate: float, global_batch_size: int) -> None:
+    """Each flag is finite on its own; their product, the LR the run uses, must be too."""
+    if not math.isfinite(effective_learning_rate(base_learning_rate, global_batch_size)):
+        raise UserError(f"--base_learning_rate {base_learning_rate:g} scaled to the global batch "
+                        f"of {global_batch_size} overflows to infinity: lower --base_learning_rate")
 
 
 def _check_databases(args: argparse.Namespace) -> None:

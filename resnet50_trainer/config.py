@@ -34,6 +34,11 @@ def resolve_scale(image_size: int, scale: Optional[int]) -> int:
     return scale
 
 
+def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
+    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not do."""
+    return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
+
+
 @dataclass(frozen=True)
 class Config:
     train_data: str
@@ -102,8 +107,7 @@ class Config:
 
     @property
     def effective_learning_rate(self) -> float:
-        """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not do."""
-        return self.base_learning_rate * self.global_batch_size / LR_REFERENCE_BATCH
+        return effective_learning_rate(self.base_learning_rate, self.global_batch_size)
 
     def iterations_per_epoch(self, num_records: int) -> int:
         """Steps per epoch: epoch_size over the global batch, or one pass over the DB without it."""

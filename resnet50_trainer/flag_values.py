@@ -1,0 +1,169 @@
+"""What each flag's value may be, checked as argparse reads it: one line and exit 2 otherwise.
+
+A number flag's valid range is part of its definition (`type=Number(...)`), so the check, the
+--help text and the tests all read the same range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import dataclass
+from typing import NoReturn, Optional, Union
+from urllib.parse import urlsplit
+
+from resnet50_trainer.errors import USAGE_EXIT_STATUS
+
+# What a timeout of "inf" becomes: torch takes only a finite timedelta (timedelta(seconds=inf)
+# overflows), and deadlines of now + timeout must fit its int64 clocks. Ten years is forever here.
+NO_TIME_LIMIT_S = 10 * 365 * 24 * 3600
+REDIS_SCHEMES = ("redis", "rediss")
+_DIGITS = re.compile(r"[0-9]+")
+_REDIS_DB_PATH = re.compile(r"/?|/[0-9]+")
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
+                              re.IGNORECASE)
+_HOST_WITH_PORT = re.compile(r"[^:]+:[^:]*")  # "host:6379"; IPv6 literals hold two colons or more
+
+
+@dataclass(frozen=True)
+class Number:
+    """An argparse type: an int or float from `minimum` to `maximum` (either end open if asked).
+
+    NaN is never valid, nor is an infinite float, except that where `infinity` is set "inf" is
+    valid and stands for that finite value (e.g. a timeout with no practical limit)."""
+    kind: type  # int or float
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    above_minimum: bool = False  # the minimum itself is not valid
+    below_maximum: bool = False  # the maximum itself is not valid
+    infinity: Optional[float] = None
+
+    def __call__(self, text: str) -> Union[int, float]:
+        try:
+            value = self.kind(text)
+        except ValueError:
+            value = None
+        if value == math.inf and self.infinity is not None:
+            return self.infinity
+        if value is None or not self.holds(value):
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: use {self.describe()}")
+        return value
+
+    def holds(self, value: Union[int, float]) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if self.minimum is not None and (value <= self.minimum if self.above_minimum
+                                         else value < self.minimum):
+            return False
+        return self.maximum is None or (value < self.maximum if self.below_maximum
+                                        else value <= self.maximum)
+
+    def describe(self) -> str:
+        """The valid values in words, e.g. "an integer from 1 to 65535"."""
+        noun = "an integer" if self.kind is int else "a number"
+        low, high = _plain(self.minimum), _plain(self.maximum)
+        if self.minimum is not None and self.maximum is not None:
+            words = (f"{noun} {'above' if self.above_minimum else 'from'} {low} "
+                     f"{'up to (not including)' if self.below_maximum else 'to'} {high}")
+        elif self.minimum is not None:
+            words = f"{noun} above {low}" if self.above_minimum else f"{noun}, {low} or more"
+        else:
+            words = noun
+        if self.infinity is not None:
+            words += f", or inf: no limit (taken as {_plain(self.infinity)})"
+        return words
+
+
+def _plain(value: Optional[float]) -> str:
+    """1000000, not 1e+06: the bound as a user would type it."""
+    return str(int(value)) if value is not None and value == int(value) else str(value)
+
+
+REDIS_PORT = Number(int, 1, 65535)
+
+
+def gpu_list(text: str) -> str:
+    """--gpus: distinct GPU ids separated by commas. The text is kept for select_gpus, which
+    checks the ids against this machine's GPUs."""
+    parts = text.split(",")
+    if not all(_DIGITS.fullmatch(part) for part in parts):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: use GPU ids (0, 1, ...) "
+                                         "separated by commas, e.g. 0,1")
+    ids = [int(part) for part in parts]
+    repeated = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{text!r} lists GPU {repeated[0]} more than once: "
+                                         "list each GPU once")
+    return text
+
+
+def redis_address(text: str) -> str:
+    """--redis_host: a host name, or a redis://[:password@]host[:port][/db] URL whose every part
+    is valid, so the rendezvous never meets a bad one. Messages never repeat the URL: it may hold
+    a password."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty value: give a host name or a redis:// URL")
+    if "://" not in text:
+        if _HOST_WITH_PORT.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{text!r} holds a port: give it with --redis_port, "
+                                             "or write a redis://host:port URL")
+        return text
+    try:
+        url = urlsplit(text)
+    except ValueError as error:  # e.g. an unclosed [IPv6 bracket
+        raise argparse.ArgumentTypeError(f"not a valid URL ({error})") from None
+    if url.scheme not in REDIS_SCHEMES:
+        raise argparse.ArgumentTypeError(f"a URL must start with redis:// or rediss://, not "
+                                         f"{url.scheme}://")
+    if not url.hostname:
+        raise argparse.ArgumentTypeError("the URL names no host: write redis://host[:port][/db]")
+    if not _REDIS_DB_PATH.fullmatch(url.path):
+        raise argparse.ArgumentTypeError(f"the URL's database {url.path[1:]!r} is not a number: "
+                                         "end the URL with /0, /1, ... or with the host[:port]")
+    if url.query or url.fragment:
+        raise argparse.ArgumentTypeError("the URL has a '?' or '#' part: write only "
+                                         "redis://[:password@]host[:port][/db]")
+    _check_url_port(url)
+    return text
+
+
+def _check_url_port(url) -> None:
+    """The port as written (urllib's .port takes "+5", raises on "abc" and lets 0 through)."""
+    port_text = url.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port_text and not (_DIGITS.fullmatch(port_text) and REDIS_PORT.holds(int(port_text))):
+        raise argparse.ArgumentTypeError(f"the URL's port {port_text!r} is not a port: use "
+                                         f"{REDIS_PORT.describe()}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose refusals are one line (no usage block), exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # argparse takes only "-1" and "-1.5" for values; "-inf" or "-1e308" would read as an
+        # unknown option ("expected one argument"), not as the bad number it is.
+        self._negative_number_matcher = _NEGATIVE_NUMBER
+
+    def error(self, message: str) -> NoReturn:
+        message = " ".join(message.split())
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(USAGE_EXIT_STATUS)
+
+
+class FlagHelpFormatter(argparse.HelpFormatter):
+    """--help: each flag's default where it has one, and a number flag's valid values, read from
+    the Number that checks them (a flag with choices shows those)."""
+
+    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
+        notes = []
+        # A help text that names its default itself knows better (and $REDIS_PASSWORD's value
+        # must never be shown).
+        stated = "default" in (action.help or "")
+        if not stated and all(action.default is not no_value
+                              for no_value in (None, False, argparse.SUPPRESS)):
+            notes.append("default: %(default)s")
+        if isinstance(action.type, Number) and not action.choices:
+            notes.append(f"valid: {action.type.describe()}")
+        return " ".join([action.help or "", *(f"({note})" for note in notes)]).strip()
