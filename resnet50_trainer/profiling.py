@@ -115,6 +115,9 @@ def copy_to_new_file(source: str, target: str, what: str) -> None:
             shutil.copyfileobj(reader, writer)
             writer.flush()
             os.fsync(writer.fileno())
+    except FileExistsError:
+        raise UserError(f"{what} {target} already exists: move it away or choose another "
+                        "--log_dir") from None
     except OSError as error:
         if created:
             os.unlink(target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import os
@@ -53,8 +54,8 @@ class RunLog:
         attempt = 1
         while True:
             try:
-                self._descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
-                                           0o644)
+                self._descriptor = os.open(
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
                 break
             except FileExistsError:  # another run started in the same second
                 attempt += 1
@@ -87,7 +88,8 @@ class RunLog:
                 remaining = remaining[os.write(self._descriptor, remaining):]
             os.fsync(self._descriptor)
         except OSError as error:
-            os.ftruncate(self._descriptor, size)
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.ftruncate(self._descriptor, size)
             raise self._failed(error, "; the rows already written are intact") from error
 
     def _failed(self, error: OSError, kept: str) -> UserError:

@@ -169,7 +169,8 @@ class Trainer:
                     self.stop_if_diverged()
                 if checkpoint_due:
                     self.step = step + 1
-                    self.save(self._epoch_sums(device_sums, images, bad), time.perf_counter() - started)
+                    self.save(self._epoch_sums(device_sums, images, bad),
+                              time.perf_counter() - started)
         finally:
             progress.close()
         self.stop_if_diverged()

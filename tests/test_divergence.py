@@ -69,7 +69,8 @@ def test_weights_are_checked_before_a_mid_epoch_checkpoint(small_db, tmp_path):
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
     line = one_error_line(diverged)
-    assert "the weights blew up (inf, nan or astronomically large) by iteration 5 (epoch 2, step 1)" in line
+    assert ("the weights blew up (inf, nan or astronomically large) by iteration 5 (epoch 2, "
+            "step 1)") in line
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == good
     assert checkpoints(tmp_path) == ["resnet50_model_1.pt"]
 

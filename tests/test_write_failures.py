@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import astuple
 
 import pytest
 from test_runlog import config
@@ -54,10 +55,13 @@ def test_a_row_that_does_not_fit_is_cut_off_and_the_rows_before_stay(tmpfs):
     directory = tmpfs("disk", "64k")
     run_log = RunLog(config(directory), time.time())
     fill_up(directory)
+    def row(epoch: int) -> EpochRow:
+        return EpochRow(1.5, 1.5 * epoch, 64, 64 * epoch, epoch, 42.7, 0.5, epoch, 0.1, 2.3, -1)
+
     rows = 0
     with pytest.raises(UserError) as raised:
         for rows in range(1000):  # until the log's last block is full
-            run_log.write(EpochRow(1.5, 1.5 * rows, 64, 64 * rows, rows, 42.7, 0.5, rows, 0.1, 2.3, -1))
+            run_log.write(row(rows))
     run_log.close()
     assert str(raised.value) == (f"writing the run log {run_log.path} failed (No space left on "
                                  "device): free space in --log_dir or choose another; the rows "
@@ -65,7 +69,7 @@ def test_a_row_that_does_not_fit_is_cut_off_and_the_rows_before_stay(tmpfs):
     with open(run_log.path) as file:
         lines = file.read().split("\n")
     assert len(lines) == 2 + rows + 1 and lines[-1] == ""  # whole lines only
-    assert lines[-2] == f"1.5,{1.5 * (rows - 1)},64,{64 * (rows - 1)},{rows - 1},42.7,0.5,{rows - 1},0.1,2.3,-1"
+    assert lines[-2] == ",".join(str(value) for value in astuple(row(rows - 1)))
 
 
 @pytest.mark.parametrize("processes", [1, 2])
