@@ -83,7 +83,7 @@ def device_batches(path: str, db_type: str, keys: Sequence[bytes], batch_sampler
                          collate_fn=collate_encoded if settings.decode_on_gpu else collate)
     stage = (BatchDecoder(device, settings.num_channels, settings.image_size)
              if settings.decode_on_gpu else copy_to_device(device))
-    return DevicePrefetcher(loader, device, stage)
+    return DevicePrefetcher(loader, device, stage, allow_empty=not train)
 
 
 def _require_steps(config: Config, num_records: int, what: str) -> int:

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.train import train
 
@@ -68,7 +68,7 @@ def launch(config: Config, launched: Optional[Launched] = None) -> int:
 def _in_this_process(run) -> int:
     try:
         run()
-    except RunFailed as failure:
+    except (RunFailed, Diverged) as failure:
         print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         return 1
     return 0
@@ -120,7 +120,7 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)
-    except RunFailed as failure:
+    except (RunFailed, Diverged) as failure:
         print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         sys.exit(1)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import io
 import os
 import time
 from dataclasses import astuple, dataclass, fields
 
 from resnet50_trainer.config import Config
+from resnet50_trainer.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,11 @@ def log_file_name(config: Config, started: float) -> str:
 
 
 class RunLog:
-    """Created exclusively, so an existing log is never overwritten; a row is flushed per epoch."""
+    """Created exclusively, so an existing log is never overwritten; a row is on disk per epoch.
+
+    A write that fails (disk full, quota) is a UserError naming the log and the reason; the rows
+    already written stay intact (a partly written row is cut off again), and a log this run made
+    but could not write its header into is removed."""
 
     def __init__(self, config: Config, started: float):
         stem, suffix = os.path.splitext(log_file_name(config, started))
@@ -47,21 +54,44 @@ class RunLog:
         attempt = 1
         while True:
             try:
-                self._file = open(self.path, "x", newline="")
+                self._descriptor = os.open(
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
                 break
             except FileExistsError:  # another run started in the same second
                 attempt += 1
                 self.path = os.path.join(config.log_dir, f"{stem}_{attempt}{suffix}")
+            except OSError as error:
+                raise self._failed(error, "") from error
         # The original's first line: '# ' and the parsed arguments, as argparse prints them.
-        self._file.write(f"# {argparse.Namespace(**config.to_dict())}\n")
-        self._writer = csv.writer(self._file, lineterminator="\n")
-        self._writer.writerow(HEADER)
-        self._file.flush()
+        try:
+            self._append(f"# {argparse.Namespace(**config.to_dict())}\n", HEADER)
+        except UserError:
+            self.close()
+            os.unlink(self.path)
+            raise
 
     def write(self, row: EpochRow) -> None:
-        self._writer.writerow(astuple(row))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._append("", astuple(row))
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._descriptor)
+
+    def _append(self, text: str, row) -> None:
+        """`text` and a CSV row, synced to disk, or nothing of them."""
+        lines = io.StringIO()
+        lines.write(text)
+        csv.writer(lines, lineterminator="\n").writerow(row)
+        remaining = memoryview(lines.getvalue().encode())
+        size = os.fstat(self._descriptor).st_size
+        try:
+            while remaining:
+                remaining = remaining[os.write(self._descriptor, remaining):]
+            os.fsync(self._descriptor)
+        except OSError as error:
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.ftruncate(self._descriptor, size)
+            raise self._failed(error, "; the rows already written are intact") from error
+
+    def _failed(self, error: OSError, kept: str) -> UserError:
+        return UserError(f"writing the run log {self.path} failed ({error.strerror}): free space in "
+                         f"--log_dir or choose another{kept}")

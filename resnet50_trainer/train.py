@@ -17,7 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from resnet50_trainer import checkpoint, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged, UserError
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput, build_test_input, build_train_input
 from resnet50_trainer.devices import replica_devices
@@ -29,6 +29,8 @@ from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
 
 log = logging.getLogger(__name__)
+DIVERGED_EXIT_STATUS = 1
+NO_BAD_LOSS = torch.iinfo(torch.int64).max  # the watch's "no non-finite loss yet"
 
 
 @dataclass
@@ -41,6 +43,43 @@ class EpochResult:
     bad_keys: list  # this process's first BAD_KEYS_NAMED
 
 
+class DivergenceWatch:
+    """Notices a loss or weight that is no longer finite without reading the device per step.
+
+    Each step folds "is this loss finite" into a device-side first-bad-iteration (no sync); check()
+    all-reduces that with "are the weights finite" and reads the result once. Every process calls
+    it at the same steps and gets the same answer, so a diverged run stops everywhere at once.
+    A float16 step that the gradient scaler skips has a finite loss and leaves the weights as they
+    were: it passes."""
+
+    def __init__(self, model: torch.nn.Module, loss_device: torch.device, device: torch.device):
+        self.parameters = [parameter.detach() for parameter in model.parameters()]
+        self.device = device  # collectives run on this process's own device
+        self.first_bad_loss = torch.full((), NO_BAD_LOSS, dtype=torch.int64, device=loss_device)
+
+    def record(self, loss: torch.Tensor, iteration: int) -> None:
+        bad_here = torch.where(loss.detach().isfinite(), NO_BAD_LOSS, iteration)
+        torch.minimum(self.first_bad_loss, bad_here, out=self.first_bad_loss)
+
+    def check(self) -> tuple[Optional[int], bool]:
+        """(the first global iteration whose loss was not finite on any process, or None; whether
+        every weight is finite). One small all-reduce and one read."""
+        verdict = torch.stack([self.first_bad_loss.to(self.device),
+                               self.weights_finite().to(self.device, torch.int64)])
+        dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
+        first_bad_loss, weights_finite = verdict.tolist()
+        return (None if first_bad_loss == NO_BAD_LOSS else first_bad_loss), bool(weights_finite)
+
+    def weights_finite(self) -> torch.Tensor:
+        """One 2-norm per tensor (the clip_grad_norm_ kernel), grouped by device: a model-parallel
+        replica spans two. A NaN or inf weight makes its norm NaN or inf; so do finite weights
+        whose squares overflow float32 (around 1e16 to 1e19), a run as lost as one with NaNs."""
+        by_device: dict = {}
+        for parameter in self.parameters:
+            by_device.setdefault(parameter.device, []).append(parameter)
+        finite = [torch.stack(torch._foreach_norm(group)).isfinite().all().to(self.device)
+                  for group in by_device.values()]
+        return torch.stack(finite).all()
 
 
 class Trainer:
@@ -73,6 +112,7 @@ class Trainer:
         # Only the first process shows GPUs (this machine's) and profiles; set up by train().
         self.gpu_monitor: Optional[GpuMonitor] = None
         self.profiler = StepProfiler(0, None)
+        self.watch = DivergenceWatch(self.model, self.output_device, device)
 
     def _build_model(self) -> torch.nn.Module:
         config = self.config
@@ -116,32 +156,86 @@ class Trainer:
                                  self.gpu_monitor)
         started = time.perf_counter() - self.resumed_seconds
         bad_keys = []
-        for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
-            labels = batch.labels.to(self.output_device, non_blocking=True)  # a no-op unless split
-            set_learning_rate(self.optimizer, self.schedule(self.iteration))
-            with self.precision.autocast():
-                logits = self.train_model(self.precision.inputs(batch.images))
-                loss = F.cross_entropy(logits, labels)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.precision.backward_and_step(loss, self.optimizer)
-            self.iteration += 1
-            self._after_first_step()
-            self.profiler.step()
-            correct = (logits.argmax(1) == labels).sum()
-            device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
-            images, bad = images + len(labels), bad + len(batch.bad_keys)
-            bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
-            progress.step(step, loss, correct, len(labels), batch.bad_keys)
-            if self._checkpoint_due(step):
-                self.step = step + 1
-                self.save(self._epoch_sums(device_sums, images, bad), time.perf_counter() - started)
-        progress.close()
+        try:
+            for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
+                loss, correct, labels = self._train_step(batch)
+                device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
+                images, bad = images + len(labels), bad + len(batch.bad_keys)
+                bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
+                progress.step(step, loss, correct, len(labels), batch.bad_keys)
+                checkpoint_due = self._checkpoint_due(step)
+                # Where the loop reads the device anyway, and before any save: never NaN weights.
+                if checkpoint_due or (step + 1) % config.print_every == 0:
+                    self.stop_if_diverged()
+                if checkpoint_due:
+                    self.step = step + 1
+                    self.save(self._epoch_sums(device_sums, images, bad),
+                              time.perf_counter() - started)
+        finally:
+            progress.close()
+        self.stop_if_diverged()
         totals = self._epoch_sums(device_sums, images, bad)
         dist.all_reduce(totals)
         loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
         seconds = time.perf_counter() - started
         self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
         return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys)
+
+    def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step; (loss, correct, labels), still on the device."""
+        labels = batch.labels.to(self.output_device, non_blocking=True)  # a no-op unless split
+        set_learning_rate(self.optimizer, self.schedule(self.iteration))
+        with self.precision.autocast():
+            logits = self.train_model(self.precision.inputs(batch.images))
+            loss = F.cross_entropy(logits, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.precision.backward_and_step(loss, self.optimizer)
+        self.iteration += 1
+        self.watch.record(loss, self.iteration)
+        self._after_first_step()
+        if self.profiler.step():
+            self.stop_together(self.profiler.failure)
+        return loss, (logits.argmax(1) == labels).sum(), labels
+
+    def stop_if_diverged(self) -> None:
+        """A loss or weight that is no longer finite ends the run on every process, before anything
+        is saved; the first process names the iteration, the others leave quietly after it."""
+        first_bad_loss, weights_finite = self.watch.check()
+        if first_bad_loss is None and weights_finite:
+            return
+        if not self.placement.is_main:
+            _leave_after_main(DIVERGED_EXIT_STATUS)
+        if first_bad_loss is not None:
+            what = f"the loss became inf or nan at {self._position(first_bad_loss)}"
+        else:
+            what = (f"the weights blew up (inf, nan or astronomically large) by "
+                    f"{self._position(self.iteration)}")
+        config = self.config
+        saved = checkpoint.saved_checkpoints(config.checkpoint_dir, config.save_model_name)
+        # The newest checkpoint of this run's directory, else the one this run started from.
+        last_good, resume_from = ((saved[-1].path, config.checkpoint_dir) if saved else
+                                  (config.load_model_path, config.load_model_path))
+        fix = "lower --base_learning_rate or add --warmup_epochs"
+        advice = (f"the last good checkpoint {last_good} is kept: {fix}, then resume with "
+                  f"--load_model_path {resume_from}" if last_good else
+                  f"no checkpoint was written: {fix} and start again")
+        raise Diverged(f"training diverged: {what}; {advice}")
+
+    def _position(self, iteration: int) -> str:
+        epoch, step = divmod(iteration - 1, self.input.steps_per_epoch)
+        return f"iteration {iteration} (epoch {epoch + 1}, step {step + 1})"
+
+    def stop_together(self, failure: Optional[UserError]) -> None:
+        """The first process alone writes the run log and the trace. If that failed, every process
+        stops: the first reports it in one line, the others leave quietly after it (rather than
+        each reporting the first as a lost peer)."""
+        failed = torch.tensor(float(failure is not None), device=self.device)
+        dist.broadcast(failed, src=0)
+        if not failed.item():
+            return
+        if not self.placement.is_main:
+            _leave_after_main()
+        raise failure
 
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.
@@ -167,6 +261,9 @@ class Trainer:
         correct = torch.zeros(1, dtype=torch.float64, device=self.output_device)
         images = bad = 0
         for batch in self.test_input:  # on the device already
+            if not len(batch.labels):  # every record of the batch failed
+                bad += len(batch.bad_keys)
+                continue
             good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
             with self.precision.autocast():
                 predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
@@ -241,14 +338,14 @@ class Trainer:
             self.timeout_shortened = True
 
 
-def _leave_after_main() -> None:
-    """Exit 2 once the first process, which reports a run-wide stop, has gone: its line is never
-    lost to the launcher ending the run on this process's exit."""
+def _leave_after_main(status: int = USAGE_EXIT_STATUS) -> None:
+    """Exit with `status` once the first process, which reports a run-wide stop, has gone: its line
+    is never lost to the launcher ending the run on this process's exit."""
     try:
         dist.barrier()  # the first process never joins: this returns when it has exited
     except (dist.DistError, RuntimeError):
         pass
-    raise SystemExit(USAGE_EXIT_STATUS)
+    raise SystemExit(status)
 
 
 def train(config: Config, placement: Placement, device: torch.device) -> None:
@@ -260,11 +357,11 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
     if trainer.epoch >= config.num_epochs:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
-    runlog = RunLog(config, started) if placement.is_main else None
+    runlog = _open_run_log(trainer, started)
+    trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
+    trainer.profiler = StepProfiler(config.profile_iters, trace_path)
     if runlog:
         trainer.gpu_monitor = GpuMonitor(config.gpus).start()
-        trainer.profiler = StepProfiler(config.profile_iters,
-                                        os.path.splitext(runlog.path)[0] + ".trace.json")
     log.info("ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
              "(base %g x %d / 256), %d iterations per epoch%s",
              config.num_layers, placement.world_size, config.device_batch_size,
@@ -276,24 +373,46 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
         while trainer.epoch < config.num_epochs:
             result = trainer.train_epoch()
             trainer.check_bad_records(result)
-            test_accuracy = trainer.evaluate()
             trainer.epoch += 1
             trainer.total_seconds += result.seconds
             trainer.total_images += result.images
-            rows.append(_row(result, trainer, test_accuracy))
-            if runlog:
-                runlog.write(rows[-1])
+            # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
+            saved = trainer.save()
+            rows.append(_row(result, trainer, trainer.evaluate()))
+            trainer.stop_together(_write_row(runlog, rows[-1]))
             log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
                      trainer.epoch, result.loss, result.accuracy, rows[-1].test_accuracy,
                      result.images / result.seconds, _peak_memory(device))
-            saved = trainer.save()
+    if trainer.profiler.close():  # the run was shorter than the profile
+        trainer.stop_together(trainer.profiler.failure)
     digest = distributed.parameters_digest_everywhere(trainer.model)
     if runlog:
-        trainer.profiler.close()
         trainer.gpu_monitor.stop()
         runlog.close()
         _summarise(rows, runlog.path, saved, time.time() - started)
         log.info("Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest)
+
+
+def _open_run_log(trainer: Trainer, started: float) -> Optional[RunLog]:
+    """The first process's new run log; None on the others. If it cannot be made, all stop."""
+    runlog = failure = None
+    if trainer.placement.is_main:
+        try:
+            runlog = RunLog(trainer.config, started)
+        except UserError as error:
+            failure = error
+    trainer.stop_together(failure)
+    return runlog
+
+
+def _write_row(runlog: Optional[RunLog], row: EpochRow) -> Optional[UserError]:
+    """The row appended to the log (first process); the failure to write it, if any."""
+    try:
+        if runlog:
+            runlog.write(row)
+    except UserError as failure:
+        return failure
+    return None
 
 
 def _peak_memory(device: torch.device) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -25,3 +26,24 @@ def image_db(tmp_path):
 
     return make
 
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(name, size) -> a directory in tmp_path with a real tmpfs of `size` (e.g. "256k")
+    mounted on it, unmounted after the test; the test is skipped where mounting is refused."""
+    mounted = []
+
+    def mount(name: str, size: str) -> str:
+        directory = tmp_path / name
+        directory.mkdir()
+        refused = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                  str(directory)], capture_output=True)
+        if refused.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {refused.stderr.decode().strip()}")
+        mounted.append(directory)
+        return str(directory)
+
+    yield mount
+    for directory in mounted:
+        subprocess.run(["umount", str(directory)], check=True)

@@ -162,7 +162,8 @@ def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
 
 
 def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_path):
-    """Raised in an input process, the error would reach the user inside its traceback."""
+    """Raised in an input process, the error would reach the user inside its traceback. Evaluation
+    (allow_empty) gets the batch empty, with its keys, to count them."""
     db = write_db(str(tmp_path / "garbage"), "lmdb",
                   [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)])
     for collate_fn, records_type in ((collate, ImageRecords), (collate_encoded, EncodedRecords)):
@@ -172,3 +173,5 @@ def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_p
         with pytest.raises(UserError) as raised:
             list(DevicePrefetcher(loader, CPU, stage))
         assert str(raised.value).startswith("every record of a batch failed to decode")
+        (empty,) = DevicePrefetcher(loader, CPU, stage, allow_empty=True)
+        assert len(empty.labels) == 0 and len(empty.bad_keys) == 4

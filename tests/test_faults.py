@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
                        write_image_db)
-from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, run_trainer, start_trainer, trainer_command,
-                          trainer_env, training_processes, wait_for)
+from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, log_rows, run_trainer, start_trainer,
+                          trainer_command, trainer_env, training_processes, wait_for)
 
 TIMEOUT_S = 5  # --timeout of the runs below
 BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]
@@ -226,3 +226,22 @@ def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(t
     assert done.returncode == 0, done.stderr
     assert ("Test accuracy over 10 records: 2 of the test DB's records could not be read"
             in done.stderr)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("bad_records", [1, 8], ids=["last batch one bad record", "a whole batch bad"])
+def test_unreadable_test_records_never_stop_the_run_however_they_fall_into_batches(
+        tmp_path, processes, bad_records):
+    """8 good records, then the bad ones: one process reads them as a batch of its own; two read
+    every other record, so rank 0's last batch holds only bad ones."""
+    records = [(caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
+               for i in range(8)]
+    records += [(caffe_key(8 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(bad_records)]
+    test_db = write_db(str(tmp_path / "test"), "lmdb", records)
+    done = run_trainer("--train_data", "null", "--epoch_size", "8", "--test_data", test_db,
+                       "--num_gpus", str(processes), "--num_epochs", "1", "--log_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (f"Test accuracy over 8 records: {bad_records} of the test DB's records could not be "
+            "read" in done.stderr)
+    assert os.path.exists(tmp_path / "resnet50_model_1.pt")
+    assert float(log_rows(tmp_path)[0]["test_accuracy"]) >= 0

@@ -83,3 +83,16 @@ def log_rows(directory) -> list[dict]:
         header = lines[0].split(",")
         rows += [dict(zip(header, line.split(","))) for line in lines[1:]]
     return rows
+
+
+def fill_up(directory, leave_bytes: int = 0) -> None:
+    """Fill the file system of `directory` with one file until a write fails (ENOSPC), then give
+    back `leave_bytes` (rounded by the file system to whole blocks)."""
+    path = os.path.join(directory, "filler")
+    with open(path, "wb", buffering=0) as file:
+        try:
+            while True:
+                file.write(b"\0" * 4096)
+        except OSError:
+            pass
+    os.truncate(path, max(0, os.path.getsize(path) - leave_bytes))

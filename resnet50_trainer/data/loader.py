@@ -178,9 +178,9 @@ def collate(samples: Sequence[Sample]) -> Batch:
 
 def fill_bad_places(samples: Sequence) -> tuple[list, list]:
     """(the good samples followed by copies of them in the failed ones' number, the failed keys).
-    No samples at all when every record failed: the training process then stops the run
-    (require_records), since an error raised here, in an input process, would reach the user
-    wrapped in that process's traceback."""
+    No samples at all when every record failed: the training process then decides (training
+    stops, require_records; evaluation counts them), since an error raised here, in an input
+    process, would reach the user wrapped in that process's traceback."""
     order = filled_order([sample.bad_key is not None for sample in samples])
     bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
     return [samples[i] for i in order], bad_keys
@@ -193,16 +193,12 @@ def filled_order(failed: Sequence[bool]) -> list[int]:
     return [kept[n % len(kept)] for n in range(len(failed))] if kept else []
 
 
-def require_records(batch):
-    """A batch (decoded or encoded) in which no record could be used stops the run."""
+def require_records(batch: Batch) -> Batch:
+    """A training batch in which no record could be used stops the run."""
     if not len(batch.labels):
-        raise all_failed(batch.bad_keys)
+        raise UserError(f"every record of a batch failed to decode (keys {batch.bad_keys[:3]} "
+                        "...): check the DB with resnet50-db inspect")
     return batch
-
-
-def all_failed(bad_keys: list) -> UserError:
-    return UserError(f"every record of a batch failed to decode (keys {bad_keys[:3]} ...): "
-                     "check the DB with resnet50-db inspect")
 
 
 def make_loader(records: ImageRecords, batch_sampler, num_workers: int, pin_memory: bool,

@@ -25,17 +25,22 @@ def copy_to_device(device: torch.device) -> Callable[[Batch], Batch]:
 
 
 class DevicePrefetcher:
-    """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA."""
+    """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA.
 
-    def __init__(self, batches: Iterable, device: torch.device, stage: Callable[[object], Batch]):
+    A batch in which every record failed stops training (require_records); evaluation
+    (`allow_empty`) gets it empty, with its bad keys, and counts them."""
+
+    def __init__(self, batches: Iterable, device: torch.device, stage: Callable[[object], Batch],
+                 allow_empty: bool = False):
         self.batches, self.device, self.stage = batches, device, stage
+        self.allow_empty = allow_empty
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.device.type != "cuda":
-            return (self.stage(require_records(batch)) for batch in self.batches)
+            return (self._staged(batch) for batch in self.batches)
         return self._overlapped()
 
     def _overlapped(self) -> Iterator[Batch]:
@@ -58,4 +63,9 @@ class DevicePrefetcher:
         except StopIteration:
             return None
         with torch.cuda.stream(side):
-            return self.stage(require_records(batch))
+            return self._staged(batch)
+
+    def _staged(self, batch) -> Batch:
+        # After the stage: the GPU decoder may find every JPEG of a batch bad too.
+        staged = self.stage(batch)
+        return staged if self.allow_empty else require_records(staged)
