@@ -119,11 +119,12 @@ class Trainer:
         for step, batch in enumerate(progress.batches(self.input.batches), start=self.step):
             labels = batch.labels.to(self.output_device, non_blocking=True)  # a no-op unless split
             set_learning_rate(self.optimizer, self.schedule(self.iteration))
-            with self.precision.autocast():
+            with distributed.waiting_for_peers("the step's buffer broadcast"), self.precision.autocast():
                 logits = self.train_model(self.precision.inputs(batch.images))
                 loss = F.cross_entropy(logits, labels)
             self.optimizer.zero_grad(set_to_none=True)
-            self.precision.backward_and_step(loss, self.optimizer)
+            with distributed.waiting_for_peers("the step's gradient all-reduce"):
+                self.precision.backward_and_step(loss, self.optimizer)
             self.iteration += 1
             self._after_first_step()
             self.profiler.step()
@@ -137,7 +138,8 @@ class Trainer:
                 self.save(self._epoch_sums(device_sums, images, bad), time.perf_counter() - started)
         progress.close()
         totals = self._epoch_sums(device_sums, images, bad)
-        dist.all_reduce(totals)
+        with distributed.waiting_for_peers("the all-reduce of the epoch's totals"):
+            dist.all_reduce(totals)
         loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
         seconds = time.perf_counter() - started
         self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
@@ -175,7 +177,8 @@ class Trainer:
         self.model.train()
         counts = torch.cat([correct.to(self.device),
                             torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
-        dist.all_reduce(counts)
+        with distributed.waiting_for_peers("the all-reduce of the test counts"):
+            dist.all_reduce(counts)
         correct, images, bad = counts.tolist()
         if bad and self.placement.is_main:
             log.warning("Test accuracy over %d records: %d of the test DB's records could not be "
@@ -189,7 +192,8 @@ class Trainer:
         epoch's global sums so far."""
         if epoch_sums is not None:
             epoch_sums = epoch_sums.clone()
-            dist.all_reduce(epoch_sums)
+            with distributed.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
+                dist.all_reduce(epoch_sums)
         path = None
         if self.placement.is_main:
             config = self.config
@@ -209,7 +213,8 @@ class Trainer:
             }, path)
             checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
                                     config.keep_checkpoints)
-        dist.barrier()
+        with distributed.waiting_for_peers("the checkpoint barrier"):
+            dist.barrier()
         return path
 
     def check_bad_records(self, result: EpochResult) -> None:
@@ -225,7 +230,8 @@ class Trainer:
         if share <= self.config.max_bad_records:
             return
         gathered = [None] * self.placement.world_size
-        dist.all_gather_object(gathered, result.bad_keys)
+        with distributed.waiting_for_peers("the all-gather of the bad records' keys"):
+            dist.all_gather_object(gathered, result.bad_keys)
         if not self.placement.is_main:
             _leave_after_main()
         first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]
