@@ -15,9 +15,12 @@ import time
 
 import pytest
 import redis
+import torch
 import torch.distributed as dist
+import torch.utils.data
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
+from resnet50_trainer import distributed
 from trainer_runs import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,3 +215,23 @@ def test_shard_0_killed_during_the_meeting_is_named_by_the_others_in_one_line(tm
     assert len(errors) == 1 and "Traceback" not in output and "frame #" not in output, output
     assert "shard 0 of 3, which serves the meeting's store at 127.0.0.1:" in errors[0], output
     assert "was lost during the meeting" in errors[0] and "run_id k1" in errors[0]
+
+
+def children_of_this_process() -> set[int]:
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as file:
+        return {int(pid) for pid in file.read().split()}
+
+
+def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
+    """The DataLoader's SIGCHLD handler raises wherever the training thread is, also while it waits
+    on its peers: that error stays the DataLoader's (launch.py names it), it is no PeerLost."""
+    before = children_of_this_process()
+    batches = iter(torch.utils.data.DataLoader(range(100), batch_size=1, num_workers=1))
+    next(batches)
+    (worker,) = children_of_this_process() - before
+    with pytest.raises(RuntimeError) as raised:
+        with distributed.waiting_for_peers("a wait in this test"):
+            os.kill(worker, signal.SIGKILL)
+            time.sleep(30)  # the SIGCHLD handler raises in here
+    assert distributed.raised_by_input_processes(raised.value), raised.value
+    del batches
