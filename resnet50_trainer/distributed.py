@@ -129,7 +129,7 @@ def _form_group(config: Config, store: dist.Store, where: str, rank: int, world_
         who = (f"{_ranks(missing, per_machine)} of {world_size} did not join" if missing
                else "a peer was lost")
         raise UserError(f"rank {rank} could not form the process group: {who} "
-                        f"({first_line(error)}; store {where}): start every shard of the run, "
+                        f"({first_line(error)}; store {where}): start every process of the run, "
                         "or raise --first_iter_timeout") from None
 
 

@@ -106,7 +106,8 @@ def _one_line_if_lost(config: Config, placement: distributed.Placement) -> Itera
     try:
         yield
     except distributed.PeerLost as failure:
-        raise RunFailed(f"rank {placement.rank} stopped: {failure}; {_cannot_go_on(config)}") from failure
+        raise RunFailed(f"rank {placement.rank} stopped: {failure}; "
+                        f"{_cannot_go_on(config)}") from failure
     except RuntimeError as error:
         if not distributed.raised_by_input_processes(error):
             raise
