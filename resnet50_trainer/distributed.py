@@ -13,20 +13,36 @@ from __future__ import annotations
 import datetime
 import hashlib
 import logging
+import multiprocessing
+import os
+import socket
+import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
+import torch.utils.data
 
 from resnet50_trainer import network, rendezvous
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.rendezvous.launchers import Launched
-from resnet50_trainer.rendezvous.meeting import Meeting, Seat, meet
+from resnet50_trainer.rendezvous.meeting import Meeting, Seat, first_line, meet
 
 log = logging.getLogger(__name__)
 LOCALHOST = "127.0.0.1"
+STORE_CONNECT_TIMEOUT_S = 30.0
+JOINED_KEY = "joined"  # "joined/<rank>" on the run's store: who reached the process group
+_DATALOADER_CODE = os.path.dirname(torch.utils.data.__file__) + os.sep
+_MULTIPROCESSING_CODE = os.path.dirname(multiprocessing.__file__) + os.sep
+
+
+class PeerLost(Exception):
+    """This process waited on its peers and one died, hung past the timeout or became unreachable.
+    The message is one line: what was being waited on, and the backend's reason (with the peer's
+    address where Gloo gives it)."""
 
 
 @dataclass(frozen=True)
@@ -68,26 +84,62 @@ def meet_shards(config: Config) -> Meeting:
 def join_process_group(config: Config, placement: Placement, host: str, port: int) -> None:
     """Join the run's process group through the store at host:port: NCCL on GPUs, Gloo on CPUs."""
     first = datetime.timedelta(seconds=config.first_iter_timeout)
-    try:
+    try:  # a plain connect fails at once on a dead port, where TCPStore would retry until `first`
+        socket.create_connection((host, port), timeout=STORE_CONNECT_TIMEOUT_S).close()
         store = dist.TCPStore(host, port, is_master=False, timeout=first)
-    except (RuntimeError, TimeoutError) as error:
-        raise UserError(f"could not reach the run's store at {host}:{port} ({error}); check that "
-                        "shard 0's launching process is alive") from error
-    dist.init_process_group(_backend(config), store=store, rank=placement.rank,
-                            world_size=placement.world_size, timeout=first)
+    except (OSError, RuntimeError) as error:
+        raise UserError(f"could not reach the run's store at {host}:{port} ({first_line(error)}); "
+                        "check that shard 0's launching process is alive") from error
+    _form_group(config, store, f"{host}:{port}", placement.rank, placement.world_size,
+                placement.local_world_size)
 
 
 def join_under_launcher(config: Config, launched: Launched) -> Optional[Meeting]:
     """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
-    first = datetime.timedelta(seconds=config.first_iter_timeout)
     if launched.master is not None:
-        dist.init_process_group(_backend(config), init_method="env://", rank=launched.rank,
-                                world_size=launched.world_size, timeout=first)
+        try:
+            dist.init_process_group(_backend(config), init_method="env://", rank=launched.rank,
+                                    world_size=launched.world_size,
+                                    timeout=datetime.timedelta(seconds=config.first_iter_timeout))
+        except (dist.DistError, RuntimeError) as error:
+            raise UserError(f"rank {launched.rank} could not form the process group at "
+                            f"MASTER_ADDR:MASTER_PORT {launched.master[0]}:{launched.master[1]} "
+                            f"({first_line(error)}): check that every rank was started and "
+                            "reaches that address") from None
         return None
     meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank", config.run_id))
-    dist.init_process_group(_backend(config), store=meeting.store, rank=launched.rank,
-                            world_size=launched.world_size, timeout=first)
+    _form_group(config, meeting.store, f"{meeting.host}:{meeting.port}", launched.rank,
+                launched.world_size, launched.local_world_size)
     return meeting
+
+
+def _form_group(config: Config, store: dist.Store, where: str, rank: int, world_size: int,
+                per_machine: int) -> None:
+    """init_process_group on the run's store. Each rank checks in first, so that a failure (a peer
+    that never came, or died while the group formed) names the ranks that did not join."""
+    try:
+        store.add(f"{JOINED_KEY}/{rank}", 1)
+        dist.init_process_group(_backend(config), store=store, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=config.first_iter_timeout))
+    except (dist.DistError, RuntimeError) as error:
+        try:
+            missing = [r for r in range(world_size) if not store.check([f"{JOINED_KEY}/{r}"])]
+        except (dist.DistError, RuntimeError):
+            raise UserError(f"rank {rank} lost the run's store at {where} while the process group "
+                            f"formed ({first_line(error)}): shard 0's launching process, which "
+                            "serves it, is gone; start the run again") from None
+        who = (f"{_ranks(missing, per_machine)} of {world_size} did not join" if missing
+               else "a peer was lost")
+        raise UserError(f"rank {rank} could not form the process group: {who} "
+                        f"({first_line(error)}; store {where}): start every process of the run, "
+                        "or raise --first_iter_timeout") from None
+
+
+def _ranks(ranks: list[int], per_machine: int) -> str:
+    """"rank 3 (shard 1)", "ranks 2, 3 (shard 1)": shard = rank // processes per machine."""
+    shards = sorted({rank // per_machine for rank in ranks})
+    return (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+            f"(shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))})")
 
 
 def _meet_through_board(config: Config, seat: Seat) -> Meeting:
@@ -113,6 +165,41 @@ def shorten_timeout(config: Config) -> None:
     set_timeout(timeout)
 
 
+@contextmanager
+def waiting_for_peers(what: str) -> Iterator[None]:
+    """Wrap each place where this process waits on its peers: a collective (or a step holding DDP's)
+    that fails there is a lost peer, raised as PeerLost naming `what` ("the checkpoint barrier").
+
+    Recognised by where it happens, not by its words: Gloo raises plain RuntimeErrors, torch's own
+    collectives DistErrors. Not a peer's doing: a RuntimeError subclass (out of memory, CUDA
+    errors, torch.compile's errors, ours) and the DataLoader's report of a dead input process,
+    which its SIGCHLD handler may raise anywhere in this thread."""
+    try:
+        yield
+    except (dist.DistError, RuntimeError) as error:
+        if not isinstance(error, dist.DistError) and (type(error) is not RuntimeError
+                                                      or raised_by_input_processes(error)):
+            raise
+        raise PeerLost(f"a peer was lost or stopped answering during {what} "
+                       f"({first_line(error)})") from error
+
+
+def raised_by_input_processes(error: BaseException) -> bool:
+    """The DataLoader's own error about its input processes (one died, or stopped answering):
+    raised in torch.utils.data itself, by next() on the loader or by its SIGCHLD handler. An error
+    inside an input process is re-raised from elsewhere (torch._utils) and keeps its traceback.
+    An input process killed while it hands a batch over breaks the pipe inside multiprocessing,
+    under the DataLoader's next(): that is the same loss."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    innermost = frames[-1].filename
+    if innermost.startswith(_DATALOADER_CODE):
+        return True
+    return (isinstance(error, (OSError, EOFError)) and innermost.startswith(_MULTIPROCESSING_CODE)
+            and any(frame.filename.startswith(_DATALOADER_CODE) for frame in frames))
+
+
 def parameters_digest_everywhere(module: torch.nn.Module) -> str:
     """SHA-256 of this replica's parameters, checked equal on every process; raises if any differs.
 
@@ -124,7 +211,8 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
     mine = torch.tensor(list(digest.digest()[:16]), dtype=torch.uint8,
                         device=next(module.parameters()).device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, mine)
+    with waiting_for_peers("the all-gather of the parameters' digest"):
+        dist.all_gather(everyone, mine)
     differing = [rank for rank, other in enumerate(everyone) if not torch.equal(other, mine)]
     if differing:
         raise RuntimeError(f"replicas diverged: ranks {differing} hold other parameters than "
@@ -133,5 +221,12 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
 
 
 def leave_process_group() -> None:
-    if dist.is_initialized():
+    """Leave the group; the DataLoader's SIGCHLD handler may report an input process that died
+    with the run here, after the run's own error has been raised: that one is the one to report."""
+    if not dist.is_initialized():
+        return
+    try:
         dist.destroy_process_group()
+    except RuntimeError as error:
+        if not raised_by_input_processes(error):
+            raise

@@ -4,13 +4,11 @@ our own when torchrun, srun or mpirun started this process as one rank."""
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import sys
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
-import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from resnet50_trainer import distributed, network, preflight
@@ -18,6 +16,7 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
+from resnet50_trainer.rendezvous.meeting import first_line
 from resnet50_trainer.train import train
 
 log = logging.getLogger(__name__)
@@ -79,8 +78,9 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
     placement = distributed.placement_for(config, local_index)
     _set_up_logging(placement)
     device = claim_device(config, local_index)
-    distributed.join_process_group(config, placement, store_host, store_port)
-    _train_in_group(config, placement, device)
+    with _one_line_if_lost(config, placement):
+        distributed.join_process_group(config, placement, store_host, store_port)
+        train(config, placement, device)
 
 
 def _run_launched(launched: Launched, config: Config) -> None:
@@ -89,8 +89,9 @@ def _run_launched(launched: Launched, config: Config) -> None:
                                       launched.local_world_size)
     _set_up_logging(placement)
     device = claim_device(config, launched.local_rank)
-    meeting = distributed.join_under_launcher(config, launched)  # noqa: F841 (held for the run)
-    _train_in_group(config, placement, device)
+    with _one_line_if_lost(config, placement):
+        meeting = distributed.join_under_launcher(config, launched)  # noqa: F841 (held for the run)
+        train(config, placement, device)
 
 
 def _set_up_logging(placement: distributed.Placement) -> None:
@@ -98,17 +99,27 @@ def _set_up_logging(placement: distributed.Placement) -> None:
                         format="%(message)s", force=True)
 
 
-def _train_in_group(config: Config, placement: distributed.Placement, device: torch.device) -> None:
+@contextmanager
+def _one_line_if_lost(config: Config, placement: distributed.Placement) -> Iterator[None]:
+    """A lost peer (typed where this process waited on it) or lost input processes end the run with
+    one line; any other error keeps its traceback. The process group is left either way."""
     try:
-        train(config, placement, device)
-    except (dist.DistError, RuntimeError) as error:
-        if not _is_lost_peer_or_input(error):
+        yield
+    except distributed.PeerLost as failure:
+        raise RunFailed(f"rank {placement.rank} stopped: {failure}; "
+                        f"{_cannot_go_on(config)}") from failure
+    except (RuntimeError, OSError, EOFError) as error:
+        if not distributed.raised_by_input_processes(error):
             raise
-        raise RunFailed(f"rank {placement.rank} stopped: {_reason(error)}; the run "
-                        "cannot go on without every process: resume it with --load_model_path "
-                        f"{config.checkpoint_dir}") from error
+        raise RunFailed(f"rank {placement.rank} stopped: {first_line(error)}; "
+                        f"{_cannot_go_on(config)}") from error
     finally:
         distributed.leave_process_group()
+
+
+def _cannot_go_on(config: Config) -> str:
+    return ("the run cannot go on without every process: resume it with --load_model_path "
+            + config.checkpoint_dir)
 
 
 def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> None:
@@ -123,21 +134,6 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     except (RunFailed, Diverged) as failure:
         print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         sys.exit(1)
-
-
-def _is_lost_peer_or_input(error: Exception) -> bool:
-    """Errors from collectives (a peer died or timed out) and from the DataLoader (an input
-    process died) end the run with one line; any other error keeps its traceback. Gloo raises
-    plain RuntimeErrors that start with its source location (".../gloo/transport/tcp/pair.cc")."""
-    message = str(error)
-    return (isinstance(error, dist.DistError) or message.startswith("DataLoader worker")
-            or "/gloo/" in message.split(" ", 1)[0])
-
-
-def _reason(error: Exception) -> str:
-    """The first line, without Gloo's source location and its boilerplate advice."""
-    line = re.sub(r"^\[[^\]]*\] ", "", str(error).splitlines()[0])
-    return line.split(" This is typically caused", 1)[0].rstrip(".")
 
 
 def _interrupt_once() -> None:

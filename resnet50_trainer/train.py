@@ -66,7 +66,8 @@ class DivergenceWatch:
         every weight is finite). One small all-reduce and one read."""
         verdict = torch.stack([self.first_bad_loss.to(self.device),
                                self.weights_finite().to(self.device, torch.int64)])
-        dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
+        with distributed.waiting_for_peers("the divergence check"):
+            dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
         first_bad_loss, weights_finite = verdict.tolist()
         return (None if first_bad_loss == NO_BAD_LOSS else first_bad_loss), bool(weights_finite)
 
@@ -175,7 +176,8 @@ class Trainer:
             progress.close()
         self.stop_if_diverged()
         totals = self._epoch_sums(device_sums, images, bad)
-        dist.all_reduce(totals)
+        with distributed.waiting_for_peers("the all-reduce of the epoch's totals"):
+            dist.all_reduce(totals)
         loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
         seconds = time.perf_counter() - started
         self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
@@ -185,11 +187,12 @@ class Trainer:
         """One step; (loss, correct, labels), still on the device."""
         labels = batch.labels.to(self.output_device, non_blocking=True)  # a no-op unless split
         set_learning_rate(self.optimizer, self.schedule(self.iteration))
-        with self.precision.autocast():
+        with distributed.waiting_for_peers("the step's buffer broadcast"), self.precision.autocast():
             logits = self.train_model(self.precision.inputs(batch.images))
             loss = F.cross_entropy(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
-        self.precision.backward_and_step(loss, self.optimizer)
+        with distributed.waiting_for_peers("the step's gradient all-reduce"):
+            self.precision.backward_and_step(loss, self.optimizer)
         self.iteration += 1
         self.watch.record(loss, self.iteration)
         self._after_first_step()
@@ -230,7 +233,8 @@ class Trainer:
         stops: the first reports it in one line, the others leave quietly after it (rather than
         each reporting the first as a lost peer)."""
         failed = torch.tensor(float(failure is not None), device=self.device)
-        dist.broadcast(failed, src=0)
+        with distributed.waiting_for_peers("the first process's report on its writes"):
+            dist.broadcast(failed, src=0)
         if not failed.item():
             return
         if not self.placement.is_main:
@@ -272,7 +276,8 @@ class Trainer:
         self.model.train()
         counts = torch.cat([correct.to(self.device),
                             torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
-        dist.all_reduce(counts)
+        with distributed.waiting_for_peers("the all-reduce of the test counts"):
+            dist.all_reduce(counts)
         correct, images, bad = counts.tolist()
         if bad and self.placement.is_main:
             log.warning("Test accuracy over %d records: %d of the test DB's records could not be "
@@ -286,7 +291,8 @@ class Trainer:
         epoch's global sums so far."""
         if epoch_sums is not None:
             epoch_sums = epoch_sums.clone()
-            dist.all_reduce(epoch_sums)
+            with distributed.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
+                dist.all_reduce(epoch_sums)
         path = None
         if self.placement.is_main:
             config = self.config
@@ -306,7 +312,8 @@ class Trainer:
             }, path)
             checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
                                     config.keep_checkpoints)
-        dist.barrier()
+        with distributed.waiting_for_peers("the checkpoint barrier"):
+            dist.barrier()
         return path
 
     def check_bad_records(self, result: EpochResult) -> None:
@@ -322,7 +329,8 @@ class Trainer:
         if share <= self.config.max_bad_records:
             return
         gathered = [None] * self.placement.world_size
-        dist.all_gather_object(gathered, result.bad_keys)
+        with distributed.waiting_for_peers("the all-gather of the bad records' keys"):
+            dist.all_gather_object(gathered, result.bad_keys)
         if not self.placement.is_main:
             _leave_after_main()
         first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]

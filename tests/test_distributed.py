@@ -5,6 +5,8 @@ the failures that must end a run with one line instead of a hang."""
 from __future__ import annotations
 
 import csv
+import datetime
+import json
 import os
 import signal
 import subprocess
@@ -13,8 +15,13 @@ import time
 
 import pytest
 import redis
+import torch
+import torch.distributed as dist
+import torch.utils.data
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
+from resnet50_trainer import distributed
+from trainer_runs import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
@@ -176,3 +183,55 @@ def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_
     assert "rank 0 stopped:" in output and "resume it with --load_model_path" in output
     assert "Traceback" not in output
     shard_1.communicate()
+
+
+def store_of_the_meeting(directory, run_id: str) -> dist.TCPStore:
+    """A client of the store that shard 0 published in the shared directory."""
+    path = directory / f"resnet50_trainer.{run_id}.address"
+    wait_for(path.exists, 120, "shard 0's entry")
+    entry = json.loads(path.read_text())
+    return dist.TCPStore(entry["host"], entry["port"], is_master=False,
+                         timeout=datetime.timedelta(seconds=10))
+
+
+def test_shard_0_killed_during_the_meeting_is_named_by_the_others_in_one_line(tmp_path):
+    """Shard 0 serves the meeting's store: killed while shard 1 waits there for shard 2, it leaves
+    shard 1 with one line naming it, not a connection-reset traceback."""
+    meeting = tmp_path / "nfs"
+    meeting.mkdir()
+    common = ["--train_data", "null", "--epoch_size", "64", "--num_shards", "3", "--run_id", "k1",
+              "--file_store_path", str(meeting)]
+    shard_0 = start(tmp_path, "shard0", *common, "--shard_id", "0")
+    shard_1 = start(tmp_path, "shard1", *common, "--shard_id", "1")
+    try:
+        store = store_of_the_meeting(meeting, "k1")
+        wait_for(lambda: store.check(["arrived/1"]), 120, "shard 1 to arrive")
+    finally:
+        os.killpg(shard_0.pid, signal.SIGKILL)
+        shard_0.communicate()
+    code, output = finish(shard_1, limit_s=60)
+    assert code == 2, output
+    errors = [line for line in output.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in output and "frame #" not in output, output
+    assert "shard 0 of 3, which serves the meeting's store at 127.0.0.1:" in errors[0], output
+    assert "was lost during the meeting" in errors[0] and "run_id k1" in errors[0]
+
+
+def children_of_this_process() -> set[int]:
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as file:
+        return {int(pid) for pid in file.read().split()}
+
+
+def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
+    """The DataLoader's SIGCHLD handler raises wherever the training thread is, also while it waits
+    on its peers: that error stays the DataLoader's (launch.py names it), it is no PeerLost."""
+    before = children_of_this_process()
+    batches = iter(torch.utils.data.DataLoader(range(100), batch_size=1, num_workers=1))
+    next(batches)
+    (worker,) = children_of_this_process() - before
+    with pytest.raises(RuntimeError) as raised:
+        with distributed.waiting_for_peers("a wait in this test"):
+            os.kill(worker, signal.SIGKILL)
+            time.sleep(30)  # the SIGCHLD handler raises in here
+    assert distributed.raised_by_input_processes(raised.value), raised.value
+    del batches

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import torch
 import torch.distributed as dist
 from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
                        write_image_db)
+from resnet50_trainer import checkpoint
 from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, log_rows, run_trainer, start_trainer,
                           trainer_command, trainer_env, training_processes, wait_for)
 
@@ -186,34 +188,116 @@ rank, port = int(sys.argv[1]), int(sys.argv[2])
 config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
 launch._run_spawned(rank, config, "127.0.0.1", port)
 """
+# What a survivor says, wherever it waited on the lost peer: a collective of the step, the
+# all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses).
+LOST_PEER = re.compile(r"resnet50-trainer: error: rank (\d) stopped: a peer was lost or stopped "
+                       r"answering during (the [^(]+) \(.+\); the run cannot go on without every "
+                       r"process: resume it with --load_model_path (\S+)$")
+
+
+def start_ranks(store: dist.TCPStore, ranks, out, *args: str, **env: str) -> list[subprocess.Popen]:
+    """Training processes of a 2-process run as independent commands (as on two machines): no
+    launcher, they only have each other and the store."""
+    args = [*SMALL_RUN, "--num_gpus", "2", "--log_dir", str(out), "--timeout", str(TIMEOUT_S), *args]
+    return [subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *args],
+                             env=trainer_env(**env), text=True, stderr=subprocess.PIPE)
+            for rank in ranks]
+
+
+def serve_store(timeout_s: float = 60) -> dist.TCPStore:
+    """The meeting point a launcher would serve."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def survivor_ends(survivor: subprocess.Popen, processes, within_s: float) -> tuple[int, str]:
+    """The survivor's status and stderr; every process is killed afterwards."""
+    try:
+        status, stderr, _ = finish(survivor, within_s)
+    finally:
+        for process in processes:
+            process.kill()
+            process.communicate()
+    return status, stderr
+
+
+def assert_lost_peer_line(stderr: str, rank: int, out) -> str:
+    """One line, no traceback (Python's or torch's C++ one); returns what the survivor waited on."""
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr and "frame #" not in stderr, stderr
+    line = LOST_PEER.match(errors[0])
+    assert line and line[1] == str(rank) and line[3] == str(out), errors[0]
+    return line[2]
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tmp_path, fault):
-    """As when a whole machine is lost or hangs: the two training processes are independent
-    commands, so only Gloo (a reset connection, or --timeout) can tell the survivor."""
-    # The meeting point a launcher would serve; the two processes then only have each other.
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=60))
-    args = [*SMALL_RUN, "--num_gpus", "2", "--train_data", small_db, "--num_epochs", "1000",
-            "--log_dir", str(tmp_path), "--timeout", str(TIMEOUT_S)]
-    survivor, victim = (subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank),
-                                          str(store.port), *args],
-                                         env=trainer_env(), text=True, stderr=subprocess.PIPE)
-                        for rank in (0, 1))
-    try:
-        wait_for(lambda: os.path.exists(tmp_path / "resnet50_model_1.pt"), 180, "the first checkpoint")
-        victim.send_signal(fault)
-        status, stderr, seconds = finish(survivor, TIMEOUT_S + 10)
-    finally:
-        for process in (survivor, victim):
-            process.kill()
-            process.communicate()
+    """As when a whole machine is lost or hangs: only Gloo (a reset connection, or --timeout) can
+    tell the survivor. Wherever the survivor waits when that happens (DDP's buffer broadcast, the
+    gradient all-reduce, the epoch's totals, the checkpoint barrier: timing decides), it ends the
+    same way."""
+    store = serve_store()
+    survivor, victim = start_ranks(store, (0, 1), tmp_path, "--train_data", small_db,
+                                   "--num_epochs", "1000")
+    wait_for(lambda: os.path.exists(tmp_path / "resnet50_model_1.pt"), 180, "the first checkpoint")
+    victim.send_signal(fault)
+    status, stderr = survivor_ends(survivor, (survivor, victim), TIMEOUT_S + 10)
     assert status == 1, stderr
+    assert_lost_peer_line(stderr, 0, tmp_path)
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_there(
+        small_db, tmp_path, fault):
+    """A known place: rank 0 is held in its checkpoint write (between fsync and rename) when it is
+    lost, so rank 1 waits in the checkpoint barrier."""
+    store = serve_store()
+    writer, survivor = start_ranks(store, (0, 1), tmp_path, "--train_data", small_db,
+                                   "--num_epochs", "2",
+                                   **{checkpoint.PAUSE_BEFORE_RENAME_ENV: "300"})
+    wait_for(lambda: any(name.startswith(".tmp-") for name in os.listdir(tmp_path)), 180,
+             "the checkpoint write")
+    writer.send_signal(fault)
+    status, stderr = survivor_ends(survivor, (survivor, writer), TIMEOUT_S + 10)
+    assert status == 1, stderr
+    assert assert_lost_peer_line(stderr, 1, tmp_path) == "the checkpoint barrier"
+
+
+def test_a_rank_that_never_joins_is_named(small_db, tmp_path):
+    store = serve_store()
+    (alone,) = start_ranks(store, (0,), tmp_path, "--train_data", small_db,
+                           "--first_iter_timeout", "3")
+    status, stderr = survivor_ends(alone, (alone,), 60)
     errors = [line for line in stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "Traceback" not in stderr, stderr
-    assert "rank 0 stopped:" in errors[0] and "resume it with --load_model_path" in errors[0]
-    assert ("Timed out waiting 5000ms" if fault == signal.SIGSTOP else "Connection") in errors[0]
+    assert status == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert ("rank 0 could not form the process group: rank 1 (shard 0) of 2 did not join"
+            in errors[0]), errors[0]
+
+
+STORE_SERVER = """
+import sys, time
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+print(store.port, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_store_lost_while_the_group_forms_is_named(small_db, tmp_path):
+    """The store's process (a launcher's) killed while rank 0 waits there for rank 1."""
+    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    client = dist.TCPStore("127.0.0.1", port, is_master=False)
+    (alone,) = start_ranks(client, (0,), tmp_path, "--train_data", small_db,
+                           "--first_iter_timeout", "120")
+    wait_for(lambda: client.check(["joined/0"]), 120, "rank 0 to check in")
+    server.kill()
+    server.communicate()
+    status, stderr = survivor_ends(alone, (alone,), 60)
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert status == 2 and len(errors) == 1, stderr
+    assert "Traceback" not in stderr and "frame #" not in stderr, stderr
+    assert f"rank 0 lost the run's store at 127.0.0.1:{port} while the process group formed" in errors[0]
 
 
 def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(tmp_path):

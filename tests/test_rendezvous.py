@@ -5,6 +5,7 @@ Participants run as threads of this process against a real redis-server or a tem
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -145,3 +146,55 @@ def test_no_keys_are_left_on_redis_after_a_meeting(redis_port):  # noqa: F811 (f
     make = lambda run_id: open_board(run_id, HOST, redis_port, None, "/tmp")  # noqa: E731
     meet_all(make, "run-a", count=2)
     assert redis_keys(redis_port) == []
+
+
+# A file at the board's path that is not an entry of ours, and how the warning names its bad part.
+MALFORMED_ENTRIES = {
+    "garbage": (b"garbage", "not JSON"),
+    "not UTF-8": (b"\xff\xfe{\x00", "not JSON"),
+    "a JSON list": (b"[1, 2]", "not an object with host, port and nonce"),
+    "no nonce": (b'{"host": "127.0.0.1", "port": 5}', "not an object with host, port and nonce"),
+    "port not a number": (b'{"host": "127.0.0.1", "port": "abc", "nonce": "x"}',
+                          "port 'abc' is not a port number"),
+    "port out of range": (b'{"host": "127.0.0.1", "port": 99999, "nonce": "x"}',
+                          "port 99999 is not a port number"),
+    "port true": (b'{"host": "127.0.0.1", "port": true, "nonce": "x"}', "port True is not a port number"),
+    "host not a string": (b'{"host": 5, "port": 80, "nonce": "x"}', "host 5 is not a host name"),
+    "nonce not a string": (b'{"host": "127.0.0.1", "port": 80, "nonce": [7]}',
+                           "nonce [7] is not a string"),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED_ENTRIES)
+def test_a_malformed_entry_in_the_directory_is_named_in_one_line_and_replaced(tmp_path, caplog, name):
+    content, problem = MALFORMED_ENTRIES[name]
+    (tmp_path / "resnet50_trainer.run-a.address").write_bytes(content)
+    make = lambda run_id: open_board(run_id, None, 6379, None, str(tmp_path))  # noqa: E731
+    with caplog.at_level(logging.INFO):
+        results = dict(meet_all(make, "run-a", count=2, start_gap_s=1.0))
+    assert results[0].port == results[1].port, results  # shard 0 replaced it; both met
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert 1 <= len(warnings) <= 2, warnings  # once by each participant that read it
+    for record in warnings:
+        assert record.exc_info is None
+        assert record.getMessage().startswith(
+            f"Ignoring a malformed rendezvous entry in directory {tmp_path} ({problem}")
+
+
+def test_a_directory_where_the_entry_belongs_is_named(tmp_path):
+    path = tmp_path / "resnet50_trainer.run-a.address"
+    path.mkdir()
+    make = lambda run_id: open_board(run_id, None, 6379, None, str(tmp_path))  # noqa: E731
+    results = dict(meet_all(make, "run-a", count=2, timeout_s=3))
+    for index in (0, 1):
+        assert f"cannot read {path} (Is a directory): remove what is there" in str(results[index])
+    assert os.listdir(tmp_path) == [path.name]  # nothing left behind
+
+
+def test_a_value_on_redis_that_is_not_utf8_is_ignored(redis_port, caplog):  # noqa: F811 (fixture)
+    make = lambda run_id: open_board(run_id, HOST, redis_port, None, "/tmp")  # noqa: E731
+    redis.Redis(port=redis_port).set("resnet50_trainer:run-a:address", b"\xff\xfe")
+    with caplog.at_level(logging.INFO):
+        results = dict(meet_all(make, "run-a", count=2, start_gap_s=1.0))
+    assert results[0].port == results[1].port, results
+    assert f"Ignoring a malformed rendezvous entry in redis {HOST}:{redis_port} (not JSON" in caplog.text

@@ -7,6 +7,7 @@ revalidates it on NFS (close-to-open consistency), so a reader sees a finished e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import uuid
@@ -36,16 +37,21 @@ class FileBoard:
                 os.fsync(file.fileno())
             os.replace(staging, self.path)
         except OSError as error:
-            raise UserError(f"cannot write {self.path} ({error.strerror}): check --file_store_path") from None
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(staging)  # what this run wrote, never what is there
+            raise UserError(f"cannot write {self.path} ({error.strerror}): remove what is there "
+                            "or check --file_store_path") from None
 
     def read(self) -> Optional[str]:
         try:
-            with open(self.path) as file:
+            # Not UTF-8: a foreign file; the meeting ignores what does not decode as an entry.
+            with open(self.path, errors="replace") as file:
                 return file.read()
         except FileNotFoundError:
             return None
         except OSError as error:
-            raise UserError(f"cannot read {self.path} ({error.strerror}): check --file_store_path") from None
+            raise UserError(f"cannot read {self.path} ({error.strerror}): remove what is there "
+                            "or check --file_store_path") from None
 
     def withdraw(self, entry: str) -> None:
         if self.read() == entry:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 import secrets
 import socket
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch.distributed as dist
 
@@ -62,12 +64,13 @@ def meet(board: Board, seat: Seat, advertised_host: str, timeout_s: float) -> Me
         meeting, entry = _host(board, seat, advertised_host, timeout_s)
     else:
         meeting, entry = _find(board, seat, deadline, timeout_s), None
-    arrivals = meeting.store.add(f"arrived/{seat.index}", 1)
-    if arrivals > 1:
-        raise UserError(f"{seat.noun} {seat.index} of run {seat.run_id} arrived twice: give each "
-                        f"machine its own {seat.noun} id")
-    meeting.store.add("arrived", 1)
-    _wait_for_all(meeting.store, seat, deadline, timeout_s, board.where)
+    with _host_alive(seat, meeting, board.where) if seat.index else nullcontext():
+        arrivals = meeting.store.add(f"arrived/{seat.index}", 1)
+        if arrivals > 1:
+            raise UserError(f"{seat.noun} {seat.index} of run {seat.run_id} arrived twice: give "
+                            f"each machine its own {seat.noun} id")
+        meeting.store.add("arrived", 1)
+        _wait_for_all(meeting.store, seat, deadline, timeout_s, board.where)
     if entry is not None:
         board.withdraw(entry)
     log.info("All %d %ss of run %s met at %s:%d (via %s)", seat.count, seat.noun, seat.run_id,
@@ -75,14 +78,31 @@ def meet(board: Board, seat: Seat, advertised_host: str, timeout_s: float) -> Me
     return meeting
 
 
+@contextmanager
+def _host_alive(seat: Seat, meeting: Meeting, where: str) -> Iterator[None]:
+    """The store lives in participant 0's process: once found, a failing store call means that
+    participant is gone (killed, or its machine lost) while the others wait."""
+    try:
+        yield
+    except (dist.DistError, RuntimeError) as error:  # DistError: torch's store errors
+        raise UserError(f"{seat.noun} 0 of {seat.count}, which serves the meeting's store at "
+                        f"{meeting.host}:{meeting.port}, was lost during the meeting "
+                        f"({first_line(error)}; run_id {seat.run_id}, {where}): start the run "
+                        f"again, every {seat.noun} with the same --run_id") from None
+
+
 def _host(board: Board, seat: Seat, host: str, timeout_s: float) -> tuple[Meeting, str]:
-    previous = _decode(board.read())
+    previous = _read_entry(board, set())
     if previous and _probe(previous) is not None:
         raise UserError(f"run id {seat.run_id} is in use by a live run (its store answers at "
-                        f"{previous['host']}:{previous['port']}, found via {board.where}): use a "
+                        f"{previous.host}:{previous.port}, found via {board.where}): use a "
                         "new --run_id, or stop that run")
-    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+    except (dist.DistError, RuntimeError) as error:
+        raise UserError(f"cannot serve the meeting's store at {host} ({first_line(error)}): "
+                        "name this machine's interface with --distributed_interfaces") from None
     nonce = secrets.token_hex(16)
     store.set(NONCE_KEY, nonce)
     entry = json.dumps({"host": host, "port": store.port, "nonce": nonce})
@@ -91,17 +111,17 @@ def _host(board: Board, seat: Seat, host: str, timeout_s: float) -> tuple[Meetin
 
 
 def _find(board: Board, seat: Seat, deadline: float, timeout_s: float) -> Meeting:
-    rejected = None
+    ignored: set[str] = set()  # entries already found stale or malformed, each named once
     while time.monotonic() < deadline:
-        entry = _decode(board.read())
-        if entry and entry != rejected:
+        entry = _read_entry(board, ignored)
+        if entry and entry.text not in ignored:
             store = _probe(entry)
             if store is not None:
                 store.set_timeout(datetime.timedelta(seconds=timeout_s))
-                return Meeting(store, entry["host"], entry["port"])
-            rejected = entry  # stale: left by an earlier run; wait for a new entry
-            log.info("Ignoring a stale rendezvous entry (%s:%d) in %s", entry["host"],
-                     entry["port"], board.where)
+                return Meeting(store, entry.host, entry.port)
+            ignored.add(entry.text)  # stale: left by an earlier run; wait for a new entry
+            log.info("Ignoring a stale rendezvous entry (%s:%d) in %s", entry.host, entry.port,
+                     board.where)
         time.sleep(POLL_S)
     raise UserError(f"{seat.noun} 0 of {seat.count} did not arrive within {timeout_s:g} s "
                     f"(run_id {seat.run_id}, {board.where}): start it with the same --run_id, "
@@ -121,24 +141,66 @@ def _wait_for_all(store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: 
         time.sleep(POLL_S)
 
 
-def _probe(entry: dict) -> Optional[dist.TCPStore]:
+def _probe(entry: Entry) -> Optional[dist.TCPStore]:
     """A client of the store the entry names, if that store is alive and holds the entry's nonce."""
-    address = (entry["host"], entry["port"])
+    address = (entry.host, entry.port)
     try:  # a plain connect fails fast on a dead port, where TCPStore would retry until its timeout
         socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
         store = dist.TCPStore(*address, is_master=False, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S))
-        if store.check([NONCE_KEY]) and store.get(NONCE_KEY).decode() == entry["nonce"]:
+        if store.check([NONCE_KEY]) and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce:
             return store
     except (OSError, RuntimeError):  # refused, or not a TCPStore; torch's DistError is a RuntimeError
         pass
     return None
 
 
-def _decode(entry: Optional[str]) -> Optional[dict]:
-    """A board entry, or None if there is none or it is not ours (a partial or foreign file)."""
-    try:
-        value = json.loads(entry) if entry else None
-    except ValueError:
+@dataclass(frozen=True)
+class Entry:
+    """What participant 0 publishes: its store's address and the nonce held there."""
+
+    host: str
+    port: int
+    nonce: str
+    text: str  # as read from the board
+
+    @classmethod
+    def decode(cls, text: str) -> "Entry":
+        """Raises ValueError naming the bad part of an entry that is not one of ours."""
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"not JSON: {error}") from None
+        if not isinstance(value, dict) or not {"host", "port", "nonce"} <= value.keys():
+            raise ValueError("not an object with host, port and nonce")
+        host, port, nonce = value["host"], value["port"], value["nonce"]
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host {host!r} is not a host name")
+        if type(port) is not int or not 0 < port < 65536:  # bool is an int: excluded by type()
+            raise ValueError(f"port {port!r} is not a port number")
+        if not isinstance(nonce, str):
+            raise ValueError(f"nonce {nonce!r} is not a string")
+        return cls(host, port, nonce, text)
+
+
+def _read_entry(board: Board, ignored: set[str]) -> Optional[Entry]:
+    """The board's entry, or None while there is none or it is malformed (a partial or foreign
+    file: participant 0 replaces it). A malformed entry is named once, in one line."""
+    text = board.read()
+    if not text:
         return None
-    return value if isinstance(value, dict) and {"host", "port", "nonce"} <= value.keys() else None
+    try:
+        return Entry.decode(text)
+    except ValueError as problem:
+        if text not in ignored:
+            ignored.add(text)
+            log.warning("Ignoring a malformed rendezvous entry in %s (%s)", board.where, problem)
+        return None
+
+
+def first_line(error: BaseException) -> str:
+    """A torch.distributed or Gloo error in one line: the first, without Gloo's source location
+    ("[.../gloo/transport/tcp/pair.cc:545] ") and its boilerplate advice."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    line = re.sub(r"^\[[^\]]*\] ", "", lines[0])
+    return line.split(" This is typically caused", 1)[0].rstrip(".")

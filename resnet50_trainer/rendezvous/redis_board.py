@@ -39,7 +39,8 @@ class RedisBoard:
 
     def read(self) -> Optional[str]:
         value = self._call(self.client.get, self.key)
-        return None if value is None else value.decode()
+        # Not UTF-8: a foreign value; the meeting ignores what does not decode as an entry.
+        return None if value is None else value.decode(errors="replace")
 
     def withdraw(self, entry: str) -> None:
         self._call(self.client.eval, _WITHDRAW_IF_OURS, 1, self.key, entry)
