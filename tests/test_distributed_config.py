@@ -46,6 +46,27 @@ def test_uneven_processes_per_machine_are_refused():
         detect_launcher(dict(TORCHRUN, WORLD_SIZE="3"))
 
 
+@pytest.mark.parametrize("variable, value, problem", [
+    ("LOCAL_WORLD_SIZE", "0", "at least one process"),
+    ("WORLD_SIZE", "0", "at least one process"),
+    ("RANK", "4", "not below WORLD_SIZE=4"),
+    ("LOCAL_RANK", "2", "not below LOCAL_WORLD_SIZE=2"),
+    ("RANK", "-1", "not one number"),
+    ("MASTER_PORT", "0", "not a port number"),
+    ("MASTER_PORT", "70000", "not a port number"),
+    ("MASTER_PORT", "http", "not a port number"),
+])
+def test_a_launcher_environment_that_places_no_process_is_one_line(variable, value, problem, capsys,
+                                                                    monkeypatch, tmp_path):
+    for name, setting in dict(TORCHRUN, **{variable: value}).items():
+        monkeypatch.setenv(name, setting)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--train_data", "null", "--use_cpu"]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1 and problem in stderr and f"{variable}=" in stderr, stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_launcher_places_the_machine_and_batch_stays_per_machine():
     settings = config("--batch_size", "8", launched=detect_launcher(TORCHRUN))
     assert (settings.num_shards, settings.shard_id, settings.num_gpus) == (2, 1, 2)

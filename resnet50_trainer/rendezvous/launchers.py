@@ -42,9 +42,7 @@ def detect_launcher(environ: Mapping[str, str]) -> Optional[Launched]:
     for name, variables in _LAUNCHERS:
         if all(variable in environ for variable in variables):
             rank, world, local_rank, local_world = (_number(environ, name, v) for v in variables)
-            if world % local_world:
-                raise UserError(f"{name} started {local_world} processes on this machine and "
-                                f"{world} in all: start the same number on every machine")
+            _check_placement(name, variables, rank, world, local_rank, local_world)
             return Launched(name, rank, world, local_rank, local_world, _master(environ),
                             environ.get("SLURM_JOB_ID"))
     return None
@@ -59,10 +57,33 @@ def _number(environ: Mapping[str, str], launcher: str, variable: str) -> int:
     return int(match.group(1))
 
 
+def _check_placement(launcher: str, variables: tuple[str, ...], rank: int, world: int,
+                     local_rank: int, local_world: int) -> None:
+    """Sizes of at least one process, the same number on every machine, and ranks inside them, or
+    the launcher's environment is not one we can place a process by (a hand-set variable, say)."""
+    rank_name, world_name, local_rank_name, local_world_name = variables
+    for name, value in ((world_name, world), (local_world_name, local_world)):
+        if value < 1:
+            raise UserError(f"{name}={value} set by {launcher}: a run needs at least one process; "
+                            "check the launcher's command line or unset the variable")
+    if world % local_world:
+        raise UserError(f"{launcher} started {local_world} processes on this machine and "
+                        f"{world} in all: start the same number on every machine")
+    for name, value, size, size_name in ((rank_name, rank, world, world_name),
+                                         (local_rank_name, local_rank, local_world, local_world_name)):
+        if value >= size:
+            raise UserError(f"{name}={value} set by {launcher} is not below {size_name}={size}: "
+                            "check the launcher's command line or unset the variable")
+
+
 def _master(environ: Mapping[str, str]) -> Optional[tuple[str, int]]:
     if "MASTER_ADDR" not in environ or "MASTER_PORT" not in environ:
         return None
     try:
-        return environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+        port = int(environ["MASTER_PORT"])
     except ValueError:
-        raise UserError(f"MASTER_PORT={environ['MASTER_PORT']!r} is not a port number") from None
+        port = 0
+    if not 1 <= port <= 65535:
+        raise UserError(f"MASTER_PORT={environ['MASTER_PORT']!r} is not a port number (1 to "
+                        "65535): check the launcher's command line")
+    return environ["MASTER_ADDR"], port
