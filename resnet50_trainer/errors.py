@@ -13,3 +13,7 @@ class UserError(Exception):
 
 class RecordError(UserError):
     """A database record that cannot be parsed or decoded."""
+
+
+class Diverged(Exception):
+    """The run's loss or weights became non-finite; the message is one line."""

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.train import train
 
@@ -33,7 +33,9 @@ class RunFailed(Exception):
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
     if launched is None or launched.local_rank == 0:  # once a machine, not once a rank
-        preflight.check_inputs(config)
+        # Global rank 0 writes the checkpoints; this process lives as long as the run there.
+        writes_checkpoints = config.shard_id == 0 if launched is None else launched.rank == 0
+        preflight.check_inputs(config, writes_checkpoints)
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:
@@ -68,7 +70,7 @@ def launch(config: Config, launched: Optional[Launched] = None) -> int:
 def _in_this_process(run) -> int:
     try:
         run()
-    except RunFailed as failure:
+    except (RunFailed, Diverged) as failure:
         print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         return 1
     return 0
@@ -120,7 +122,7 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     except UserError as error:
         print(f"resnet50-trainer: error: {error}", file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)
-    except RunFailed as failure:
+    except (RunFailed, Diverged) as failure:
         print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         sys.exit(1)
 
