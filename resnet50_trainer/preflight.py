@@ -95,7 +95,9 @@ def _claim_checkpoint_names(config: Config, resumed: Optional[dict]) -> None:
     except BaseException:
         os.close(lock)
         raise
-    # The lock's descriptor stays open, and the lock held, until this process exits.
+    # Held until this process exits; forked input processes close their copy, so that ones
+    # outliving a killed run do not keep its lock.
+    os.register_at_fork(after_in_child=lambda: os.close(lock))
 
 
 def check_outputs_writable(config: Config) -> None:

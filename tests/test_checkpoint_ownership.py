@@ -5,6 +5,8 @@ done for real, on CPU with ResNet-18 at 32 px."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -126,13 +128,30 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
     assert checkpoint.load_checkpoint(str(tmp_path))["path"] == str(tmp_path / f"{NAME}_2.pt")
 
 
+def lock_is_free(path) -> bool:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
 def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, tmp_path):
+    """The run is killed, not its input processes: they outlive it a while, without its lock."""
     database, _ = earlier
-    run = start_trainer("--train_data", database, "--num_epochs", "1000", "--log_dir", str(tmp_path))
+    run = start_trainer("--train_data", database, "--num_epochs", "1000", "--log_dir", str(tmp_path),
+                        "--num_workers", "2")
     try:
         wait_for(lambda: (tmp_path / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        assert lock_is_free(tmp_path / f".{NAME}.lock")
     finally:
-        os.killpg(run.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # the input processes may be gone already
+            os.killpg(run.pid, signal.SIGKILL)
         run.communicate()
     ours = tmp_path / f".tmp-{NAME}_2.pt-k1lled_9.pt"  # as a writer killed mid-write leaves it
     theirs = tmp_path / f".tmp-{NAME}_x_2.pt-abcdefgh.pt"  # of a run named resnet50_model_x
