@@ -32,7 +32,9 @@ class RunFailed(Exception):
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
     if launched is None or launched.local_rank == 0:  # once a machine, not once a rank
-        preflight.check_inputs(config)
+        # Global rank 0 writes the checkpoints; this process lives as long as the run there.
+        writes_checkpoints = config.shard_id == 0 if launched is None else launched.rank == 0
+        preflight.check_inputs(config, writes_checkpoints)
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:

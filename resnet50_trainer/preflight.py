@@ -5,26 +5,99 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Optional
+
+import torch
 
 from resnet50_trainer import checkpoint
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.model import build_model
+from resnet50_trainer.optim import build_optimizer
 
 # Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
 # with a few bad records passes (they are skipped while training); one where all fail does not.
 RECORDS_SAMPLED = 16
+# A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
+LARGEST_STEP = 10 ** 12
 
 
-def check_inputs(config: Config) -> None:
+def check_inputs(config: Config, writes_checkpoints: bool = True) -> None:
+    """`writes_checkpoints`: this machine runs global rank 0, which writes the checkpoints; this
+    process then takes the checkpoints' lock and holds it until it exits."""
+    check_checkpoint_name(config.save_model_name)
     check_outputs_writable(config)
+    if writes_checkpoints:
+        _check_checkpoint_names_fit(config)
     if not config.synthetic:
         _check_holds_images(config)
     if config.test_data is not None:
         _check_test_labels(config)
+    resumed = None
     if config.load_model_path:
-        checkpoint.check_matches(checkpoint.load_checkpoint(config.load_model_path), config)
+        resumed = checkpoint.load_checkpoint(config.load_model_path, warn=False)
+        checkpoint.check_matches(resumed, config)
+        with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
+            model = build_model(config.num_layers, config.num_labels, config.num_channels)
+            checkpoint.check_fits(resumed, model, build_optimizer(model, config))
+    if writes_checkpoints:
+        _claim_checkpoint_names(config, resumed)
+
+
+def check_checkpoint_name(name: str) -> None:
+    """A name that is no plain file name would write elsewhere, or fail after an epoch."""
+    separators = {"/", os.sep, os.altsep} - {None}
+    problems = ((not name, "is empty"),
+                (any(separator in name for separator in separators), "has a directory part"),
+                ("\0" in name, "holds a NUL character"),
+                (name.startswith(checkpoint.TEMPORARY_PREFIX),
+                 f"starts with {checkpoint.TEMPORARY_PREFIX}, which marks temporary files"))
+    problem = next((problem for found, problem in problems if found), None)
+    if problem:
+        raise UserError(f"--save_model_name {_shown(name)} {problem}: give a plain file name "
+                        "stem, and the directory as --checkpoint_dir")
+
+
+def _check_checkpoint_names_fit(config: Config) -> None:
+    """Create and delete a file of the longest name the run writes (a temporary file's, with a
+    step count no epoch reaches): a name too long for the file system fails here, not after an
+    epoch. The probe's random part is this process's id, so two runs starting at once differ."""
+    longest = checkpoint.temporary_name(config.save_model_name, config.num_epochs, LARGEST_STEP,
+                                        f"{os.getpid() % 10 ** 8:08d}")
+    probe = os.path.join(config.checkpoint_dir, longest)
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as error:
+        raise UserError(f"--save_model_name {_shown(config.save_model_name)} cannot name "
+                        f"checkpoints in --checkpoint_dir {config.checkpoint_dir} "
+                        f"({error.strerror}): choose a shorter name") from None
+
+
+def _claim_checkpoint_names(config: Config, resumed: Optional[dict]) -> None:
+    """This run's checkpoint names are its own: take their lock (a second live run refuses), make
+    sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed
+    one: none of another lineage), then clear the temporary files killed writers left."""
+    directory, name = config.checkpoint_dir, config.save_model_name
+    lock = checkpoint.lock_checkpoints(directory, name)
+    try:
+        lineage = None if resumed is None else checkpoint.lineage_of(resumed)
+        others = checkpoint.checkpoints_of_other_runs(directory, name, lineage)
+        if others:
+            whose = "another run" if resumed is None else f"another run than {resumed['path']}'s"
+            raise UserError(f"--checkpoint_dir {directory} holds checkpoints of {whose} (newest: "
+                            f"{others[-1].path}), which this run would replace or delete: resume "
+                            f"that run with --load_model_path {directory}, or give this run "
+                            "another --checkpoint_dir or --save_model_name")
+        checkpoint.remove_temporary_files(directory, name)
+    except BaseException:
+        os.close(lock)
+        raise
+    # Held until this process exits; forked input processes close their copy, so that ones
+    # outliving a killed run do not keep its lock.
+    os.register_at_fork(after_in_child=lambda: os.close(lock))
 
 
 def check_outputs_writable(config: Config) -> None:
@@ -37,6 +110,10 @@ def check_outputs_writable(config: Config) -> None:
         except OSError as error:
             raise UserError(f"{flag} {directory} cannot be written ({error.strerror}): "
                             "choose a writable directory") from None
+
+
+def _shown(name: str) -> str:
+    return repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
 
 
 def _check_holds_images(config: Config) -> None:

@@ -104,6 +104,7 @@ class Trainer:
         self.epoch = 0  # epochs completed
         self.step = 0  # steps done of the current epoch (non-zero only when resuming mid-epoch)
         self.iteration = 0  # global steps completed
+        self.lineage = checkpoint.new_lineage()  # of this run's checkpoints; resume() adopts one
         # Sums of the epoch so far, carried by a mid-epoch checkpoint, and the run's totals so far,
         # so the log's cumulative columns continue across a resume.
         self.resumed_sums: Optional[torch.Tensor] = None
@@ -128,23 +129,46 @@ class Trainer:
         data order. The order and augmentation are functions of (seed, epoch, step, position)
         (data/loader.py), so the seed and the counters restore them; torch's RNG state is restored
         too, though after the weights are drawn nothing in training consumes it."""
-        state = checkpoint.load_checkpoint(path)
+        state = checkpoint.load_checkpoint(path, warn=self.placement.is_main)
         checkpoint.check_matches(state, self.config)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
-            self.precision.scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["torch_rng_state"])
+        checkpoint.check_fits(state, self.model, self.optimizer)
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
+                self.precision.scaler.load_state_dict(state["scaler"])
+            torch.set_rng_state(state["torch_rng_state"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as error:
+            raise UserError(f"checkpoint {state['path']} cannot be loaded into this run "
+                            f"({checkpoint.describe_error(error)}): give a checkpoint written by "
+                            "resnet50-trainer for this model") from error
+        self.lineage = checkpoint.lineage_of(state)
         self.epoch, self.step, self.iteration = state["epoch"], state["step"], state["iteration"]
         self.total_seconds, self.total_images = state["total_seconds"], state["total_images"]
         if self.step:
             self.resumed_sums, self.resumed_seconds = state["epoch_sums"], state["epoch_seconds"]
         self.step, self.iteration = checkpoint.continue_with_global_batch(
-            state, self.config, self.placement.world_size, self.input.steps_per_epoch)
-        checkpoint.warn_of_changes(state, self.config, self.schedule(self.iteration))
+            state, self.config, self.placement.world_size, self.input.steps_per_epoch,
+            warn=self.placement.is_main)
+        self._end_epoch_beyond_its_steps(state["path"])
+        if self.placement.is_main:
+            checkpoint.warn_of_changes(state, self.config, self.schedule(self.iteration))
         log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
                  state["path"], self.epoch, self.step, self.epoch + 1, self.iteration,
                  self.schedule(self.iteration))
+
+    def _end_epoch_beyond_its_steps(self, path: str) -> None:
+        """A mid-epoch checkpoint past the end of this run's shorter epoch (another --epoch_size or
+        a smaller DB): that epoch ends at once, with the sums it had."""
+        steps = self.input.steps_per_epoch
+        if self.step < steps:
+            return
+        if self.placement.is_main:
+            log.warning("Checkpoint %s is %d steps into epoch %d, but this run's epochs have %d "
+                        "steps (--epoch_size or the DB changed): epoch %d ends without another "
+                        "step and the run goes on with epoch %d", path, self.step, self.epoch + 1,
+                        steps, self.epoch + 1, self.epoch + 2)
+        self.step = steps
 
     def train_epoch(self) -> EpochResult:
         config, steps = self.config, self.input.steps_per_epoch
@@ -209,9 +233,9 @@ class Trainer:
         if not self.placement.is_main:
             _leave_after_main(DIVERGED_EXIT_STATUS)
         if first_bad_loss is not None:
-            what = f"the loss became inf or nan at {self._position(first_bad_loss)}"
+            what = f"the loss was no longer finite (inf or nan) at {self._position(first_bad_loss)}"
         else:
-            what = (f"the weights blew up (inf, nan or astronomically large) by "
+            what = (f"the weights were no longer finite (inf, nan, or too large to square in float32) by "
                     f"{self._position(self.iteration)}")
         config = self.config
         saved = checkpoint.saved_checkpoints(config.checkpoint_dir, config.save_model_name)
@@ -228,18 +252,21 @@ class Trainer:
         epoch, step = divmod(iteration - 1, self.input.steps_per_epoch)
         return f"iteration {iteration} (epoch {epoch + 1}, step {step + 1})"
 
-    def stop_together(self, failure: Optional[UserError]) -> None:
-        """The first process alone writes the run log and the trace. If that failed, every process
-        stops: the first reports it in one line, the others leave quietly after it (rather than
-        each reporting the first as a lost peer)."""
-        failed = torch.tensor(float(failure is not None), device=self.device)
-        with distributed.waiting_for_peers("the first process's report on its writes"):
-            dist.broadcast(failed, src=0)
-        if not failed.item():
-            return
-        if not self.placement.is_main:
-            _leave_after_main()
-        raise failure
+    def stop_together(self, failure: Optional[Exception],
+                      what: str = "the first process's report on its writes") -> None:
+        """The first process alone writes the run log, the trace and checkpoints. If that failed,
+        every process stops with its exit status (1 for diverged weights, 2 for a failed write):
+        the first reports it in one line, the others leave quietly after it (rather than each
+        reporting the first as a lost peer)."""
+        status = (0 if failure is None else DIVERGED_EXIT_STATUS if isinstance(failure, Diverged)
+                  else USAGE_EXIT_STATUS)
+        outcome = torch.tensor([status], device=self.device)
+        with distributed.waiting_for_peers(what):
+            dist.broadcast(outcome, src=0)
+        if failure is not None:
+            raise failure
+        if outcome.item():
+            _leave_after_main(int(outcome.item()))
 
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.
@@ -285,7 +312,8 @@ class Trainer:
         return correct / max(images, 1)
 
     def save(self, epoch_sums: Optional[torch.Tensor] = None, epoch_seconds: float = 0.0) -> Optional[str]:
-        """The first process writes; every process waits, so none runs ahead of a saved step.
+        """The first process writes; every process waits, so none runs ahead of a saved step, and
+        learns whether the write failed, so all stop together, the first with its one line.
 
         Within an epoch, `epoch_sums` (this process's) are all-reduced so the checkpoint holds the
         epoch's global sums so far."""
@@ -293,28 +321,46 @@ class Trainer:
             epoch_sums = epoch_sums.clone()
             with distributed.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
                 dist.all_reduce(epoch_sums)
-        path = None
+        path, failure = None, None
         if self.placement.is_main:
             config = self.config
             path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name,
                                               self.epoch, self.step)
-            checkpoint.save_checkpoint({
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.precision.scaler.state_dict(),
-                "epoch": self.epoch, "step": self.step, "iteration": self.iteration,
-                "learning_rate": self.schedule(self.iteration),  # of the next step
-                "seed": config.seed, "torch_rng_state": torch.get_rng_state(),
-                "global_batch_size": config.global_batch_size,
-                "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
-                "epoch_seconds": epoch_seconds,
-                "total_seconds": self.total_seconds, "total_images": self.total_images,
-                "arguments": config.to_dict(), "world_size": self.placement.world_size,
-            }, path)
-            checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
-                                    config.keep_checkpoints)
-        with distributed.waiting_for_peers("the checkpoint barrier"):
-            dist.barrier()
+            try:
+                self._write_checkpoint(path, epoch_sums, epoch_seconds)
+            except (UserError, Diverged) as error:
+                failure = error
+        # Also the barrier after the write: no process runs ahead of a saved step.
+        self.stop_together(failure, "the checkpoint barrier")
         return path
+
+    def _write_checkpoint(self, path: str, epoch_sums: Optional[torch.Tensor],
+                          epoch_seconds: float) -> None:
+        """Never over good weights with diverged ones: non-finite weights end the run instead."""
+        config, weights = self.config, self.model.state_dict()
+        diverged = checkpoint.non_finite_tensors(weights)
+        if diverged:
+            more = f" and {len(diverged) - 1} more" if len(diverged) > 1 else ""
+            raise Diverged(f"the weights are no longer finite at epoch "
+                           f"{self.epoch + (1 if self.step else 0)}, iteration {self.iteration} "
+                           f"({diverged[0]}{more}): {os.path.basename(path)} was not written and "
+                           f"the checkpoints in {config.checkpoint_dir} are intact; resume from "
+                           "the last one with a lower --base_learning_rate")
+        checkpoint.save_checkpoint({
+            "model": weights, "optimizer": self.optimizer.state_dict(),
+            "scaler": self.precision.scaler.state_dict(),
+            "epoch": self.epoch, "step": self.step, "iteration": self.iteration,
+            "learning_rate": self.schedule(self.iteration),  # of the next step
+            "seed": config.seed, "torch_rng_state": torch.get_rng_state(),
+            "global_batch_size": config.global_batch_size,
+            "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
+            "epoch_seconds": epoch_seconds,
+            "total_seconds": self.total_seconds, "total_images": self.total_images,
+            "arguments": config.to_dict(), "world_size": self.placement.world_size,
+            "lineage": self.lineage,
+        }, path)
+        checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
+                                config.keep_checkpoints, self.lineage, path)
 
     def check_bad_records(self, result: EpochResult) -> None:
         """Name the epoch's count; above --max_bad_records stop the run, naming the first keys.
@@ -347,8 +393,8 @@ class Trainer:
 
 
 def _leave_after_main(status: int = USAGE_EXIT_STATUS) -> None:
-    """Exit with `status` once the first process, which reports a run-wide stop, has gone: its line
-    is never lost to the launcher ending the run on this process's exit."""
+    """Exit with `status` once the first process, which reports a run-wide stop, has gone: its
+    line is never lost to the launcher ending the run on this process's exit."""
     try:
         dist.barrier()  # the first process never joins: this returns when it has exited
     except (dist.DistError, RuntimeError):

@@ -72,7 +72,9 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
     model = build_model(layers, labels, 3)
     arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
     state = dict.fromkeys(checkpoint.REQUIRED_KEYS, 0)
-    state.update(model=model.state_dict(), arguments=arguments)
+    state.update(model=model.state_dict(), arguments=arguments, global_batch_size=8, world_size=1,
+                 optimizer={"state": {}, "param_groups": []}, torch_rng_state=torch.get_rng_state(),
+                 epoch_sums=None)
     checkpoint.save_checkpoint(state, path)
     line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
     assert f"was made with --{flag}" in line

@@ -54,7 +54,7 @@ def test_a_diverged_run_stops_naming_the_iteration_and_keeps_the_last_good_check
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
     assert one_error_line(diverged).endswith(
-        "error: training diverged: the loss became inf or nan at iteration 6 (epoch 2, step 2); "
+        "error: training diverged: the loss was no longer finite (inf or nan) at iteration 6 (epoch 2, step 2); "
         f"the last good checkpoint {tmp_path / 'resnet50_model_1.pt'} is kept: lower "
         "--base_learning_rate or add --warmup_epochs, then resume with --load_model_path "
         f"{tmp_path}")
@@ -69,7 +69,7 @@ def test_weights_are_checked_before_a_mid_epoch_checkpoint(small_db, tmp_path):
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
     line = one_error_line(diverged)
-    assert ("the weights blew up (inf, nan or astronomically large) by iteration 5 (epoch 2, "
+    assert ("the weights were no longer finite (inf, nan, or too large to square in float32) by iteration 5 (epoch 2, "
             "step 1)") in line
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == good
     assert checkpoints(tmp_path) == ["resnet50_model_1.pt"]

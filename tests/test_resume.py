@@ -118,7 +118,8 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     assert done.returncode == 0, done.stderr
     assert "Resumed from " + str(tmp_path / "resnet50_model_1.pt") in done.stderr
     assert sorted(os.listdir(tmp_path)) == sorted(
-        ["resnet50_model_2.pt"] + [n for n in os.listdir(tmp_path) if n.endswith(".log")])
+        ["resnet50_model_2.pt", ".resnet50_model.lock"]
+        + [n for n in os.listdir(tmp_path) if n.endswith(".log")])
 
 
 def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):

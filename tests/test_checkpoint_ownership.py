@@ -1,0 +1,313 @@
+"""Checkpoints belong to a run, and a resume picks what can be read: another run's checkpoints,
+a second live run on the same names, a killed run's lock, names that cannot be written,
+truncated and crafted checkpoints, diverged weights and a directory that turns read-only - all
+done for real, on CPU with ResNet-18 at 32 px."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+import torch
+import torch.distributed as dist
+from dbfactory import write_image_db
+from trainer_runs import SMALL_RUN, files, run_trainer, start_trainer, wait_for
+
+from resnet50_trainer import checkpoint, cli, distributed
+from resnet50_trainer.errors import Diverged, UserError
+from resnet50_trainer.train import Trainer
+
+NAME = "resnet50_model"
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory):
+    """(database, directory) of a finished run of 1 epoch (4 steps): its checkpoints
+    resnet50_model_0_step3.pt and resnet50_model_1.pt."""
+    root = tmp_path_factory.mktemp("ownership")
+    database = write_image_db(str(root / "db"), 32, 4)
+    out = root / "earlier"
+    done = run_trainer("--train_data", database, "--num_epochs", "1", "--log_dir", str(out),
+                       "--checkpoint_every_iters", "3", "--keep_checkpoints", "10")
+    assert done.returncode == 0, done.stderr
+    return database, out
+
+
+def copy_checkpoints(source, destination, *names: str) -> None:
+    destination.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(source / name, destination / name)
+
+
+def refused(capsys, *args: str) -> str:
+    """Start the command line in this process; it must stop before training: exit 2, one line."""
+    status = cli.main([*SMALL_RUN, *args])
+    error = capsys.readouterr().err
+    assert status == 2, error
+    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
+    assert len(lines) == 1 and "Traceback" not in error, error
+    return lines[0]
+
+
+def one_error_line(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    return errors[0]
+
+
+def rewrite(path, **changes) -> None:
+    """The checkpoint at `path` with some fields changed, written as the trainer writes."""
+    state = torch.load(path, weights_only=True)
+    state.update(changes)
+    checkpoint.save_checkpoint(state, str(path))
+
+
+def test_a_fresh_run_refuses_a_directory_holding_another_runs_checkpoint(capsys, earlier, tmp_path):
+    database, out = earlier
+    copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
+    before = (tmp_path / f"{NAME}_1.pt").read_bytes()
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path))
+    assert f"holds checkpoints of another run (newest: {tmp_path / NAME}_1.pt)" in line
+    assert f"--load_model_path {tmp_path}" in line and "--save_model_name" in line
+    assert (tmp_path / f"{NAME}_1.pt").read_bytes() == before
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".log")]
+
+
+def test_a_resume_refuses_a_directory_holding_checkpoints_of_another_lineage(capsys, earlier, tmp_path):
+    database, out = earlier
+    copy_checkpoints(out, tmp_path, f"{NAME}_0_step3.pt", f"{NAME}_1.pt")
+    rewrite(tmp_path / f"{NAME}_1.pt", lineage="another run")
+    before = files(tmp_path)
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path),
+                   "--load_model_path", str(tmp_path / f"{NAME}_0_step3.pt"))
+    assert f"of another run than {tmp_path / NAME}_0_step3.pt's (newest: {tmp_path / NAME}_1.pt)" in line
+    assert {name: files(tmp_path)[name] for name in before} == before
+
+
+def test_retention_deletes_only_this_lineages_checkpoints(earlier, tmp_path):
+    _, out = earlier
+    state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
+    for epoch, lineage in ((1, "ours"), (2, "theirs"), (3, "ours"), (4, "ours")):
+        checkpoint.save_checkpoint({**state, "lineage": lineage},
+                                   checkpoint.checkpoint_path(str(tmp_path), NAME, epoch))
+    (tmp_path / f"{NAME}_0.pt").write_bytes(b"unreadable: never deleted")
+    del state["lineage"]  # written before lineages: another run's, unless resumed from
+    checkpoint.save_checkpoint(state, checkpoint.checkpoint_path(str(tmp_path), NAME, 5))
+    # The one just written (3) counts as the newest, though 4 (of a run resumed from 3) is later.
+    checkpoint.remove_older(str(tmp_path), NAME, 1, "ours", str(tmp_path / f"{NAME}_3.pt"))
+    assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3, 5)]
+    checkpoint.remove_older(str(tmp_path), NAME, 1, "", str(tmp_path / f"{NAME}_6.pt"))
+    assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3)]
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as file:
+        return file.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, earlier, tmp_path):
+    """The first run is stopped (SIGSTOP) while it writes a checkpoint, so the second starts
+    while the first is certainly alive and mid-write; nothing of the first's is touched."""
+    database, _ = earlier
+    first = start_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
+                          **{checkpoint.PAUSE_BEFORE_RENAME_ENV: "2"})
+    try:
+        wait_for(lambda: any(name.startswith(f".tmp-{NAME}_1.pt-") for name in os.listdir(tmp_path)),
+                 180, "the first run's checkpoint write")
+        os.killpg(first.pid, signal.SIGSTOP)
+        wait_for(lambda: stopped(first.pid), 30, "the first run to stop")  # signals are not instant
+        writing = files(tmp_path)
+        line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path))
+        assert files(tmp_path) == writing
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    _, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr
+    assert f"another run is writing checkpoints {NAME}_*.pt in {tmp_path}" in line
+    assert f"{tmp_path}/.{NAME}.lock" in line
+    assert checkpoint.load_checkpoint(str(tmp_path))["path"] == str(tmp_path / f"{NAME}_2.pt")
+
+
+def lock_is_free(path) -> bool:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, tmp_path):
+    """The run is killed, not its input processes: they outlive it a while, without its lock."""
+    database, _ = earlier
+    run = start_trainer("--train_data", database, "--num_epochs", "1000", "--log_dir", str(tmp_path),
+                        "--num_workers", "2")
+    try:
+        wait_for(lambda: (tmp_path / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        assert lock_is_free(tmp_path / f".{NAME}.lock")
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the input processes may be gone already
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+    ours = tmp_path / f".tmp-{NAME}_2.pt-k1lled_9.pt"  # as a writer killed mid-write leaves it
+    theirs = tmp_path / f".tmp-{NAME}_x_2.pt-abcdefgh.pt"  # of a run named resnet50_model_x
+    for path in (ours, theirs):
+        path.write_bytes(b"partial")
+    done = run_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
+                       "--load_model_path", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert not ours.exists() and theirs.read_bytes() == b"partial"
+    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path), NAME)] == [2]
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("a/b", "has a directory part"), ("../up", "has a directory part"), ("", "is empty"),
+    (".tmp-x", "starts with .tmp-"), ("n" * 300, "(File name too long): choose a shorter name")])
+def test_a_checkpoint_name_that_cannot_be_written_is_refused_at_start(capsys, earlier, tmp_path,
+                                                                      name, problem):
+    database, _ = earlier
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path),
+                   "--save_model_name", name)
+    assert "--save_model_name" in line and problem in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_directory_resumes_from_its_newest_readable_checkpoint(earlier, tmp_path, caplog):
+    _, out = earlier
+    copy_checkpoints(out, tmp_path, f"{NAME}_0_step3.pt", f"{NAME}_1.pt")
+    newest = tmp_path / f"{NAME}_1.pt"
+    newest.write_bytes(newest.read_bytes()[:1_000_000])  # cut short, as by a full disk copy
+    with caplog.at_level(logging.WARNING):
+        state = checkpoint.load_checkpoint(str(tmp_path))
+    assert state["path"] == str(tmp_path / f"{NAME}_0_step3.pt")
+    assert (f"Checkpoint {newest} is not a readable checkpoint" in caplog.text
+            and f"resuming from {tmp_path / NAME}_0_step3.pt instead" in caplog.text), caplog.text
+    (tmp_path / f"{NAME}_0_step3.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=f"none of its 2 checkpoints can be resumed "
+                                        f"\\(the newest, {newest}, is not a readable"):
+        checkpoint.load_checkpoint(str(tmp_path))
+
+
+def crafted(state: dict) -> list[tuple[str, dict, str]]:
+    model, optimizer = state["model"], state["optimizer"]
+    momentum = {**optimizer["state"], 0: {"momentum_buffer": torch.zeros(3)}}
+    return [
+        ("epoch a string", {"epoch": "3"}, "has field epoch of type str"),
+        ("negative step", {"step": -1}, "has field step = -1"),
+        ("model not tensors", {"model": {**model, "fc.bias": [0.0]}}, "a model state that is not"),
+        ("rng of floats", {"torch_rng_state": torch.zeros(8)}, "torch_rng_state of torch.float32"),
+        ("fc of 5 classes", {"model": {**model, "fc.bias": torch.zeros(5)}},
+         "model tensor fc.bias of shape (5,), this model's is (4,)"),
+        ("a key too many", {"model": {**model, "extra": torch.zeros(1)}}, "extra unknown to"),
+        ("momentum of another shape", {"optimizer": {**optimizer, "state": momentum}},
+         "optimizer state (entry 0) that fits no parameter"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
+    database, out = earlier
+    state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
+    _, changes, expected = crafted(state)[case]
+    path = tmp_path / "crafted_1.pt"
+    checkpoint.save_checkpoint({**state, **changes}, str(path))
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
+                   "--load_model_path", str(path))
+    assert expected in line and str(path) in line, line
+
+
+def test_a_mid_epoch_checkpoint_beyond_a_shorter_epoch_warns(earlier, tmp_path):
+    """3 steps into epoch 1 of 4 steps, resumed with epochs of 2 steps: epoch 1 ends at once."""
+    database, out = earlier
+    done = run_trainer("--train_data", database, "--epoch_size", "16", "--num_epochs", "2",
+                       "--log_dir", str(tmp_path), "--load_model_path", str(out / f"{NAME}_0_step3.pt"))
+    assert done.returncode == 0, done.stderr
+    assert (f"{NAME}_0_step3.pt is 3 steps into epoch 1, but this run's epochs have 2 steps"
+            in done.stderr), done.stderr
+    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path), NAME)] == [2]
+
+
+@pytest.fixture
+def trainer(tmp_path):
+    """A Trainer of synthetic data in this process, in a real Gloo group of one."""
+    argv = [*SMALL_RUN, "--train_data", "null", "--epoch_size", "8", "--log_dir", str(tmp_path)]
+    config = cli.config_from_args(cli.build_parser().parse_args(argv), 0)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield Trainer(config, distributed.placement_for(config, 0), torch.device("cpu"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_diverged_weights_are_never_saved_over_good_ones(trainer, tmp_path):
+    trainer.epoch = 1
+    good = trainer.save()
+    before = files(tmp_path)
+    with torch.no_grad():
+        trainer.model.layer2[0].bn1.running_var[3] = float("inf")
+        trainer.model.fc.weight[0, 0] = float("nan")
+    trainer.epoch, trainer.iteration = 2, 9
+    with pytest.raises(Diverged) as diverged:
+        trainer.save()
+    message = str(diverged.value)
+    assert "\n" not in message
+    assert ("no longer finite at epoch 2, iteration 9 (layer2.0.bn1.running_var and 1 more): "
+            f"{NAME}_2.pt was not written" in message), message
+    assert files(tmp_path) == before
+    assert checkpoint.load_checkpoint(good)["lineage"] == trainer.lineage
+
+
+def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
+    """An LR of 1e30 makes the weights overflow in epoch 2; epoch 1's checkpoint stays. (Whether
+    the loss check of the loop or the save guard stops it, the line is one and the status 1.)"""
+    database, out = earlier
+    copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
+    before = files(tmp_path)
+    done = run_trainer("--train_data", database, "--num_gpus", "2", "--num_epochs", "2",
+                       "--base_learning_rate", "1e30", "--log_dir", str(tmp_path / "logs"),
+                       "--checkpoint_dir", str(tmp_path), "--load_model_path", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "finite" in one_error_line(done.stderr)
+    assert {name: files(tmp_path)[name] for name in before} == before
+    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path))] == [1]
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    directory = tmp_path / "tmpfs"
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(directory)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    yield directory
+    subprocess.run(["umount", "-l", str(directory)], check=True)
+
+
+def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, tmp_path):
+    database, _ = earlier
+    run = start_trainer("--train_data", database, "--num_gpus", "2", "--num_epochs", "1000",
+                        "--log_dir", str(tmp_path / "logs"), "--checkpoint_dir", str(tmpfs))
+    try:
+        wait_for(lambda: (tmpfs / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
+        # Refused (busy) while a checkpoint is open for writing: retried until it is not.
+        wait_for(lambda: subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)],
+                                        capture_output=True).returncode == 0, 60, "remount ro")
+        _, stderr = run.communicate(timeout=240)
+    finally:
+        run.kill()
+        run.communicate()
+    assert run.returncode == 2, stderr
+    line = one_error_line(stderr)
+    assert "writing checkpoint" in line and "failed (Read-only file system)" in line, line
+    newest = checkpoint.saved_checkpoints(str(tmpfs), NAME)[-1]
+    assert checkpoint.load_checkpoint(newest.path)["epoch"] == newest.epoch
