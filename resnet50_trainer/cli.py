@@ -10,12 +10,12 @@ import re
 import sys
 from typing import Optional, Sequence
 
-from resnet50_trainer.config import SYNTHETIC_DATA, Config, effective_learning_rate, resolve_scale
-from resnet50_trainer.devices import gpus_on_this_machine, select_gpus
+from resnet50_trainer.config import (SUPPORTED_LAYERS, SYNTHETIC_DATA, Config,
+                                     effective_learning_rate, resolve_scale)
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
 from resnet50_trainer.flag_values import (
     NO_TIME_LIMIT_S, REDIS_PORT, FlagHelpFormatter, Number, OneLineParser, gpu_list, redis_address)
-from resnet50_trainer.model import SUPPORTED_LAYERS
+from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.network import check_transport
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
@@ -289,13 +289,19 @@ def _default_workers(processes_per_machine: int) -> int:
     return max(1, min(8, cores_each - 1))
 
 
+def _gpus_on_this_machine() -> int:
+    from resnet50_trainer.devices import gpus_on_this_machine  # imports torch (seconds)
+
+    return gpus_on_this_machine()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     try:
         launched = detect_launcher(os.environ)
-        config = config_from_args(args, gpus_on_this_machine() if not args.use_cpu else 0, launched)
-        from resnet50_trainer.launch import launch
+        config = config_from_args(args, 0 if args.use_cpu else _gpus_on_this_machine(), launched)
+        from resnet50_trainer.launch import launch  # torch: only once the flags hold
 
         return launch(config, launched)
     except UserError as error:

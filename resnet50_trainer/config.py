@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
+# ResNet depths: torchvision's builders (model.py), named here so the command line needs no torch.
+SUPPORTED_LAYERS = (18, 34, 50, 101, 152)
 # The base learning rate is "based on 256 global batch size" (the original's docs).
 LR_REFERENCE_BATCH = 256
 # The original's step policy: x0.1 every 30 epochs of iterations.

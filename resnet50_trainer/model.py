@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torchvision import models
 
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.config import SUPPORTED_LAYERS
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ RESNET_BUILDERS: dict[int, Callable[..., models.ResNet]] = {
     101: models.resnet101,
     152: models.resnet152,
 }
-SUPPORTED_LAYERS = tuple(sorted(RESNET_BUILDERS))
 
 # torchvision's ResNet.forward, as an ordered list of its child modules (flatten comes before fc).
 STAGE_ORDER = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc")
@@ -152,14 +151,3 @@ def build_split_model(
     """build_model, split at DEFAULT_SPLIT_AT over the two devices."""
     return SplitResNet(build_model(num_layers, num_labels, num_channels), devices,
                        DEFAULT_SPLIT_AT, pipeline_chunks)
-
-
-def model_parallel_devices(gpu_ids: Sequence[int]) -> list[tuple[torch.device, torch.device]]:
-    """Pair the GPUs for --model_parallel: (0,1), (2,3), ... one pair per model replica."""
-    if len(gpu_ids) < 2 or len(gpu_ids) % 2:
-        listed = ",".join(str(gpu) for gpu in gpu_ids) or "none"
-        raise UserError(
-            f"--model_parallel splits each replica over 2 GPUs, so it needs an even number of GPUs "
-            f"(got {len(gpu_ids)}: {listed}); list GPUs in pairs, e.g. --gpus 0,1 or --gpus 0,1,2,3")
-    devices = [torch.device("cuda", gpu) for gpu in gpu_ids]
-    return list(zip(devices[0::2], devices[1::2]))

@@ -11,6 +11,7 @@ import pytest
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.flag_values import Number
+from trainer_runs import REPOSITORY
 
 ORIGINAL_FLAGS = [
     "--train_data", "--test_data", "--db_type", "--gpus", "--num_gpus", "--model_parallel",
@@ -118,3 +119,20 @@ def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
     saved = Config(**fields).to_dict()
     assert "hunter2" not in repr(saved)
     assert saved["redis_host"] == "redis://:***@10.0.0.5:6380/2"
+
+
+def test_help_and_refusals_do_not_import_torch():
+    """--help and a refused flag answer at once: torch's import (seconds) waits until the flags hold."""
+    probe = ("import sys\n"
+             "from resnet50_trainer.cli import main\n"
+             "for argv in (['--help'], ['--train_data', 'x', '--batch_size', 'nan'],\n"
+             "             ['--train_data', '/nonexistent', '--use_cpu']):\n"
+             "    try:\n"
+             "        main(argv)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'torchvision')))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

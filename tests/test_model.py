@@ -12,16 +12,17 @@ import torch.nn.functional as F
 import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
+from resnet50_trainer.config import SUPPORTED_LAYERS
+from resnet50_trainer.devices import model_parallel_devices
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model import (
+    RESNET_BUILDERS,
     DEFAULT_SPLIT_AT,
     SPLIT_POINTS,
     STAGE_ORDER,
-    SUPPORTED_LAYERS,
     SplitResNet,
     build_model,
     build_split_model,
-    model_parallel_devices,
     weight_decay_groups,
 )
 
@@ -244,3 +245,7 @@ def test_ddp_step_over_split_model_matches_single_process_reference(tmp_path):
         assert torch.equal(ranks[0][name], ranks[1][name]), name
         assert torch.allclose(ranks[0][name], expected.detach(), rtol=1e-5, atol=1e-6), name
         assert not torch.equal(ranks[0][name], weights[name]), name
+
+
+def test_the_command_line_s_depths_are_torchvision_s_builders():
+    assert tuple(sorted(RESNET_BUILDERS)) == SUPPORTED_LAYERS
