@@ -84,9 +84,9 @@ def _plain(value: Optional[float]) -> str:
 REDIS_PORT = Number(int, 1, 65535)
 
 
-def gpu_list(text: str) -> str:
-    """--gpus: distinct GPU ids separated by commas. The text is kept for select_gpus, which
-    checks the ids against this machine's GPUs."""
+def gpu_list(text: str) -> tuple[int, ...]:
+    """--gpus: distinct GPU ids separated by commas (select_gpus checks them against this
+    machine's GPUs)."""
     parts = text.split(",")
     if not all(_DIGITS.fullmatch(part) for part in parts):
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: use GPU ids (0, 1, ...) "
@@ -96,7 +96,7 @@ def gpu_list(text: str) -> str:
     if repeated:
         raise argparse.ArgumentTypeError(f"{text!r} lists GPU {repeated[0]} more than once: "
                                          "list each GPU once")
-    return text
+    return tuple(ids)
 
 
 def redis_address(text: str) -> str:

@@ -8,8 +8,8 @@ from typing import Optional, Sequence
 from resnet50_trainer.errors import UserError
 
 
-def select_gpus(gpus: Optional[str], num_gpus: Optional[int], use_cpu: bool, model_parallel: bool,
-                gpus_present: int) -> list[int]:
+def select_gpus(gpus: Optional[Sequence[int]], num_gpus: Optional[int], use_cpu: bool,
+                model_parallel: bool, gpus_present: int) -> list[int]:
     """The GPU ids this machine trains on: --gpus as listed, else the first --num_gpus replicas'
     worth (two GPUs a replica with --model_parallel); none with --use_cpu."""
     per_replica = 2 if model_parallel else 1
@@ -18,13 +18,7 @@ def select_gpus(gpus: Optional[str], num_gpus: Optional[int], use_cpu: bool, mod
             raise UserError("--gpus names GPUs but --use_cpu trains on the CPU: drop one of them")
         return []
     if gpus:
-        try:
-            ids = [int(part) for part in gpus.split(",")]
-        except ValueError:
-            raise UserError(f"--gpus {gpus!r} is not a comma-separated list of GPU ids, "
-                            "e.g. --gpus 0,1") from None
-        if len(set(ids)) != len(ids) or min(ids) < 0:
-            raise UserError(f"--gpus {gpus} repeats an id or has a negative one: list each GPU once")
+        ids = list(gpus)  # distinct ids, checked as the flag was read (flag_values.gpu_list)
         if num_gpus is not None and num_gpus * per_replica != len(ids):
             raise UserError(f"--gpus lists {len(ids)} GPUs but --num_gpus says {num_gpus}"
                             f"{' replicas of 2 GPUs' if model_parallel else ''}: give one of the two")
