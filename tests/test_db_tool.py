@@ -4,19 +4,28 @@ import io
 import json
 import logging
 import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import zlib
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
-from dbfactory import caffe_key, datum_record, make_jpeg, random_pixels, \
-    tensorprotos_record, write_class_folders, write_db
+from dbfactory import caffe_key, datum_record, encode_image, make_jpeg, random_pixels, \
+    smooth_pixels, tensorprotos_record, write_class_folders, write_db
 from resnet50_trainer.data import protos
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import parse_record
 from resnet50_trainer.tools.db import main
+from trainer_runs import wait_for
 
 SAMPLE_DATA = os.path.join(os.path.dirname(__file__), os.pardir, "sample_data")
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _dump(db, db_type, index, out, num_channels=3):
@@ -226,3 +235,219 @@ def test_paths_that_cannot_be_written_are_refused_before_any_work(tmp_path, caps
     for sheet in (str(tmp_path / "sheet.nosuchformat"), str(tmp_path / "missing" / "sheet.png")):
         assert main(["inspect", empty, "--sheet", sheet]) == 2
         assert "give an image path" in capsys.readouterr().err
+
+
+# What `create` finds: anything but regular files, bad list files, deep and odd image modes ------
+
+def _create(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`resnet50-db create` in its own process: a hang is a failed test, not a hung suite."""
+    return subprocess.run([sys.executable, "-m", "resnet50_trainer.tools.db", "create", *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": REPOSITORY})
+
+
+def test_only_regular_files_are_read_the_rest_is_named_and_skipped(tmp_path):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    folder = tmp_path / "images" / "class_0"
+    os.mkfifo(folder / "pipe.jpg")
+    os.mknod(folder / "null.jpg", 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # as /dev/null
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(folder / "sock.jpg"))
+        (folder / "to_pipe.jpg").symlink_to(folder / "pipe.jpg")
+        (folder / "dangling.jpg").symlink_to(tmp_path / "gone.jpg")
+        (folder / "to_dir").symlink_to(tmp_path / "images" / "class_1")
+        (folder / "to_image.jpg").symlink_to(folder / "img_0.jpg")
+        (tmp_path / "list.txt").write_text("class_0/pipe.jpg 0\nclass_1 1\nclass_0/img_0.jpg 2\n")
+        made = _create(str(tmp_path / "images"), str(tmp_path / "db"))
+        listed = _create("--list_file", str(tmp_path / "list.txt"), "--root",
+                         str(tmp_path / "images"), str(tmp_path / "listed"))
+    assert made.returncode == 0, made.stderr
+    for name, kind in [("pipe.jpg", "a FIFO"), ("null.jpg", "a character device"),
+                       ("sock.jpg", "a socket"), ("to_pipe.jpg", "a FIFO"),
+                       ("to_dir", "a directory")]:
+        assert f"class_0/{name}: cannot read the file ({kind}, not a regular file)" in made.stderr
+    assert "dangling.jpg: cannot read the file (No such file or directory)" in made.stderr
+    assert "skipped 6 files" in made.stdout and "Traceback" not in made.stderr
+    assert [key for key, _ in _stored_values(str(tmp_path / "db"), "lmdb")] == [
+        b"00000001_class_0/img_0.jpg", b"00000006_class_0/to_image.jpg",
+        b"00000008_class_1/img_0.jpg"]
+    assert listed.returncode == 0, listed.stderr
+    assert "pipe.jpg: cannot read the file (a FIFO, not a regular file)" in listed.stderr
+    assert "class_1: cannot read the file (a directory, not a regular file)" in listed.stderr
+    assert len(_stored_values(str(tmp_path / "listed"), "lmdb")) == 1
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("a.jpg 1\nb.jpg 2147483648\n", "line 2 is 'b.jpg 2147483648'"),
+    ("a.jpg -1\n", "line 1 is 'a.jpg -1'"),
+    ("\na.jpg one\n", "line 2 is 'a.jpg one'"),
+    ("a.jpg 1\nno_label.jpg\n", "line 2 is 'no_label.jpg'"),
+    ("a.jpg \u00b2\n", "line 1 is 'a.jpg \u00b2'"),  # a digit to str.isdigit, not to int()
+    (b"a.jpg 1\n\xff\xfe\x00b.jpg 2\n", "is not UTF-8 text (byte 8)"),
+    (b"\x00" * 64, "holds NUL bytes"),
+    ("", "names no images"),
+], ids=["beyond-int32", "negative", "not-a-number", "no-label", "unicode-digit", "binary",
+        "nul-bytes", "empty"])
+def test_bad_list_files_get_one_line(tmp_path, capsys, content, expected):
+    list_file = tmp_path / "list.txt"
+    list_file.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(["create", "--list_file", str(list_file), str(tmp_path / "db")]) == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and expected in error, error
+    assert sorted(os.listdir(tmp_path)) == ["list.txt"]
+
+
+def test_a_list_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "list.txt")
+    made = _create("--list_file", str(tmp_path / "list.txt"), str(tmp_path / "db"), timeout=60)
+    assert made.returncode == 2
+    assert made.stderr.strip().endswith("(a FIFO, not a regular file); check the path")
+
+
+def _png_16_bit(samples: np.ndarray) -> bytes:
+    """A 16-bit PNG of HxW (gray) or HxWx3 (RGB) uint16 samples, written chunk by chunk: Pillow
+    writes 16-bit gray but no 16-bit colour."""
+    height, width = samples.shape[:2]
+    colour_type = 2 if samples.ndim == 3 else 0
+    rows = samples.astype(">u2").reshape(height, -1).tobytes()
+    stride = len(rows) // height
+    raw = b"".join(b"\x00" + rows[row * stride:(row + 1) * stride] for row in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + \
+            struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 16, colour_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + \
+        chunk(b"IEND", b"")
+
+
+def _one_image_db(tmp_path, name: str, data: bytes, *flags: str) -> np.ndarray:
+    """What the trainer sees (RGB) of `data` stored by create with `flags`."""
+    folder = tmp_path / name / "class_0"
+    folder.mkdir(parents=True)
+    (folder / "image").write_bytes(data)
+    db = str(tmp_path / f"{name}_db")
+    assert main(["create", str(tmp_path / name), db, *flags]) == 0
+    return _dump(db, "lmdb", 0, str(tmp_path / f"{name}.png"))
+
+
+def test_16_bit_images_keep_their_high_byte_as_opencv_imread(tmp_path):
+    gradient = np.linspace(0, 65535, 256).round().astype(np.uint16).reshape(4, 64)  # full range
+    gray16 = io.BytesIO()
+    Image.fromarray(gradient).save(gray16, "PNG")  # mode I;16
+    colour = np.stack([gradient, gradient[::-1], np.full_like(gradient, 40000)], axis=2)
+    for storage in ([], ["--raw"]):
+        pixels = _one_image_db(tmp_path, f"gray{len(storage)}", gray16.getvalue(), *storage)
+        np.testing.assert_array_equal(pixels, np.repeat((gradient >> 8)[:, :, None], 3, axis=2))
+        assert len(np.unique(pixels)) == 256  # scaled, not clipped to white
+        pixels = _one_image_db(tmp_path, f"rgb{len(storage)}", _png_16_bit(colour), *storage)
+        np.testing.assert_array_equal(pixels, (colour >> 8).astype(np.uint8))
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P", "1", "CMYK"])
+def test_other_modes_become_8_bit_rgb_as_opencv_imread(tmp_path, mode):
+    rgb = smooth_pixels(8, 12)
+    image = Image.fromarray(rgb).convert(mode)
+    if mode in ("RGBA", "LA"):
+        image.putalpha(Image.fromarray(np.full((8, 12), 7, np.uint8)))  # nearly transparent
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG" if mode == "CMYK" else "PNG")
+    pixels = _one_image_db(tmp_path, "one", buffer.getvalue(), "--raw")
+    # Alpha dropped (not blended), palette expanded, gray replicated, CMYK converted.
+    expected = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert(
+        "L" if mode in ("LA", "1") else "RGB").convert("RGB"))
+    np.testing.assert_array_equal(pixels, expected)
+    if mode == "RGBA":
+        np.testing.assert_array_equal(pixels, rgb)
+
+
+def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_kept(tmp_path):
+    stored = smooth_pixels(32, 48)  # 48 wide as stored; orientation 6: upright it is 32 x 48
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    rotated = io.BytesIO()
+    Image.fromarray(stored).save(rotated, "JPEG", quality=95, exif=exif)
+    decoded = Image.open(io.BytesIO(rotated.getvalue()))
+    upright = np.asarray(ImageOps.exif_transpose(decoded).convert("RGB"))
+    assert upright.shape == (48, 32, 3)
+    np.testing.assert_array_equal(_one_image_db(tmp_path, "raw", rotated.getvalue(), "--raw"),
+                                  upright)
+    np.testing.assert_array_equal(
+        _one_image_db(tmp_path, "png", rotated.getvalue(), "--encode_type", "png"), upright)
+    # Encoded as it was, the file would be read sideways (the trainer's decoders ignore EXIF):
+    # create writes it upright, as a new JPEG without the tag.
+    kept = _one_image_db(tmp_path, "jpg", rotated.getvalue())
+    assert kept.shape == (48, 32, 3)
+    assert np.abs(kept.astype(int) - upright).mean() < 3
+    record = parse_record(_stored_values(str(tmp_path / "jpg_db"), "lmdb")[0][1])
+    assert 0x0112 not in Image.open(io.BytesIO(record.encoded)).getexif()
+
+
+# Interrupted and failed creates leave nothing behind ---------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as file:
+        return [int(child) for child in file.read().split()]
+
+
+@pytest.mark.parametrize("signum, workers", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"),
+                                              (signal.SIGTERM, "2")])
+def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
+    """Deterministically mid-write: every missing file in the list is named on stderr, which the
+    test does not read, so create blocks once the pipe is full, with its database half written."""
+    write_class_folders(str(tmp_path / "images"), 1, 4)
+    lines = [f"class_0/img_{index}.jpg 0" for index in range(4)]
+    lines += [f"missing/{index:05d}_{'x' * 60}.jpg 1" for index in range(3000)]  # > 64 KiB named
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "out").mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "resnet50_trainer.tools.db", "create", "--list_file",
+         str(tmp_path / "list.txt"), "--root", str(tmp_path / "images"),
+         str(tmp_path / "out" / "db"), "--num_workers", workers],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY})
+    try:
+        wait_for(lambda: os.listdir(tmp_path / "out"), 60, "the temporary database")
+        assert process.poll() is None  # it cannot end before its stderr is read
+        workers_pids = _children(process.pid)
+        os.kill(process.pid, signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signum, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"resnet50-db create: error: stopped by {signal.Signals(signum).name}; removed "
+                    f"the partial database, nothing was written to {tmp_path / 'out' / 'db'}")
+    assert "Traceback" not in stderr and "Logging error" not in stderr
+    assert os.listdir(tmp_path / "out") == []
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers_pids)
+
+
+@pytest.fixture
+def two_megabyte_disk(tmp_path):
+    directory = tmp_path / "small_disk"
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(directory)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    yield directory
+    subprocess.run(["umount", str(directory)], check=True)
+
+
+@pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
+def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, capsys, db_type,
+                                                                     two_megabyte_disk):
+    folder = tmp_path / "images" / "noise"
+    folder.mkdir(parents=True)
+    for index in range(40):  # 40 x 77 KB of incompressible PNG: more than the 2 MB disk
+        (folder / f"{index}.png").write_bytes(encode_image(random_pixels(160, 160, seed=index),
+                                                           "PNG"))
+    db = str(two_megabyte_disk / "db")
+    assert main(["create", str(tmp_path / "images"), db, "--db_type", db_type]) == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1, error
+    # LMDB reports a short write as EIO; LevelDB passes ENOSPC on.
+    assert ("Input/output error" if db_type == "lmdb" else "No space left on device") in error
+    assert f"beside {db}" in error and "MiB free there" in error and "nothing was written" in error
+    assert os.listdir(two_megabyte_disk) == []

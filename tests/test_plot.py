@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -221,3 +222,65 @@ def test_module_run_headless_without_traceback(tmp_path):
     assert bad.stderr.strip().splitlines() == [
         f"resnet50-plot: error: {missing}: no such file; pass the path of a run log (*.log)"
     ]
+
+
+@pytest.mark.parametrize("name", ["run $5 $x^{.log", "_private run.log", "$$.log"])
+def test_log_names_and_titles_are_drawn_literally(tmp_path, capsys, name):
+    log = ours_log(tmp_path, name)
+    title = "cost $5 \\frac{ and $x^"  # unbalanced mathtext: a parse error if not literal
+    output = tmp_path / "out.png"
+    figure = plot_logs([log], output, dpi=20, title=title)
+    legend = figure.axes[0].get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == [name]
+    assert figure._suptitle.get_text() == title
+    with Image.open(output) as image:
+        assert image.size == (240, 160)
+    main([str(log), "-o", str(output), "--title", title])
+    assert capsys.readouterr().out.strip() == f"wrote {output}"
+
+
+def _mount_tmpfs(directory: Path, options: str) -> None:
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+
+
+@pytest.fixture
+def small_disks(tmp_path):
+    """(full, read_only): a 256 KiB tmpfs holding a finished PNG and filled to the last byte, and
+    an empty read-only tmpfs."""
+    full, read_only = tmp_path / "full", tmp_path / "read_only"
+    _mount_tmpfs(full, "size=256k")
+    try:
+        _mount_tmpfs(read_only, "ro,size=64k")
+        try:
+            plot_logs([ours_log(tmp_path)], full / "out.png", dpi=10)
+            with open(full / "filler", "wb", buffering=0) as filler:
+                with contextlib.suppress(OSError):
+                    while True:
+                        filler.write(b"\0" * 4096)
+            yield full, read_only
+        finally:
+            subprocess.run(["umount", str(read_only)], check=True)
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
+def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, capsys, small_disks):
+    full, read_only = small_disks
+    old_png = (full / "out.png").read_bytes()
+    (tmp_path / "a_directory.png").mkdir()
+    cases = [(full / "out.png", "No space left on device"),
+             (read_only / "out.png", "Read-only file system"),
+             (tmp_path / "missing" / "out.png", "No such file or directory"),
+             (tmp_path / "a_directory.png", "Is a directory")]
+    for output, reason in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(ours_log(tmp_path)), "-o", str(output)])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"resnet50-plot: error: cannot write {output}: {reason}; choose another --output"]
+    assert (full / "out.png").read_bytes() == old_png  # whole, not half overwritten
+    assert sorted(os.listdir(full)) == ["filler", "out.png"]
+    assert sorted(os.listdir(tmp_path)) == sorted(["a_directory.png", "full", OURS_NAME, "read_only"])

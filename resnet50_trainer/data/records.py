@@ -15,6 +15,7 @@ Layouts (as the original tools write them):
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,16 +54,16 @@ def parse_record(value: bytes) -> Record:
     """Parse one database value; raises RecordError naming what is wrong."""
     if not value:
         raise RecordError("empty record value; rebuild the database with resnet50-db create")
+    is_tensorprotos = value[0] == _TENSORPROTOS_FIRST_BYTE
     try:
-        if value[0] == _TENSORPROTOS_FIRST_BYTE:
-            return _parse_tensorprotos(protos.TensorProtos.FromString(value))
-        return _parse_datum(protos.Datum.FromString(value))
-    except RecordError:
-        raise
+        message = (protos.TensorProtos if is_tensorprotos else protos.Datum).FromString(value)
     except Exception as exc:  # protobuf's DecodeError and friends vary between versions
         raise RecordError(f"record is neither a Caffe Datum nor a Caffe2 TensorProtos ({exc}); "
                           "check that the database was written by convert_imageset, "
                           "make_image_db or resnet50-db create") from exc
+    # Only the protobuf parse is caught wholesale: what follows raises RecordError itself, so a
+    # bug of ours is not mistaken for a damaged record.
+    return _parse_tensorprotos(message) if is_tensorprotos else _parse_datum(message)
 
 
 def _parse_datum(datum) -> Record:
@@ -99,7 +100,7 @@ def _parse_tensorprotos(tensors) -> Record:
         raise RecordError(f"TensorProtos image has dims {list(dims)}; expected [H, W] or [H, W, C]")
     if image.data_type in (protos.BYTE, protos.UINT8):
         hwc_shape = dims if len(dims) == 3 else dims + (1,)
-        raw = image.byte_data or np.asarray(image.int32_data, dtype=np.uint8).tobytes()
+        raw = image.byte_data or _int32_pixels(image.int32_data)
         hwc = _raw_array(raw, hwc_shape, "TensorProtos", channel_axis=2)
     elif image.data_type == protos.FLOAT:
         chw_shape = dims if len(dims) == 3 else (1,) + dims
@@ -112,14 +113,24 @@ def _parse_tensorprotos(tensors) -> Record:
     return Record(label=label, encoded=None, pixels=_bgr_to_rgb(hwc), format=TENSORPROTOS)
 
 
+def _int32_pixels(values) -> bytes:
+    """uint8 bytes of pixels some writers store as int32_data, one value per pixel."""
+    pixels = np.asarray(values, dtype=np.int64)
+    if pixels.size and not (0 <= pixels.min() and pixels.max() <= 255):
+        raise RecordError("TensorProtos image holds int32 pixel values outside 0..255")
+    return pixels.astype(np.uint8).tobytes()
+
+
 def _check_shape(shape: tuple, size: int, source: str, channel_axis: int) -> None:
+    """Checked before anything of that shape is made: declared sizes may be absurd."""
     if any(extent <= 0 for extent in shape):
         raise RecordError(f"{source} raw image has shape {list(shape)} (zero-size record)")
     if shape[channel_axis] not in (1, 3):
         raise RecordError(f"{source} raw image has {shape[channel_axis]} channels; expected 1 or 3")
-    if size != int(np.prod(shape)):
+    needed = math.prod(shape)  # Python integers: int64 dims could overflow numpy's product
+    if size != needed:
         raise RecordError(f"{source} raw image holds {size} values but its shape {list(shape)} "
-                          f"needs {int(np.prod(shape))}")
+                          f"needs {needed}")
 
 
 def _raw_array(raw: bytes, shape: tuple, source: str, channel_axis: int) -> np.ndarray:
@@ -129,6 +140,8 @@ def _raw_array(raw: bytes, shape: tuple, source: str, channel_axis: int) -> np.n
 
 def _float_to_uint8(values: np.ndarray, chw_shape: tuple, source: str) -> np.ndarray:
     _check_shape(chw_shape, values.size, source, channel_axis=0)
+    if not np.isfinite(values).all():
+        raise RecordError(f"{source} float image holds NaN or infinite values")
     return np.clip(np.rint(values), 0, 255).astype(np.uint8).reshape(chw_shape)
 
 
@@ -151,7 +164,7 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
         if draft_size is not None and image.format == "JPEG":
             image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
         image.load()  # decode now, so a truncated file fails here and not in a later transform
-        return image if image.mode in ("L", "RGB") else image.convert(_native_mode(image))
+        return _to_8_bits(image)
     except UnidentifiedImageError as exc:
         raise RecordError("the record's image bytes are in no format Pillow can read") from exc
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
@@ -169,7 +182,8 @@ def encoded_format(data: bytes) -> str:
 def jpeg_header(record: Record) -> tuple[int, int] | None:
     """(width, height) of a record holding a Huffman-coded JPEG of 1 or 3 components (gray or
     colour: what libjpeg-turbo and nvJPEG decode as they are), from its frame header; None for
-    anything else. Walks the marker segments itself: Pillow's open parses every table first and
+    anything else, and for frames over Pillow's decompression-bomb limit (Pillow then refuses
+    them, before any pixel buffer is allocated). Walks the marker segments itself: Pillow's open parses every table first and
     costs a tenth of a decode."""
     data = record.encoded
     if data is None or data[:2] != b"\xff\xd8":
@@ -185,11 +199,18 @@ def jpeg_header(record: Record) -> tuple[int, int] | None:
                 return None
             height, width = (int.from_bytes(data[offset + 5:offset + 7], "big"),
                              int.from_bytes(data[offset + 7:offset + 9], "big"))
-            return (width, height) if data[offset + 9] in (1, 3) and width and height else None
+            usable = data[offset + 9] in (1, 3) and width and height and \
+                not _over_pixel_limit(width, height)
+            return (width, height) if usable else None
         if marker in (0xD9, 0xDA) or 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             return None  # end, scan data, or a frame kind (lossless, arithmetic) left to Pillow
         offset += 2 + int.from_bytes(data[offset + 2:offset + 4], "big")
     return None
+
+
+def _over_pixel_limit(width: int, height: int) -> bool:
+    """What Pillow refuses as a decompression bomb (it only warns up to twice its limit)."""
+    return Image.MAX_IMAGE_PIXELS is not None and width * height > 2 * Image.MAX_IMAGE_PIXELS
 
 
 def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
@@ -214,8 +235,20 @@ def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
         raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
 
 
-def _native_mode(image: Image.Image) -> str:
-    return "L" if image.mode in ("1", "L", "LA", "I", "I;16", "F") else "RGB"
+def _to_8_bits(image: Image.Image) -> Image.Image:
+    """The image in "L" or "RGB", converted as OpenCV's imread (convert_imageset's reader) does
+    without IMREAD_ANYDEPTH: 16-bit samples keep their high byte (value >> 8, libpng's strip_16;
+    Pillow itself does so for 16-bit colour PNGs, but clips 16-bit gray ones to 255), alpha is
+    dropped, palettes are expanded, CMYK and YCbCr become RGB."""
+    if image.mode in ("L", "RGB"):
+        return image
+    if image.mode.startswith("I"):  # I;16 variants, and I: what Pillow < 10.4 makes of them
+        high_bytes = np.clip(np.asarray(image).astype(np.int64) >> 8, 0, 255)
+        return Image.fromarray(high_bytes.astype(np.uint8), "L")
+    if image.mode == "F":
+        raise RecordError("the record's image has floating-point samples; convert_imageset's "
+                          "OpenCV cannot read those as 8 bits either: store 8- or 16-bit images")
+    return image.convert("L" if image.mode in ("1", "LA", "La") else "RGB")
 
 
 def decode_image(record: Record, num_channels: int,

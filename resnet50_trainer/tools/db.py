@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"resnet50-db {args.command}: error: {error}", file=sys.stderr)
         return USAGE_EXIT_STATUS
+    except KeyboardInterrupt:  # create handles its own signals; the others have nothing to undo
+        print(f"resnet50-db {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Records are laid out exactly as convert_imageset (Datum) or make_image_db (TensorProtos) write them,
 with the same keys ("%08d_" + relative path, the number being the line's position after shuffling),
 so those tools' readers read what we write. The database is built under a temporary name beside
-the target and renamed into place at the end: an interrupted run never leaves a database that looks
-complete. Class names go to "<DB>.labels.txt" beside the database, whose directory stays clean.
+the target and renamed into place at the end: an interrupted or failed run (SIGINT, SIGTERM, a full
+disk) removes what it built and never leaves a database that looks complete. Class names go to
+"<DB>.labels.txt" beside the database, whose directory stays clean.
 """
 
 from __future__ import annotations
@@ -14,41 +15,38 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Callable, Iterator, Optional
 
+import lmdb
+import plyvel
 from tqdm import tqdm
 
 from resnet50_trainer.data.databases import DB_TYPES, LMDB, detect_db_type, open_writer
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.data.records import DATUM, RECORD_FORMATS, serialize_record
-from resnet50_trainer.tools.db_sources import ImageTask, build_record, read_class_folders, \
-    read_list_file, shuffled
+from resnet50_trainer.tools.db_sources import CreateOptions, ImageTask, build_record, \
+    read_class_folders, read_list_file, read_regular_file, shuffled
 
 log = logging.getLogger(__name__)
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-@dataclass(frozen=True)
-class CreateOptions:
-    db_path: str
-    source: str | None = None  # a folder with one subfolder per class
-    list_file: str | None = None  # or convert_imageset's list: "relative/path label" per line
-    root: str = ""  # folder the list file's paths are relative to
-    db_type: str = LMDB
-    record_format: str = DATUM
-    encoded: bool = True
-    resize: tuple[int, int] | None = None  # (width, height), exact, as convert_imageset
-    shorter_side: int | None = None  # keeps the aspect ratio
-    encode_type: str | None = None  # "jpg" / "png"; None keeps the file's own format
-    quality: int = 95  # JPEG quality when (re-)encoding; OpenCV's default
-    gray: bool = False
-    shuffle: bool = False
-    seed: int = 0
-    num_workers: int = 1
-    overwrite: bool = False
-    batch_size: int = 1000  # records per commit, as both original tools
+
+class CreateInterrupted(BaseException):
+    """SIGINT or SIGTERM stopped the build; what it had written is removed. A BaseException, as
+    KeyboardInterrupt, so that no `except Exception` on the way out swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass
@@ -58,6 +56,36 @@ class CreateSummary:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     seconds: float = 0.0
     labels_path: str | None = None
+    stopped_by: Optional[int] = None  # a signal that came while the finished DB was put in place
+
+
+class _StopOnSignals:
+    """Records SIGINT and SIGTERM; the build calls check() between records, which raises
+    CreateInterrupted. The handler itself never raises: Python may run it inside code that
+    swallows exceptions (an at-fork hook, a finalizer) or that must not be cut short (putting the
+    finished database in place, removing the partial one)."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise CreateInterrupted(self.received)
+
+    def _handle(self, signum: int, frame) -> None:
+        self.received = self.received or signum
+
+    @contextmanager
+    def installed(self) -> Iterator["_StopOnSignals"]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self  # signal handlers belong to the main thread; a caller's thread keeps its own
+            return
+        previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def labels_path_for(db_path: str) -> str:
@@ -65,32 +93,41 @@ def labels_path_for(db_path: str) -> str:
 
 
 def create_database(options: CreateOptions) -> CreateSummary:
-    """Build the database described by `options`; UserError for problems the user can fix."""
+    """Build the database described by `options`; UserError for problems the user can fix,
+    CreateInterrupted for SIGINT/SIGTERM (the partial database is removed either way)."""
     target = os.path.normpath(options.db_path)
     _check_target(target, options.overwrite)
+    summary = CreateSummary(db_path=target)
+    started = time.perf_counter()
+    tasks, class_names = _tasks(options)
+    with _StopOnSignals().installed() as stop:
+        work_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.partial-",
+                                    dir=os.path.dirname(os.path.abspath(target)))
+        try:
+            build_path = os.path.join(work_dir, "db")
+            _write_records(tasks, options, build_path, summary, stop.check)
+            if summary.written == 0:
+                raise UserError(f"none of the {len(tasks)} images could be read (first: "
+                                f"{summary.skipped[0][1]}); nothing was written to {target}")
+            labels = _write_labels(work_dir, class_names) if class_names is not None else None
+            stop.check()  # the last moment to stop: what follows puts the database in place
+            _install(build_path, target, work_dir)
+            if labels is not None:
+                summary.labels_path = labels_path_for(target)
+                os.replace(labels, summary.labels_path)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    summary.stopped_by = stop.received
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _tasks(options: CreateOptions) -> tuple[list[ImageTask], Optional[list[str]]]:
     if options.list_file is not None:
         tasks, class_names = read_list_file(options.list_file, options.root), None
     else:
         tasks, class_names = read_class_folders(options.source)
-    if options.shuffle:
-        tasks = shuffled(tasks, options.seed)
-    summary = CreateSummary(db_path=target)
-    started = time.perf_counter()
-    work_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.partial-",
-                                dir=os.path.dirname(os.path.abspath(target)))
-    try:
-        build_path = os.path.join(work_dir, "db")
-        _write_records(tasks, options, build_path, summary)
-        if summary.written == 0:
-            raise UserError(f"none of the {len(tasks)} images could be read (first: "
-                            f"{summary.skipped[0][1]}); nothing was written to {target}")
-        _install(build_path, target, work_dir)
-        if class_names is not None:
-            summary.labels_path = _write_labels(target, class_names)
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    summary.seconds = time.perf_counter() - started
-    return summary
+    return (shuffled(tasks, options.seed) if options.shuffle else tasks), class_names
 
 
 def _check_target(target: str, overwrite: bool) -> None:
@@ -109,18 +146,34 @@ def _check_target(target: str, overwrite: bool) -> None:
 
 
 def _write_records(tasks: list[ImageTask], options: CreateOptions, build_path: str,
-                   summary: CreateSummary) -> None:
+                   summary: CreateSummary, check_stop: Callable[[], None]) -> None:
     convert = partial(_convert_task, options=options)
-    with open_writer(build_path, options.db_type, options.batch_size) as writer, \
-            tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress:
-        for task, outcome in _imap(convert, tasks, options.num_workers):
-            progress.update()
-            if isinstance(outcome, str):
-                log.warning("skipped %s: %s", task.path, outcome)
-                summary.skipped.append((task.path, outcome))
-                continue
-            writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
-            summary.written += 1
+    try:
+        with open_writer(build_path, options.db_type, options.batch_size) as writer, \
+                tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress:
+            for task, outcome in _imap(convert, tasks, options.num_workers):
+                check_stop()
+                progress.update()
+                if isinstance(outcome, str):
+                    log.warning("skipped %s: %s", task.path, outcome)
+                    summary.skipped.append((task.path, outcome))
+                    continue
+                writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
+                summary.written += 1
+    except (OSError, lmdb.Error, plyvel.Error) as exc:  # a full disk, a vanished directory
+        # LMDB reports a full disk as an I/O error: the free space tells the two apart.
+        raise UserError(f"cannot write the database beside {options.db_path} "
+                        f"({getattr(exc, 'strerror', None) or exc}; {_free_space(build_path)} "
+                        "free there); free some space or choose another path; nothing was "
+                        "written") from exc
+
+
+def _free_space(path: str) -> str:
+    try:
+        free = shutil.disk_usage(os.path.dirname(path)).free
+    except OSError:
+        return "unknown space"
+    return f"{free / 2 ** 20:.1f} MiB"
 
 
 def _imap(function, tasks: list[ImageTask], num_workers: int):
@@ -129,16 +182,35 @@ def _imap(function, tasks: list[ImageTask], num_workers: int):
         for task in tasks:
             yield task, function(task)
         return
-    with multiprocessing.Pool(num_workers) as pool:
+    # Forked workers inherit our handlers, which only record a signal: a worker that got the
+    # pool's SIGTERM before _worker_signals ran would live on, and the pool's join hang. So they
+    # start with SIGINT and SIGTERM blocked, until _worker_signals has set their own.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pool = None
+    try:
+        pool = multiprocessing.Pool(num_workers, initializer=_worker_signals)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         yield from zip(tasks, pool.imap(function, tasks, chunksize=8))
+        pool.close()  # all done: the workers exit by themselves
+        pool.join()
+    finally:
+        if pool is not None:
+            pool.terminate()  # after an error or a signal: stop them now
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _worker_signals() -> None:
+    """Workers leave SIGINT (sent to the whole terminal group) to the main process, which stops
+    them, and die on SIGTERM, which is how the pool stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _convert_task(task: ImageTask, options: CreateOptions) -> bytes | str:
     """The serialized record, or the reason the image is skipped."""
     try:
-        with open(task.path, "rb") as file:
-            data = file.read()
-        return serialize_record(build_record(data, task.label, options))
+        return serialize_record(build_record(read_regular_file(task.path), task.label, options))
     except OSError as exc:
         return f"cannot read the file ({exc.strerror or exc})"
     except RecordError as exc:
@@ -146,18 +218,31 @@ def _convert_task(task: ImageTask, options: CreateOptions) -> bytes | str:
 
 
 def _install(build_path: str, target: str, work_dir: str) -> None:
-    """Rename the finished database into place; an old one is moved aside first."""
-    if os.path.lexists(target):
-        os.rename(target, os.path.join(work_dir, "replaced"))
-    os.rename(build_path, target)
+    """Rename the finished database into place; an old one is moved aside first, and back if the
+    new one cannot take its place (the work directory is removed afterwards)."""
+    replaced = os.path.join(work_dir, "replaced")
+    try:
+        if os.path.lexists(target):
+            os.rename(target, replaced)
+        os.rename(build_path, target)
+    except OSError as exc:
+        if os.path.lexists(replaced) and not os.path.lexists(target):
+            os.rename(replaced, target)
+        raise UserError(f"cannot put the new database in place at {target} ({exc.strerror}); "
+                        "nothing was changed there") from exc
 
 
-def _write_labels(target: str, class_names: list[str]) -> str:
-    path = labels_path_for(target)
-    partial_path = path + ".partial"
-    with open(partial_path, "w", encoding="utf-8") as file:
-        file.writelines(f"{label} {name}\n" for label, name in enumerate(class_names))
-    os.replace(partial_path, path)
+def _write_labels(work_dir: str, class_names: list[str]) -> str:
+    """The labels file, written in the work directory (beside the target, so the final rename
+    stays on one filesystem) before anything is put in place."""
+    path = os.path.join(work_dir, "labels.txt")
+    try:
+        # surrogateescape: folder names that are not UTF-8 are written back as their own bytes
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as file:
+            file.writelines(f"{label} {name}\n" for label, name in enumerate(class_names))
+    except OSError as exc:
+        raise UserError(f"cannot write the labels file beside {work_dir} ({exc.strerror}); free "
+                        "some space or choose another path; nothing was written") from exc
     return path
 
 
@@ -214,7 +299,12 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def run(options: CreateOptions) -> int:
-    summary = create_database(options)
+    try:
+        summary = create_database(options)
+    except CreateInterrupted as stop:
+        print(f"resnet50-db create: error: stopped by {stop}; removed the partial database, "
+              f"nothing was written to {os.path.normpath(options.db_path)}", file=sys.stderr)
+        return 128 + stop.signum
     rate = summary.written / summary.seconds if summary.seconds else 0.0
     print(f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
           f"{options.record_format}, {'encoded' if options.encoded else 'raw'}) "
@@ -223,4 +313,8 @@ def run(options: CreateOptions) -> int:
         print(f"skipped {len(summary.skipped)} files (named above)")
     if summary.labels_path:
         print(f"labels: {summary.labels_path}")
+    if summary.stopped_by is not None:
+        print(f"resnet50-db create: stopped by {signal.Signals(summary.stopped_by).name} once the "
+              "database was complete; it is in place", file=sys.stderr)
+        return 128 + summary.stopped_by
     return 0

@@ -7,14 +7,18 @@ global matplotlib backend is chosen for the code that imports this module.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
@@ -46,8 +50,10 @@ def plot_logs(
 ) -> Figure:
     """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to output."""
     logs = [read_run_log(path) for path in paths]
-    figure = build_figure(logs, dpi=dpi, title=title)
-    _write_png(figure, Path(output))
+    # Text is drawn literally, whatever the user's matplotlibrc says about TeX.
+    with rc_context({"text.usetex": False}):
+        figure = build_figure(logs, dpi=dpi, title=title)
+        _write_png(figure, Path(output))
     return figure
 
 
@@ -103,7 +109,9 @@ def _decorate(axes: List[Axes], figure: Figure, title: Optional[str]) -> None:
         bottom_axes.set_xlabel("epoch")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
     loss_axes, accuracy_axes, lr_axes, _ = axes
-    loss_axes.legend(fontsize="small")
+    # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
+    _literal(loss_axes.legend(loss_axes.lines, [line.get_label() for line in loss_axes.lines],
+                              fontsize="small"))
     if len(accuracy_axes.lines) > len(loss_axes.lines):  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.
         styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]
@@ -111,15 +119,37 @@ def _decorate(axes: List[Axes], figure: Figure, title: Optional[str]) -> None:
     if all(rate > 0 for line in lr_axes.lines for rate in line.get_ydata()):
         lr_axes.set_yscale("log")  # step schedules divide the rate by 10: equal steps on a log axis
     if title:
-        figure.suptitle(title)
+        figure.suptitle(title, parse_math=False, usetex=False)
+
+
+def _literal(legend: Legend) -> None:
+    """Log names are text, not TeX: a "$" in one must not start mathtext."""
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+        text.set_usetex(False)
 
 
 def _write_png(figure: Figure, output: Path) -> None:
+    """Render to a new file beside `output`, then rename it over: a PNG already there stays whole
+    until the new one is complete (a full disk, an interrupt)."""
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    created = False
     try:
-        # print_png renders at the figure's own dpi, untouched by the user's savefig rc settings.
-        figure.canvas.print_png(str(output))
+        # O_EXCL: never write through a file or link found there. 0o666: the umask decides the
+        # mode, as for any new file.
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+        with os.fdopen(descriptor, "wb") as file:
+            # print_png renders at the figure's own dpi, untouched by the user's savefig rc settings.
+            figure.canvas.print_png(file)
+        os.replace(partial, output)
+        created = False
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror or exc}; choose another --output") from None
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
 
 
 def _png_path(text: str) -> Path:
