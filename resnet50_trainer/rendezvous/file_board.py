@@ -37,8 +37,10 @@ class FileBoard:
                 os.fsync(file.fileno())
             os.replace(staging, self.path)
         except OSError as error:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(staging)  # what this run wrote, never what is there
+            # What this run wrote, never what is there; on a read-only or vanished directory
+            # the removal fails too, and the write's reason is the one to report.
+            with contextlib.suppress(OSError):
+                os.remove(staging)
             raise UserError(f"cannot write {self.path} ({error.strerror}): remove what is there "
                             "or check --file_store_path") from None
 
@@ -55,7 +57,7 @@ class FileBoard:
 
     def withdraw(self, entry: str) -> None:
         if self.read() == entry:
-            try:
+            # A leftover entry is harmless (its store dies with the run, so readers ignore it):
+            # a directory that refuses the removal does not stop a run that has met.
+            with contextlib.suppress(OSError):
                 os.remove(self.path)
-            except FileNotFoundError:
-                pass
