@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
+from torchvision.transforms.v2 import functional
 
 # The original normalised pixels as (x - 128) / 128.
 PIXEL_CENTRE = 128.0
@@ -49,19 +49,13 @@ def centre_plan(width: int, height: int, scale: int, size: int) -> CropPlan:
 def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     """CHW uint8 image (any device) -> the plan's crop as a `size` x `size` CHW uint8 tensor.
 
-    Bilinear with antialiasing, as Pillow resizes. On the CPU, PyTorch resizes uint8 directly
+    Bilinear with antialiasing, as Pillow resizes. On the CPU, torchvision resizes uint8 directly
     (several times faster than Pillow's resize); elsewhere it works in float and rounds back.
     """
     left, top, right, bottom = plan.box
-    crop = image[None, :, top:bottom, left:right]
-    if image.device.type == "cpu":
-        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)
-    else:
-        resized = F.interpolate(crop.float(), size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
-    resized = resized[0]
-    return resized.flip(2) if plan.mirror else resized
+    resized = functional.resized_crop(image, top, left, bottom - top, right - left, [size, size],
+                                      antialias=True)
+    return functional.horizontal_flip(resized) if plan.mirror else resized
 
 
 def pil_to_chw(image: Image.Image) -> torch.Tensor:
