@@ -1,4 +1,5 @@
-"""Crops and mirrors on decoded images, producing uint8 tensors; float work waits for the device.
+"""Crops and mirrors on decoded images, producing uint8 tensors; float work waits for the device
+(precision.normalize).
 
 Resizing the shorter side to `scale` and then cropping `size` is done as one resize of the crop's
 box in the source image, which gives the same pixels as resize-then-crop up to resampling at the
@@ -18,11 +19,6 @@ import numpy as np
 import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional
-
-# The original normalised pixels as (x - 128) / 128.
-PIXEL_CENTRE = 128.0
-PIXEL_SCALE = 128.0
-
 
 class CropPlan(NamedTuple):
     """A square crop: the box (left, top, right, bottom) in source pixels, and the mirroring."""
@@ -65,12 +61,6 @@ def pil_to_chw(image: Image.Image) -> torch.Tensor:
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return torch.from_numpy(pixels).permute(2, 0, 1)
-
-
-def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 NCHW on the device -> centred floats, as the original did. Exact in float16 and
-    bfloat16 too: integers to 255, minus 128, over a power of two."""
-    return images.to(dtype).sub_(PIXEL_CENTRE).div_(PIXEL_SCALE)
 
 
 def _resized_size(width: int, height: int, scale: int) -> tuple[int, int]:
