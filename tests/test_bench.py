@@ -19,8 +19,8 @@ from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
-from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.data.records import DATUM, Record, jpeg_header
+from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools import db_bench
 

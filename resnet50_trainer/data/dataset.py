@@ -6,14 +6,14 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 from torch.utils.data import Dataset
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch
-from resnet50_trainer.data.databases import open_database
+from resnet50_trainer.data.databases import Database, open_database
 from resnet50_trainer.data.records import Record, parse_record
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import RecordError
@@ -43,7 +43,7 @@ class ImageRecords(Dataset):
                  train: bool, decoding: DecodeStrategy):
         self.path, self.db_type, self.keys = path, db_type, keys
         self.settings, self.train, self.decoding = settings, train, decoding
-        self._database = None
+        self._database: Optional[Database] = None
 
     def __len__(self) -> int:
         return len(self.keys)

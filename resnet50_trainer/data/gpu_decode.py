@@ -115,7 +115,7 @@ class BatchDecoder:
         return Batch(images, labels, bad_keys)
 
     def _decode(self, jpegs: list, keys: list, bad_keys: list) -> list:
-        """Decoded CHW uint8 images on the device; None (and the key in bad_keys) where one fails."""
+        """CHW uint8 images decoded on the device; None (its key in bad_keys) where one fails."""
         if not jpegs:
             return []
         try:
@@ -134,8 +134,8 @@ class BatchDecoder:
 
     def _warn_once(self, count: int, total: int) -> None:
         if not self.warned:
-            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the input "
-                        "processes decode those on the CPU (--decode_device gpu decodes only JPEG)",
-                        count, total)
+            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the "
+                        "input processes decode those on the CPU (--decode_device gpu decodes "
+                        "only JPEG)", count, total)
             self.warned = True
 

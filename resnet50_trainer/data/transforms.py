@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional
 
+
 class CropPlan(NamedTuple):
     """A square crop: the box (left, top, right, bottom) in source pixels, and the mirroring."""
 
