@@ -3,19 +3,18 @@ NCCL's and Gloo's settings, and the address this machine gives its peers."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
-import struct
 from typing import Optional
 from urllib.parse import urlsplit
+
+import psutil
 
 from resnet50_trainer.errors import UserError
 
 log = logging.getLogger(__name__)
 INFINIBAND_DEVICES = "/sys/class/infiniband"
-_SIOCGIFADDR = 0x8915  # Linux ioctl: the IPv4 address of an interface
 
 
 def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
@@ -63,13 +62,12 @@ def advertised_host(interfaces: str, transport: str, redis_host: Optional[str]) 
     this machine routes to Redis through, else its host name's."""
     first = interfaces.split(",")[0]
     if first and transport == "tcp":
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                request = struct.pack("256s", first.encode()[:15])
-                return socket.inet_ntoa(fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)[20:24])
-        except OSError:
+        addresses = psutil.net_if_addrs().get(first, [])
+        ipv4 = [address.address for address in addresses if address.family == socket.AF_INET]
+        if not ipv4:
             raise UserError(f"--distributed_interfaces {first} has no IPv4 address: name an "
-                            "interface the other machines can reach") from None
+                            "interface the other machines can reach")
+        return ipv4[0]
     redis_name = urlsplit(redis_host).hostname if redis_host and "://" in redis_host else redis_host
     if redis_name:
         try:

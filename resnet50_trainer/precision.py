@@ -19,7 +19,10 @@ from typing import Optional
 import torch
 
 from resnet50_trainer.config import Config
-from resnet50_trainer.data.transforms import normalize
+
+# The original normalised pixels as (x - 128) / 128.
+PIXEL_CENTRE = 128.0
+PIXEL_SCALE = 128.0
 
 
 def compute_dtype(config: Config) -> Optional[torch.dtype]:
@@ -29,6 +32,12 @@ def compute_dtype(config: Config) -> Optional[torch.dtype]:
     if config.dtype == "bfloat16":
         return torch.bfloat16
     return None
+
+
+def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 NCHW on the device -> centred floats, as the original did. Exact in float16 and
+    bfloat16 too: integers to 255, minus 128, over a power of two."""
+    return images.to(dtype).sub_(PIXEL_CENTRE).div_(PIXEL_SCALE)
 
 
 class Precision:

@@ -295,7 +295,7 @@ class Trainer:
             if not len(batch.labels):  # every record of the batch failed
                 bad += len(batch.bad_keys)
                 continue
-            good = len(batch.labels) - len(batch.bad_keys)  # filled-in copies are not scored
+            good = batch.num_real  # filled-in copies are not scored
             with self.precision.autocast():
                 predictions = self.model(self.precision.inputs(batch.images[:good])).argmax(1)
             correct += (predictions == batch.labels[:good].to(self.output_device)).sum()

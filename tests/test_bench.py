@@ -13,10 +13,14 @@ from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, smooth_pixels, write_db
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedRecords, collate_encoded
-from resnet50_trainer.data.loader import ImageRecords, collate, make_loader, read_keys
-from resnet50_trainer.data.prefetch import DevicePrefetcher, copy_to_device
+from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.databases import read_keys
+from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
+from resnet50_trainer.data.input_pipeline import make_loader
+from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.records import DATUM, Record, jpeg_header
+from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools import db_bench
 
@@ -29,9 +33,10 @@ def jpeg_of(image, **options):
     return buffer.getvalue()
 
 
-def records_of(cls, path, train=True, size=32, scale=40):
-    return cls(path, "lmdb", read_keys(path, "lmdb"), num_labels=4, num_channels=3, scale=scale,
-               image_size=size, seed=7, train=train)
+def records_of(decoding, path, train=True, size=32, scale=40):
+    settings = InputSettings(num_labels=4, num_channels=3, scale=scale, image_size=size, seed=7,
+                             num_workers=0, decode_on_gpu=decoding is GpuDecode)
+    return ImageRecords(path, "lmdb", read_keys(path, "lmdb"), settings, train, decoding(settings))
 
 
 def test_bench_prints_images_per_second_last(image_db, capsys):
@@ -51,9 +56,9 @@ def test_bench_refuses_gpu_decoding_without_a_gpu_in_one_line(image_db, capsys):
 def test_prefetcher_yields_the_plain_loaders_batches(image_db):
     db = image_db("train", 12, 4)
     order = [[(p, (p * 5) % 12) for p in range(s * 4, s * 4 + 4)] for s in range(3)]
-    plain = list(make_loader(records_of(ImageRecords, db), order, 0, pin_memory=False))
-    loader = make_loader(records_of(ImageRecords, db), order, 1, pin_memory=False)
-    fetched = list(DevicePrefetcher(loader, CPU, copy_to_device(CPU)))
+    plain = list(make_loader(records_of(CpuDecode, db), order, 0, pin_memory=False))
+    loader = make_loader(records_of(CpuDecode, db), order, 1, pin_memory=False)
+    fetched = list(DevicePrefetcher(loader, CPU, CpuDecode.stage(CPU)))
     assert len(fetched) == len(plain) == 3
     for ours, theirs in zip(fetched, plain):
         assert torch.equal(ours.images, theirs.images) and torch.equal(ours.labels, theirs.labels)
@@ -63,9 +68,8 @@ def cpu_and_gpu_path_batches(db, count):
     """For train and test: (the CPU path's batch, the GPU path's, run on the CPU) of `count` records."""
     for train in (True, False):
         batch_items = [[(p, p) for p in range(count)]] if train else [list(range(count))]
-        cpu = next(iter(make_loader(records_of(ImageRecords, db, train), batch_items, 0, False)))
-        encoded = next(iter(make_loader(records_of(EncodedRecords, db, train), batch_items, 0,
-                                        False, collate_fn=collate_encoded)))
+        cpu = next(iter(make_loader(records_of(CpuDecode, db, train), batch_items, 0, False)))
+        encoded = next(iter(make_loader(records_of(GpuDecode, db, train), batch_items, 0, False)))
         assert all(jpeg is not None for jpeg in encoded.jpegs)
         yield cpu, BatchDecoder(CPU, 3, 32)(encoded)
 
@@ -104,7 +108,7 @@ def test_cpu_path_reads_gray_and_cmyk_jpegs_and_counts_a_truncated_one_as_bad(tm
         (b"2_cmyk", datum_record(2, encoded=jpeg_of(colour.convert("CMYK")))),  # Pillow decodes
         (b"3_bad", datum_record(3, encoded=truncated)),
     ])
-    batch = next(iter(make_loader(records_of(ImageRecords, db, train=False), [list(range(4))], 0,
+    batch = next(iter(make_loader(records_of(CpuDecode, db, train=False), [list(range(4))], 0,
                                   False)))
     assert batch.bad_keys == [b"3_bad"] and batch.labels.tolist() == [0, 1, 2, 0]
     rgb, gray, cmyk = batch.images[:3].float()
@@ -125,9 +129,8 @@ def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_pa
         (b"3_bad", datum_record(3, encoded=truncated)),
     ])
     items = [[(p, p) for p in range(4)]]
-    cpu = next(iter(make_loader(records_of(ImageRecords, db), items, 0, False)))
-    encoded = next(iter(make_loader(records_of(EncodedRecords, db), items, 0, False,
-                                    collate_fn=collate_encoded)))
+    cpu = next(iter(make_loader(records_of(CpuDecode, db), items, 0, False)))
+    encoded = next(iter(make_loader(records_of(GpuDecode, db), items, 0, False)))
     assert [jpeg is None for jpeg in encoded.jpegs] == [False, True, True, False]
     with caplog.at_level(logging.WARNING):
         decoded = BatchDecoder(CPU, 3, 32)(encoded)
@@ -136,6 +139,27 @@ def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_pa
     assert torch.equal(decoded.images[1:3], cpu.images[1:3])  # the fallback is the CPU path
     assert torch.equal(decoded.images[3], decoded.images[0])  # filled with a good sample
     assert decoded.labels.tolist() == [0, 1, 2, 0]  # and with its label, not the failed record's
+
+
+def test_both_paths_fill_a_batch_alike_when_input_and_device_failures_meet(tmp_path):
+    """A record the device fails on, beside one the input process failed on: each is named once,
+    and both paths put the two decoded records first, then copies of them."""
+    truncated = make_jpeg(160, 200, seed=1)
+    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(str(tmp_path / "db"), "lmdb", [
+        (b"0_bad_jpeg", datum_record(0, encoded=truncated)),
+        (b"1_garbage", b"\x08\x01 not a record"),
+        (b"2_jpeg", datum_record(2, encoded=make_jpeg(48, 56, seed=2))),
+        (b"3_jpeg", datum_record(3, encoded=make_jpeg(50, 60, seed=3))),
+    ])
+    items = [[(p, p) for p in range(4)]]
+    cpu = next(iter(make_loader(records_of(CpuDecode, db), items, 0, False)))
+    encoded = next(iter(make_loader(records_of(GpuDecode, db), items, 0, False)))
+    decoded = BatchDecoder(CPU, 3, 32)(encoded)
+    for batch in (cpu, decoded):
+        assert sorted(batch.bad_keys) == [b"0_bad_jpeg", b"1_garbage"] and batch.num_real == 2
+        assert batch.labels.tolist() == [2, 3, 2, 3]
+    assert torch.equal(decoded.images, cpu.images)
 
 
 def test_resize_crop_matches_on_uint8_and_float_paths():
@@ -166,10 +190,10 @@ def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_p
     (allow_empty) gets the batch empty, with its keys, to count them."""
     db = write_db(str(tmp_path / "garbage"), "lmdb",
                   [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)])
-    for collate_fn, records_type in ((collate, ImageRecords), (collate_encoded, EncodedRecords)):
-        loader = make_loader(records_of(records_type, db), [[(p, p) for p in range(4)]], 1, False,
-                             collate_fn=collate_fn)
-        stage = BatchDecoder(CPU, 3, 32) if records_type is EncodedRecords else copy_to_device(CPU)
+    for decoding in (CpuDecode, GpuDecode):
+        records = records_of(decoding, db)
+        loader = make_loader(records, [[(p, p) for p in range(4)]], 1, False)
+        stage = records.decoding.stage(CPU)
         with pytest.raises(UserError) as raised:
             list(DevicePrefetcher(loader, CPU, stage))
         assert str(raised.value).startswith("every record of a batch failed to decode")

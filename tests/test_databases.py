@@ -163,7 +163,9 @@ def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
     """DataLoader workers end with os._exit; their snapshots must not pile up in the temp dir."""
     from torch.utils.data import DataLoader
 
-    from resnet50_trainer.data.loader import ImageRecords, collate
+    from resnet50_trainer.data.cpu_decode import CpuDecode
+    from resnet50_trainer.data.dataset import ImageRecords
+    from resnet50_trainer.data.settings import InputSettings
 
     keys = [caffe_key(i, f"img{i}.jpg") for i in range(8)]
     db = write_db(str(tmp_path / "db"), "leveldb",
@@ -172,9 +174,10 @@ def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # inherited by the forked workers
-    records = ImageRecords(db, "leveldb", keys, 2, 3, 37, 32, 0, train=False)
+    settings = InputSettings(2, 3, 37, 32, 0, num_workers=2, decode_on_gpu=False)
+    records = ImageRecords(db, "leveldb", keys, settings, train=False, decoding=CpuDecode(settings))
     loader = DataLoader(records, batch_sampler=[[0, 1, 2, 3], [4, 5, 6, 7]], num_workers=2,
-                        collate_fn=collate)
+                        collate_fn=records.decoding.collate)
     assert sum(len(batch.labels) for batch in loader) == 8  # each worker opened a snapshot
     del loader
     assert list(temporary.iterdir()) == []

@@ -10,7 +10,7 @@ import pytest
 
 from resnet50_trainer import network
 from resnet50_trainer.cli import build_parser, config_from_args, main
-from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler
+from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
 from resnet50_trainer.distributed import placement_for
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.rendezvous.launchers import detect_launcher

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from resnet50_trainer import checkpoint, cli
-from resnet50_trainer.data.transforms import normalize
-from resnet50_trainer.precision import Precision, compute_dtype
+from resnet50_trainer.precision import Precision, compute_dtype, normalize
 
 TINY = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--num_labels", "4",
         "--batch_size", "8", "--num_epochs", "1", "--num_workers", "0"]

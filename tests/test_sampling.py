@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler, evaluation_batches
+from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler, evaluation_batches
 
 
 def epoch_reads(num_records, seed, epoch, world, device_batch, steps, start_step=0):

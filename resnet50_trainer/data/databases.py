@@ -195,6 +195,12 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
     return database
 
 
+def read_keys(path: str, db_type: str) -> list[bytes]:
+    """All keys of a DB in key order, read once by each training process; UserError if empty."""
+    with open_database(path, db_type) as database:
+        return database.keys()
+
+
 class DatabaseWriter(ABC):
     """Buffers `put`s and commits them in batches; `close()` commits the rest and finishes."""
 

@@ -5,20 +5,23 @@ draw the crop from the same per-position RNG as the CPU path (transforms.random_
 over the file bytes. The training process decodes the whole batch in one call
 (torchvision.io.decode_jpeg on the device, nvJPEG on CUDA), then cuts, resizes and mirrors each crop
 there. Records that are raw pixels, PNG or unusual JPEGs (CMYK) fall back to the CPU path in the
-input process, with one warning per run.
+input process, with one warning per run. A JPEG whose header libjpeg-turbo reads but the device
+cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.loader import Batch, ImageRecords, Sample, fill_bad_places, filled_order
+from resnet50_trainer.data.batch import Batch, filled_order
+from resnet50_trainer.data.cpu_decode import CpuDecode, PlanFor
 from resnet50_trainer.data.records import Record, jpeg_header
+from resnet50_trainer.data.settings import InputSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,41 +36,50 @@ class EncodedSample(NamedTuple):
 
 
 class EncodedBatch(NamedTuple):
-    jpegs: list  # per place: bytes tensor, or None where cpu_images has the crop
+    """The records that did not fail in the input processes, in order; the batch's other places
+    are the bad keys', filled on the device (BatchDecoder)."""
+
+    jpegs: list  # per record: bytes tensor, or None where cpu_images has the crop
     plans: list
-    cpu_images: torch.Tensor  # K x C x S x S uint8, the places whose jpeg is None, in order
+    cpu_images: torch.Tensor  # K x C x S x S uint8, the records whose jpeg is None, in order
     labels: torch.Tensor
     bad_keys: list
     keys: list
 
 
-class EncodedRecords(ImageRecords):
-    """ImageRecords whose JPEGs are left encoded, with their crop plans, for the GPU to decode."""
+class GpuDecode:
+    """Records -> JPEG bytes and crop plans in the input processes -> decoded and cropped on the
+    device by BatchDecoder; anything else is decoded by the CPU strategy in the input process."""
 
-    def __getitem__(self, item):
-        sample = super().__getitem__(item)
-        if isinstance(sample, Sample):  # a failed record
-            return EncodedSample(None, None, None, sample.label, sample.bad_key, sample.bad_key)
-        return sample
+    def __init__(self, settings: InputSettings):
+        self.cpu = CpuDecode(settings)
+        self.num_channels, self.image_size = settings.num_channels, settings.image_size
 
-    def sample(self, record: Record, position: int, key: bytes) -> EncodedSample:
+    def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> EncodedSample:
         header = jpeg_header(record)
         if header is None:
-            fallback = super().sample(record, position, key)
+            fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
         jpeg = torch.frombuffer(bytearray(record.encoded), dtype=torch.uint8)
-        return EncodedSample(jpeg, self.crop_plan(position, width, height), None, record.label,
-                             None, key)
+        return EncodedSample(jpeg, plan_for(width, height), None, record.label, None, key)
 
+    @staticmethod
+    def failed(key: bytes) -> EncodedSample:
+        return EncodedSample(None, None, None, -1, key, key)
 
-def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:
-    filled, bad_keys = fill_bad_places(samples)  # none when every record failed
-    crops = [sample.image for sample in filled if sample.jpeg is None]
-    return EncodedBatch([sample.jpeg for sample in filled], [sample.plan for sample in filled],
-                        torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
-                        torch.tensor([sample.label for sample in filled], dtype=torch.int64),
-                        bad_keys, [sample.key for sample in filled])
+    @staticmethod
+    def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
+        good = [sample for sample in samples if sample.bad_key is None]
+        crops = [sample.image for sample in good if sample.jpeg is None]
+        return EncodedBatch([sample.jpeg for sample in good], [sample.plan for sample in good],
+                            torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
+                            torch.tensor([sample.label for sample in good], dtype=torch.int64),
+                            [sample.bad_key for sample in samples if sample.bad_key is not None],
+                            [sample.key for sample in good])
+
+    def stage(self, device: torch.device) -> Callable[[EncodedBatch], Batch]:
+        return BatchDecoder(device, self.num_channels, self.image_size)
 
 
 class BatchDecoder:
@@ -80,28 +92,30 @@ class BatchDecoder:
         self.warned = False
 
     def __call__(self, batch: EncodedBatch) -> Batch:
-        images = torch.empty((len(batch.jpegs),) + self.shape, dtype=torch.uint8, device=self.device)
+        """The decoded records first, then copies of them (with labels) in failed ones' places."""
+        images = torch.empty((len(batch.jpegs),) + self.shape, dtype=torch.uint8,
+                             device=self.device)
         on_device = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is not None]
         on_cpu = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is None]
         if on_cpu:
             self._warn_once(len(on_cpu), len(batch.jpegs))
             images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
         bad_keys = list(batch.bad_keys)
-        decoded = self._decode([batch.jpegs[i] for i in on_device], [batch.keys[i] for i in on_device],
-                               bad_keys)
-        good = [(i, image) for i, image in zip(on_device, decoded) if image is not None]
-        for i, image in good:
-            images[i] = transforms.resize_crop(image, batch.plans[i], self.image_size)
+        decoded = self._decode([batch.jpegs[i] for i in on_device],
+                               [batch.keys[i] for i in on_device], bad_keys)
+        for i, image in zip(on_device, decoded):
+            if image is not None:
+                images[i] = transforms.resize_crop(image, batch.plans[i], self.image_size)
         labels = batch.labels.to(self.device, non_blocking=True)
-        failed = {i for i, image in zip(on_device, decoded) if image is None}
-        if failed:  # as the CPU path: the decoded records first, then copies of them (with labels)
-            # Empty when every record failed: the prefetcher decides what that means.
-            order = filled_order([i in failed for i in range(len(images))])
-            images, labels = images[order], labels[order]
+        if len(bad_keys):  # the input processes' failures take the places after these records'
+            failed = {i for i, image in zip(on_device, decoded) if image is None}
+            order = filled_order([i in failed for i in range(len(images))]
+                                 + [True] * len(batch.bad_keys))
+            images, labels = images[order], labels[order]  # empty when every record failed
         return Batch(images, labels, bad_keys)
 
     def _decode(self, jpegs: list, keys: list, bad_keys: list) -> list:
-        """Decoded CHW uint8 images on the device; None (and the key in bad_keys) where one fails."""
+        """CHW uint8 images decoded on the device; None (its key in bad_keys) where one fails."""
         if not jpegs:
             return []
         try:
@@ -120,8 +134,8 @@ class BatchDecoder:
 
     def _warn_once(self, count: int, total: int) -> None:
         if not self.warned:
-            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the input "
-                        "processes decode those on the CPU (--decode_device gpu decodes only JPEG)",
-                        count, total)
+            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the "
+                        "input processes decode those on the CPU (--decode_device gpu decodes "
+                        "only JPEG)", count, total)
             self.warned = True
 

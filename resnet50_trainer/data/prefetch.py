@@ -2,7 +2,8 @@
 
 On a GPU, a side CUDA stream runs `stage` (the pinned host->device copy, or the GPU decoder) for
 batch k+1 while the default stream computes batch k (queued just before); the default stream waits
-for the side stream only when it takes the batch. On the CPU there is nothing to overlap: batches pass through `stage`.
+for the side stream only when it takes the batch. On the CPU there is nothing to overlap: batches
+pass through `stage`.
 """
 
 from __future__ import annotations
@@ -11,17 +12,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
-from resnet50_trainer.data.loader import Batch, require_records
-
-
-def copy_to_device(device: torch.device) -> Callable[[Batch], Batch]:
-    """The stage of CPU-decoded batches: a non-blocking copy (the loader pinned the memory)."""
-
-    def copy(batch: Batch) -> Batch:
-        return Batch(batch.images.to(device, non_blocking=True),
-                     batch.labels.to(device, non_blocking=True), batch.bad_keys)
-
-    return copy
+from resnet50_trainer.data.batch import Batch, require_records
 
 
 class DevicePrefetcher:

@@ -32,8 +32,8 @@ RECORD_FORMATS = (DATUM, TENSORPROTOS)
 # Serializers write fields in number order, so a TensorProtos starts with the tag of field 1 as a
 # length-delimited message (0x0A); a Datum never does (its field 1 is a varint, tag 0x08).
 _TENSORPROTOS_FIRST_BYTE = 0x0A
-# JPEG frame headers (SOF) of baseline, extended sequential and progressive Huffman-coded images.
-_JPEG_FRAME_MARKERS = (0xC0, 0xC1, 0xC2)
+# libjpeg-turbo's names of the JPEG colour spaces of 1 and 3 components (not CMYK, YCCK).
+_DIRECT_COLOUR_SPACES = ("Gray", "YCbCr", "RGB")
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: numpy arrays have no single truth value
@@ -180,32 +180,19 @@ def encoded_format(data: bytes) -> str:
 
 
 def jpeg_header(record: Record) -> tuple[int, int] | None:
-    """(width, height) of a record holding a Huffman-coded JPEG of 1 or 3 components (gray or
-    colour: what libjpeg-turbo and nvJPEG decode as they are), from its frame header; None for
-    anything else, and for frames over Pillow's decompression-bomb limit (Pillow then refuses
-    them, before any pixel buffer is allocated). Walks the marker segments itself: Pillow's open parses every table first and
-    costs a tenth of a decode."""
-    data = record.encoded
-    if data is None or data[:2] != b"\xff\xd8":
+    """(width, height) of a record holding a JPEG of 1 or 3 components (gray or colour: what
+    libjpeg-turbo and nvJPEG decode as they are), read from its header by libjpeg-turbo; None for
+    anything else (CMYK, another format, a header cut short), which Pillow then gets to judge, and
+    for frames over Pillow's decompression-bomb limit (Pillow then refuses them, before any pixel
+    buffer is allocated)."""
+    if record.encoded is None:
         return None
-    offset = 2
-    while offset + 4 <= len(data) and data[offset] == 0xFF:
-        marker = data[offset + 1]
-        if marker == 0xFF or 0xD0 <= marker <= 0xD7 or marker == 0x01:  # fill byte or no length
-            offset += 1 if marker == 0xFF else 2
-            continue
-        if marker in _JPEG_FRAME_MARKERS:
-            if offset + 10 > len(data):
-                return None
-            height, width = (int.from_bytes(data[offset + 5:offset + 7], "big"),
-                             int.from_bytes(data[offset + 7:offset + 9], "big"))
-            usable = data[offset + 9] in (1, 3) and width and height and \
-                not _over_pixel_limit(width, height)
-            return (width, height) if usable else None
-        if marker in (0xD9, 0xDA) or 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return None  # end, scan data, or a frame kind (lossless, arithmetic) left to Pillow
-        offset += 2 + int.from_bytes(data[offset + 2:offset + 4], "big")
-    return None
+    try:
+        height, width, colour_space, _ = simplejpeg.decode_jpeg_header(record.encoded)
+    except ValueError:
+        return None
+    usable = colour_space in _DIRECT_COLOUR_SPACES and not _over_pixel_limit(width, height)
+    return (width, height) if usable else None
 
 
 def _over_pixel_limit(width: int, height: int) -> bool:

@@ -1,4 +1,5 @@
-"""Crops and mirrors on decoded images, producing uint8 tensors; float work waits for the device.
+"""Crops and mirrors on decoded images, producing uint8 tensors; float work waits for the device
+(precision.normalize).
 
 Resizing the shorter side to `scale` and then cropping `size` is done as one resize of the crop's
 box in the source image, which gives the same pixels as resize-then-crop up to resampling at the
@@ -16,12 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
-
-# The original normalised pixels as (x - 128) / 128.
-PIXEL_CENTRE = 128.0
-PIXEL_SCALE = 128.0
+from torchvision.transforms.v2 import functional
 
 
 class CropPlan(NamedTuple):
@@ -49,19 +46,13 @@ def centre_plan(width: int, height: int, scale: int, size: int) -> CropPlan:
 def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     """CHW uint8 image (any device) -> the plan's crop as a `size` x `size` CHW uint8 tensor.
 
-    Bilinear with antialiasing, as Pillow resizes. On the CPU, PyTorch resizes uint8 directly
+    Bilinear with antialiasing, as Pillow resizes. On the CPU, torchvision resizes uint8 directly
     (several times faster than Pillow's resize); elsewhere it works in float and rounds back.
     """
     left, top, right, bottom = plan.box
-    crop = image[None, :, top:bottom, left:right]
-    if image.device.type == "cpu":
-        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)
-    else:
-        resized = F.interpolate(crop.float(), size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
-    resized = resized[0]
-    return resized.flip(2) if plan.mirror else resized
+    resized = functional.resized_crop(image, top, left, bottom - top, right - left, [size, size],
+                                      antialias=True)
+    return functional.horizontal_flip(resized) if plan.mirror else resized
 
 
 def pil_to_chw(image: Image.Image) -> torch.Tensor:
@@ -71,12 +62,6 @@ def pil_to_chw(image: Image.Image) -> torch.Tensor:
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return torch.from_numpy(pixels).permute(2, 0, 1)
-
-
-def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 NCHW on the device -> centred floats, as the original did. Exact in float16 and
-    bfloat16 too: integers to 255, minus 128, over a power of two."""
-    return images.to(dtype).sub_(PIXEL_CENTRE).div_(PIXEL_SCALE)
 
 
 def _resized_size(width: int, height: int, scale: int) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """`resnet50-db bench DB`: the training input pipeline alone, in images per second.
 
-The same pipeline the trainer builds (inputs.device_batches: seeded record order, input processes,
+The same pipeline the trainer builds (device_batches: seeded record order, input processes,
 uint8 crops, pinned batches, the device prefetcher), read for --batches batches after one warm-up
 batch (which pays for starting the input processes). No model runs. Registered in resnet50-db's
 subcommands with `register(subparsers)`; also runnable alone as
@@ -18,10 +18,11 @@ from typing import Optional, Sequence
 import torch
 
 from resnet50_trainer.config import resolve_scale
-from resnet50_trainer.data.databases import check_database_path, detect_db_type
-from resnet50_trainer.data.loader import RecordOrder, ShardBatchSampler, read_keys
+from resnet50_trainer.data.databases import check_database_path, detect_db_type, read_keys
+from resnet50_trainer.data.input_pipeline import device_batches
+from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
+from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
-from resnet50_trainer.inputs import DecodeSettings, device_batches
 
 ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
 
@@ -76,8 +77,8 @@ def bench(args: argparse.Namespace) -> float:
     # the DB as often as the batches need.
     sampler = ShardBatchSampler(RecordOrder(len(keys), args.seed), steps, args.batch_size,
                                 args.batch_size, rank=0)
-    settings = DecodeSettings(ANY_LABEL, args.num_channels, scale, args.image_size, args.seed,
-                              args.num_workers, args.decode_device == "gpu")
+    settings = InputSettings(ANY_LABEL, args.num_channels, scale, args.image_size, args.seed,
+                             args.num_workers, args.decode_device == "gpu")
     batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
     next(batches)  # warm-up: input processes start, the DB opens
     _synchronize(device)

@@ -1,0 +1,49 @@
+"""What a batch holds, and the rule for the places of records that failed to decode.
+
+The rule, defined here only (`filled_order`): a batch keeps its size; the records that decoded come
+first, in order, then copies of them (with their labels) in the failed records' places, whose keys
+the batch names. So the first `num_real` images are real and the rest are repeats that evaluation
+must not score. When every record failed the batch is empty and the training process decides
+(`require_records` stops training; evaluation counts the keys): an error raised in an input
+process would reach the user wrapped in that process's traceback.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+
+from resnet50_trainer.errors import UserError
+
+
+class Sample(NamedTuple):
+    image: Optional[torch.Tensor]  # CHW uint8; None when the record failed
+    label: int
+    bad_key: Optional[bytes]
+
+
+class Batch(NamedTuple):
+    images: torch.Tensor  # NCHW uint8
+    labels: torch.Tensor  # N int64
+    bad_keys: list  # keys of the records that failed, in batch order
+
+    @property
+    def num_real(self) -> int:
+        """How many of the first images are decoded records; the rest are copies of them."""
+        return len(self.labels) - len(self.bad_keys) if len(self.labels) else 0
+
+
+def filled_order(failed: Sequence[bool]) -> list[int]:
+    """The places of a batch filled from the records that did not fail: those first, in order,
+    then copies of them, as many as failed. Empty when every record failed."""
+    kept = [i for i, bad in enumerate(failed) if not bad]
+    return [kept[n % len(kept)] for n in range(len(failed))] if kept else []
+
+
+def require_records(batch: Batch) -> Batch:
+    """A training batch in which no record could be used stops the run."""
+    if not len(batch.labels):
+        raise UserError(f"every record of a batch failed to decode (keys {batch.bad_keys[:3]} "
+                        "...): check the DB with resnet50-db inspect")
+    return batch

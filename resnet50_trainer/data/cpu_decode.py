@@ -1,0 +1,74 @@
+"""The CPU decode strategy: input processes decode and crop each record, the batch is copied to the
+device. Large JPEGs are decoded by libjpeg-turbo at 1/2 to 1/8 scale; anything else by Pillow."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.batch import Batch, Sample, filled_order
+from resnet50_trainer.data.records import Record, decode_image, decode_jpeg_reduced, jpeg_header
+from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.errors import RecordError
+
+log = logging.getLogger(__name__)
+PlanFor = Callable[[int, int], transforms.CropPlan]  # (width, height) of the decoded image -> crop
+
+
+class CpuDecode:
+    """Records -> uint8 crops in the input processes -> pinned Batches -> the device."""
+
+    def __init__(self, settings: InputSettings):
+        self.num_channels, self.scale = settings.num_channels, settings.scale
+        self.image_size = settings.image_size
+
+    def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> Sample:
+        """The record decoded and cropped; RecordError if it cannot be decoded."""
+        image = self._decode_jpeg(record, key)
+        if image is None:  # raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode)
+            image = transforms.pil_to_chw(
+                decode_image(record, self.num_channels, draft_size=(self.scale, self.scale)))
+        # The plan is made for the image as decoded: a reduced decode is cropped in its own pixels.
+        plan = plan_for(image.shape[2], image.shape[1])
+        return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
+
+    @staticmethod
+    def failed(key: bytes) -> Sample:
+        return Sample(None, -1, key)
+
+    @staticmethod
+    def collate(samples: Sequence[Sample]) -> Batch:
+        """Stack a batch, its failed records' places filled with copies of good samples."""
+        order = filled_order([sample.bad_key is not None for sample in samples])
+        bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
+        if not order:
+            return Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64),
+                         bad_keys)
+        return Batch(torch.stack([samples[i].image for i in order]),
+                     torch.tensor([samples[i].label for i in order], dtype=torch.int64), bad_keys)
+
+    @staticmethod
+    def stage(device: torch.device) -> Callable[[Batch], Batch]:
+        """A non-blocking copy to `device` (the loader pinned the memory)."""
+
+        def copy(batch: Batch) -> Batch:
+            return Batch(batch.images.to(device, non_blocking=True),
+                         batch.labels.to(device, non_blocking=True), batch.bad_keys)
+
+        return copy
+
+    def _decode_jpeg(self, record: Record, key: bytes) -> Optional[torch.Tensor]:
+        """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
+        else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
+        size = jpeg_header(record)
+        if size is None:
+            return None
+        try:
+            pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, self.scale)
+        except RecordError as error:
+            log.debug("record %r: %s; trying Pillow", key, error)
+            return None
+        return torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw

@@ -1,0 +1,79 @@
+"""The records of one DB as a torch Dataset: each read, checked, and handed to a decode strategy
+(data/cpu_decode.py or data/gpu_decode.py) with the crop its stream position draws."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.batch import Batch
+from resnet50_trainer.data.databases import Database, open_database
+from resnet50_trainer.data.records import Record, parse_record
+from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.errors import RecordError
+
+log = logging.getLogger(__name__)
+
+
+class DecodeStrategy(Protocol):
+    """Where records are decoded: what an input process makes of one record, how those samples
+    make a batch, and the stage that turns the batch into a device Batch in the training process."""
+
+    def sample(self, record: Record, key: bytes,
+               plan_for: Callable[[int, int], transforms.CropPlan]) -> Any: ...
+
+    def failed(self, key: bytes) -> Any: ...
+
+    def collate(self, samples: Sequence[Any]) -> Any: ...
+
+    def stage(self, device: torch.device) -> Callable[[Any], Batch]: ...
+
+
+class ImageRecords(Dataset):
+    """Records of one DB as `decoding`'s samples. The DB is opened on first use, in the process
+    that reads it (an input process, after fork), never shared across processes."""
+
+    def __init__(self, path: str, db_type: str, keys: Sequence[bytes], settings: InputSettings,
+                 train: bool, decoding: DecodeStrategy):
+        self.path, self.db_type, self.keys = path, db_type, keys
+        self.settings, self.train, self.decoding = settings, train, decoding
+        self._database: Optional[Database] = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, item):
+        # Training items are (stream position, record index): the position seeds the augmentation,
+        # so crops do not depend on which input process decodes them.
+        position, index = item if self.train else (item, item)
+        key = self.keys[index]
+        try:
+            plan_for = functools.partial(self.crop_plan, position)
+            return self.decoding.sample(self.read_record(key), key, plan_for)
+        except RecordError as error:
+            log.debug("record %r: %s", key, error)
+            return self.decoding.failed(key)
+
+    def read_record(self, key: bytes) -> Record:
+        """The parsed record under `key`; RecordError if it cannot be used."""
+        if self._database is None:
+            # Emptiness was checked by read_keys; listing the keys again here would be wasted work.
+            self._database = open_database(self.path, self.db_type, allow_empty=True)
+        record = parse_record(self._database.get(key))
+        num_labels = self.settings.num_labels
+        if not 0 <= record.label < num_labels:
+            raise RecordError(f"label {record.label} outside 0..{num_labels - 1}")
+        return record
+
+    def crop_plan(self, position: int, width: int, height: int) -> transforms.CropPlan:
+        settings = self.settings
+        if self.train:
+            return transforms.random_plan(width, height, settings.scale, settings.image_size,
+                                          random.Random(f"{settings.seed}:{position}"))
+        return transforms.centre_plan(width, height, settings.scale, settings.image_size)
