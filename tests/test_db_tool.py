@@ -451,3 +451,14 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, c
     assert ("Input/output error" if db_type == "lmdb" else "No space left on device") in error
     assert f"beside {db}" in error and "MiB free there" in error and "nothing was written" in error
     assert os.listdir(two_megabyte_disk) == []
+
+
+def test_help_and_the_subcommands_but_bench_do_not_import_torch():
+    """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
+    probe = ("import sys\nfrom resnet50_trainer.tools.db import main\n"
+             "for argv in (['--help'], ['bench', '--help'], ['bench', 'db', '--batch_size', 'nan']):\n"
+             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch'))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr

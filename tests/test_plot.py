@@ -14,7 +14,9 @@ from PIL import Image
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.logfile import LOG_COLUMNS, read_run_log
-from resnet50_trainer.tools.plot import PANELS, main, plot_logs
+from resnet50_trainer.tools.plot import main
+from resnet50_trainer.tools.plot_figure import PANELS, plot_logs
+from trainer_runs import REPOSITORY
 
 HEADER = ",".join(LOG_COLUMNS)
 OURS_NAME = "resnet50_gpu2_b64_L1000_lr0.10_v2_20261121_101530.log"
@@ -284,3 +286,12 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
     assert (full / "out.png").read_bytes() == old_png  # whole, not half overwritten
     assert sorted(os.listdir(full)) == ["filler", "out.png"]
     assert sorted(os.listdir(tmp_path)) == sorted(["a_directory.png", "full", OURS_NAME, "read_only"])
+
+
+def test_help_does_not_import_matplotlib():
+    """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
+    probe = ("import sys\nfrom resnet50_trainer.tools.plot import main\ntry:\n    main(['--help'])\n"
+             "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr

@@ -15,14 +15,15 @@ import sys
 import time
 from typing import Optional, Sequence
 
-import torch
+from typing import TYPE_CHECKING
 
 from resnet50_trainer.config import resolve_scale
 from resnet50_trainer.data.databases import check_database_path, detect_db_type, read_keys
-from resnet50_trainer.data.input_pipeline import device_batches
-from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
-from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.flag_values import Number
+
+if TYPE_CHECKING:
+    import torch
 
 ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
 
@@ -40,18 +41,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("db", help="LMDB or LevelDB directory of image records")
     parser.add_argument("--db_type", choices=("lmdb", "leveldb"),
                         help="database type (default: detected from the directory)")
-    parser.add_argument("--batch_size", type=int, default=256, help="images per batch")
-    parser.add_argument("--image_size", type=int, default=224, help="crop size in pixels")
-    parser.add_argument("--scale", type=int, help="shorter side before cropping "
+    # The trainer's ranges for the flags they share (cli.py).
+    parser.add_argument("--batch_size", type=Number(int, 1, 1_000_000), default=256,
+                        help="images per batch")
+    parser.add_argument("--image_size", type=Number(int, 32, 8192), default=224,
+                        help="crop size in pixels")
+    parser.add_argument("--scale", type=Number(int, 32, 8192), help="shorter side before cropping "
                         "(default: round(image_size / 0.875), as the trainer)")
     parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3), help="colour channels")
-    parser.add_argument("--num_workers", type=int, default=2, help="input processes (0: in this one)")
-    parser.add_argument("--batches", type=int, default=20, help="batches timed, after one warm-up")
+    parser.add_argument("--num_workers", type=Number(int, 0, 128), default=2,
+                        help="input processes (0: in this one)")
+    parser.add_argument("--batches", type=Number(int, 1, 1_000_000), default=20,
+                        help="batches timed, after one warm-up")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where batches end up (cuda adds the pinned copy and the prefetcher)")
     parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
                         help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the order and the crops")
+    parser.add_argument("--seed", type=Number(int, 0, 2**64 - 1), default=0,
+                        help="seed of the order and the crops")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
 def bench(args: argparse.Namespace) -> float:
     """Images per second over args.batches batches after a warm-up batch."""
+    # torch only here: `resnet50-db --help` and the other subcommands start without it.
+    from resnet50_trainer.data.input_pipeline import device_batches
+    from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
+    from resnet50_trainer.data.settings import InputSettings
+
     device = _device(args)
     db_type = args.db_type or detect_db_type(args.db) or "lmdb"
     check_database_path(args.db, db_type)
-    for name in ("batch_size", "image_size", "batches"):
-        if getattr(args, name) <= 0:
-            raise UserError(f"--{name} must be positive")
-    if args.num_workers < 0:
-        raise UserError("--num_workers must be 0 or more")
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
@@ -89,6 +96,8 @@ def bench(args: argparse.Namespace) -> float:
 
 
 def _device(args: argparse.Namespace) -> torch.device:
+    import torch
+
     if args.decode_device == "gpu" and args.device != "cuda":
         raise UserError("--decode_device gpu decodes on the GPU: add --device cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -97,6 +106,8 @@ def _device(args: argparse.Namespace) -> torch.device:
 
 
 def _synchronize(device: torch.device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
