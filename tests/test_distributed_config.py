@@ -55,6 +55,7 @@ def test_uneven_processes_per_machine_are_refused():
     ("MASTER_PORT", "0", "not a port number"),
     ("MASTER_PORT", "70000", "not a port number"),
     ("MASTER_PORT", "http", "not a port number"),
+    ("MASTER_ADDR", "", "MASTER_ADDR is empty"),
 ])
 def test_a_launcher_environment_that_places_no_process_is_one_line(variable, value, problem, capsys,
                                                                     monkeypatch, tmp_path):
@@ -63,7 +64,7 @@ def test_a_launcher_environment_that_places_no_process_is_one_line(variable, val
     monkeypatch.chdir(tmp_path)
     assert main(["--train_data", "null", "--use_cpu"]) == 2
     stderr = capsys.readouterr().err
-    assert stderr.count("\n") == 1 and problem in stderr and f"{variable}=" in stderr, stderr
+    assert stderr.count("\n") == 1 and problem in stderr and variable in stderr, stderr
     assert os.listdir(tmp_path) == []
 
 
@@ -131,3 +132,21 @@ def test_two_shards_of_two_processes_read_each_record_once_per_epoch():
                 read.update(index for batch in sampler for _, index in batch)
         assert ranks == [0, 1, 2, 3]
         assert read == Counter(range(records))
+
+
+@pytest.mark.parametrize("environment", [
+    {"RANK": "0", "WORLD_SIZE": "2"},
+    {"RANK": "abc", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+    {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+])
+def test_a_part_of_a_launcher_s_variables_is_refused_not_run_alone(environment, capsys,
+                                                                   monkeypatch, tmp_path):
+    """torchrun and mpirun set all four; a part is a hand-made environment, which would otherwise
+    train alone as if no launcher had started it."""
+    for name, setting in environment.items():
+        monkeypatch.setenv(name, setting)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--train_data", "null", "--use_cpu"]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1 and "set but not" in stderr, stderr
+    assert os.listdir(tmp_path) == []

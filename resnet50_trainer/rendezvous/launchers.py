@@ -17,6 +17,9 @@ _LAUNCHERS = (
     ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                 "OMPI_COMM_WORLD_LOCAL_SIZE")),
 )
+# Launchers that always set all four variables: a part of them is a hand-made environment that
+# would otherwise quietly train alone (srun's shell sets a part: an sbatch script outside a step).
+_ALL_OR_NONE = ("torchrun", "mpirun")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,13 @@ class Launched:
 
 def detect_launcher(environ: Mapping[str, str]) -> Optional[Launched]:
     for name, variables in _LAUNCHERS:
-        if all(variable in environ for variable in variables):
+        present = [variable for variable in variables if variable in environ]
+        if name in _ALL_OR_NONE and 0 < len(present) < len(variables):
+            missing = [variable for variable in variables if variable not in environ]
+            raise UserError(f"{', '.join(present)} set but not {', '.join(missing)}: {name} sets "
+                            "all four; start the run with the launcher, or unset them to train "
+                            "without one")
+        if len(present) == len(variables):
             rank, world, local_rank, local_world = (_number(environ, name, v) for v in variables)
             _check_placement(name, variables, rank, world, local_rank, local_world)
             return Launched(name, rank, world, local_rank, local_world, _master(environ),
@@ -79,6 +88,9 @@ def _check_placement(launcher: str, variables: tuple[str, ...], rank: int, world
 def _master(environ: Mapping[str, str]) -> Optional[tuple[str, int]]:
     if "MASTER_ADDR" not in environ or "MASTER_PORT" not in environ:
         return None
+    if not environ["MASTER_ADDR"].strip():
+        raise UserError("MASTER_ADDR is empty: set it to the address of the machine of rank 0, "
+                        "or unset MASTER_ADDR and MASTER_PORT")
     try:
         port = int(environ["MASTER_PORT"])
     except ValueError:
