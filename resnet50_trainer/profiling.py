@@ -6,6 +6,7 @@ the operators that took the most time; the run then goes on as usual.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -120,6 +121,7 @@ def copy_to_new_file(source: str, target: str, what: str) -> None:
                         "--log_dir") from None
     except OSError as error:
         if created:
-            os.unlink(target)
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.unlink(target)
         raise UserError(f"writing {what} {target} failed ({error.strerror}): free space in "
                         "--log_dir or choose another; the files already there are intact") from error

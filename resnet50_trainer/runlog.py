@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import errno
 import io
 import os
 import time
@@ -67,7 +68,8 @@ class RunLog:
             self._append(f"# {argparse.Namespace(**config.to_dict())}\n", HEADER)
         except UserError:
             self.close()
-            os.unlink(self.path)
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.unlink(self.path)
             raise
 
     def write(self, row: EpochRow) -> None:
@@ -87,6 +89,13 @@ class RunLog:
             while remaining:
                 remaining = remaining[os.write(self._descriptor, remaining):]
             os.fsync(self._descriptor)
+            if os.fstat(self._descriptor).st_nlink == 0:
+                # Writes to a log whose name is gone succeed and vanish with it: every row lost.
+                raise FileNotFoundError(errno.ENOENT, "the log was removed while the run wrote it")
+        except FileNotFoundError as error:
+            raise UserError(f"the run log {self.path} is gone ({error.strerror}): its directory "
+                            "or the file was removed during the run; resume from the last "
+                            "checkpoint with a --log_dir that stays") from error
         except OSError as error:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.ftruncate(self._descriptor, size)

@@ -5,6 +5,7 @@ made but could not complete is removed."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import astuple
 
@@ -101,3 +102,16 @@ def test_a_trace_the_profiler_cannot_write_in_its_scratch_directory_is_named(tmp
     assert f"error: the profiler could not write its trace in {scratch}" in one_error_line(run)
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".trace.json")]
     assert os.listdir(scratch) == ["filler"]
+
+
+def test_a_log_whose_directory_is_removed_mid_run_is_a_write_failure(tmp_path):
+    """Writes to a removed file succeed and vanish with it: the run must not go on logging into
+    nothing and report a log that no longer exists."""
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    run_log = RunLog(config(str(directory)), time.time())
+    shutil.rmtree(directory)
+    with pytest.raises(UserError, match=r"the run log .* is gone \(the log was removed while the "
+                                        r"run wrote it\): its directory or the file was removed"):
+        run_log.write(EpochRow(1.5, 1.5, 64, 64, 1, 42.7, 0.5, 1, 0.1, 2.3, -1))
+    run_log.close()
