@@ -54,6 +54,7 @@ FIELD_TYPES = {"model": dict, "optimizer": dict, "arguments": dict, "scaler": (d
 _AT_LEAST = {"global_batch_size": 1, "world_size": 1}  # other numbers: 0
 # The lineage of checkpoints written before lineages existed: they count as one run's.
 UNMARKED_LINEAGE = ""
+_LINEAGE = re.compile(r"[0-9a-f]{32}")  # uuid4().hex
 _NAME = re.compile(r"(?P<stem>.+)_(?P<epoch>\d+)(?:_step(?P<step>\d+))?" + re.escape(SUFFIX) + "$")
 # tempfile.mkstemp's random part: 8 of [a-z0-9_].
 _TEMPORARY_RANDOM = r"-[a-z0-9_]{8}" + re.escape(SUFFIX)
@@ -129,19 +130,20 @@ def non_finite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
     return [name for name in tensors if name in bad]
 
 
-def load_checkpoint(path: str, warn: bool = True) -> dict:
-    """The checkpoint at `path`; when `path` is a directory, the newest one in it that can be
-    resumed, warning (if `warn`) of each newer one skipped and why."""
+def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
+    """The checkpoint at `path`; when `path` is a directory, the newest one of stem `name` (this
+    run's --save_model_name) in it that can be resumed, warning (if `warn`) of each newer one
+    skipped and why. Another name's checkpoints in the directory belong to another run."""
     if not os.path.isdir(path):
         try:
             return _read_checkpoint(path)
         except _Unusable as problem:
             raise UserError(f"--load_model_path {path} {problem.reason}: {problem.fix}") from None
-    saved = saved_checkpoints(path)
+    saved = saved_checkpoints(path, name)
     if not saved:
-        raise UserError(f"--load_model_path {path} is a directory without checkpoints "
-                        f"(*_<epoch>{SUFFIX}): give a checkpoint file or the --checkpoint_dir "
-                        "of an earlier run")
+        raise UserError(f"--load_model_path {path} is a directory without checkpoints named "
+                        f"{name}_<epoch>{SUFFIX}: give a checkpoint file, or the --checkpoint_dir "
+                        "and --save_model_name of an earlier run")
     skipped = []
     for candidate in reversed(saved):
         try:
@@ -196,10 +198,39 @@ def _field_problem(state: dict) -> Optional[str]:
         return "a model state that is not named tensors"
     if state["torch_rng_state"].dtype != torch.uint8:
         return f"a torch_rng_state of {state['torch_rng_state'].dtype}, not uint8"
-    sums = state["epoch_sums"]
-    if sums is not None and sums.shape != (4,):
+    lineage = state.get("lineage")
+    if lineage is not None and not _LINEAGE.fullmatch(lineage):
+        return f"a lineage {lineage[:40]!r} that new_lineage() never makes"
+    return _epoch_sums_problem(state) or _non_finite_problem(state)
+
+
+def _epoch_sums_problem(state: dict) -> Optional[str]:
+    """A mid-epoch checkpoint (step > 0) carries the epoch's sums so far, an epoch's end none; the
+    sums are loss x images, correct, images, bad records: finite, not negative, consistent."""
+    sums, step = state["epoch_sums"], state["step"]
+    if (sums is None) != (step == 0):
+        return f"step {step} {'without' if sums is None else 'with'} the epoch's sums"
+    if sums is None:
+        return None
+    if sums.shape != (4,):
         return f"epoch_sums of shape {tuple(sums.shape)}, not (4,)"
+    loss, correct, images, bad = sums.tolist()
+    if not all(math.isfinite(value) and value >= 0 for value in (loss, correct, images, bad)) \
+            or not 1 <= images or correct > images or bad > images:
+        return f"epoch_sums {[loss, correct, images, bad]} that no epoch adds up to"
     return None
+
+
+def _non_finite_problem(state: dict) -> Optional[str]:
+    """Weights or momentum that are no longer finite: a resume would only diverge again."""
+    momentum = {f"momentum of parameter {index}": entry.get("momentum_buffer")
+                for index, entry in state["optimizer"].get("state", {}).items()
+                if isinstance(entry, dict)}
+    tensors = {**state["model"], **{name: buffer for name, buffer in momentum.items()
+                                    if isinstance(buffer, torch.Tensor)}}
+    bad = non_finite_tensors(tensors)
+    return f"non-finite values in {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}" \
+        if bad else None
 
 
 def check_matches(state: dict, config: Config) -> None:
@@ -297,8 +328,18 @@ def saved_checkpoints(directory: str, name: Optional[str] = None) -> list[Saved]
     return sorted(saved)
 
 
-def lineage_of(state: dict) -> str:
-    return state.get("lineage", UNMARKED_LINEAGE)
+def lineage_of(state: dict, checkpoint_dir: str) -> str:
+    """The lineage a run resumed from `state` continues. A checkpoint written before lineages
+    existed continues the unmarked checkpoints of its own directory when resumed there (the same
+    old run, in place); resumed into another directory, its unmarked files there are another
+    run's, so it takes a lineage of its own, derived from its path (every process derives the
+    same)."""
+    if "lineage" in state:
+        return state["lineage"]
+    own_directory = os.path.dirname(os.path.abspath(state["path"]))
+    if os.path.exists(checkpoint_dir) and os.path.samefile(own_directory, checkpoint_dir):
+        return UNMARKED_LINEAGE
+    return uuid.uuid5(uuid.NAMESPACE_URL, os.path.realpath(state["path"])).hex
 
 
 def read_lineage(path: str) -> Optional[str]:
@@ -310,7 +351,7 @@ def read_lineage(path: str) -> Optional[str]:
         return None
     if not isinstance(state, dict) or REQUIRED_KEYS - state.keys():
         return None
-    lineage = lineage_of(state)
+    lineage = state.get("lineage", UNMARKED_LINEAGE)
     return lineage if isinstance(lineage, str) else None
 
 
@@ -340,11 +381,24 @@ def remove_older(directory: str, name: str, keep: int, lineage: str, written: st
                         path, error.strerror)
 
 
-def lock_checkpoints(directory: str, name: str) -> int:
-    """Lock this name's checkpoints in `directory` for this run: returns the descriptor, which
-    holds the lock while open. The kernel releases a flock when its process dies, so a crashed
-    run leaves no stuck lock; the file itself is never deleted (that would race with a run
-    opening it)."""
+class CheckpointLock:
+    """This run's hold on its checkpoint names: an open descriptor with a flock, released by
+    release() or, for a crashed run, by the kernel when the process dies. Forked input processes
+    close their copy, so that ones outliving a killed run do not keep its lock."""
+
+    def __init__(self, descriptor: int):
+        self.descriptor: Optional[int] = descriptor
+        os.register_at_fork(after_in_child=self.release)
+
+    def release(self) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)
+            self.descriptor = None
+
+
+def lock_checkpoints(directory: str, name: str) -> CheckpointLock:
+    """Lock this name's checkpoints in `directory` for this run. The file itself is never deleted
+    (that would race with a run opening it)."""
     path = os.path.join(directory, f".{name}.lock")
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: no write-open file
@@ -361,7 +415,7 @@ def lock_checkpoints(directory: str, name: str) -> int:
                             "--checkpoint_dir or --save_model_name") from None
         raise UserError(f"cannot lock {path} ({error.strerror}): choose a --checkpoint_dir on a "
                         "file system with file locks") from None
-    return descriptor
+    return CheckpointLock(descriptor)
 
 
 def remove_temporary_files(directory: str, name: str) -> None:

@@ -31,10 +31,20 @@ class RunFailed(Exception):
 
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run."""
-    if launched is None or launched.local_rank == 0:  # once a machine, not once a rank
-        # Global rank 0 writes the checkpoints; this process lives as long as the run there.
+    lock = None
+    # Once a machine, not once a rank; and in global rank 0's process, which writes the
+    # checkpoints, wherever a launcher placed it (this process lives as long as the run there).
+    if launched is None or launched.local_rank == 0 or launched.rank == 0:
         writes_checkpoints = config.shard_id == 0 if launched is None else launched.rank == 0
-        preflight.check_inputs(config, writes_checkpoints)
+        lock = preflight.check_inputs(config, writes_checkpoints)
+    try:
+        return _run(config, launched)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(config: Config, launched: Optional[Launched]) -> int:
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:

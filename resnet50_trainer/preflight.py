@@ -3,6 +3,7 @@ before any file is written: a bad input ends the run with one line naming the fi
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from typing import Optional
@@ -24,26 +25,26 @@ RECORDS_SAMPLED = 16
 LARGEST_STEP = 10 ** 12
 
 
-def check_inputs(config: Config, writes_checkpoints: bool = True) -> None:
-    """`writes_checkpoints`: this machine runs global rank 0, which writes the checkpoints; this
-    process then takes the checkpoints' lock and holds it until it exits."""
+def check_inputs(config: Config, writes_checkpoints: bool = True
+                 ) -> Optional[checkpoint.CheckpointLock]:
+    """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
+    checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
+    run ends."""
     check_checkpoint_name(config.save_model_name)
     check_outputs_writable(config)
-    if writes_checkpoints:
-        _check_checkpoint_names_fit(config)
     if not config.synthetic:
         _check_holds_images(config)
     if config.test_data is not None:
         _check_test_labels(config)
     resumed = None
     if config.load_model_path:
-        resumed = checkpoint.load_checkpoint(config.load_model_path, warn=False)
+        resumed = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name,
+                                             warn=False)
         checkpoint.check_matches(resumed, config)
         with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
             model = build_model(config.num_layers, config.num_labels, config.num_channels)
             checkpoint.check_fits(resumed, model, build_optimizer(model, config))
-    if writes_checkpoints:
-        _claim_checkpoint_names(config, resumed)
+    return _claim_checkpoint_names(config, resumed) if writes_checkpoints else None
 
 
 def check_checkpoint_name(name: str) -> None:
@@ -52,8 +53,12 @@ def check_checkpoint_name(name: str) -> None:
     problems = ((not name, "is empty"),
                 (any(separator in name for separator in separators), "has a directory part"),
                 ("\0" in name, "holds a NUL character"),
+                (any(not character.isprintable() for character in name),
+                 "holds a control character"),
                 (name.startswith(checkpoint.TEMPORARY_PREFIX),
-                 f"starts with {checkpoint.TEMPORARY_PREFIX}, which marks temporary files"))
+                 f"starts with {checkpoint.TEMPORARY_PREFIX}, which marks temporary files"),
+                # "." and ".." would name hidden files ("._1.pt", ".._1.pt").
+                (name.startswith("."), "starts with '.', which hides files"))
     problem = next((problem for found, problem in problems if found), None)
     if problem:
         raise UserError(f"--save_model_name {_shown(name)} {problem}: give a plain file name "
@@ -63,27 +68,32 @@ def check_checkpoint_name(name: str) -> None:
 def _check_checkpoint_names_fit(config: Config) -> None:
     """Create and delete a file of the longest name the run writes (a temporary file's, with a
     step count no epoch reaches): a name too long for the file system fails here, not after an
-    epoch. The probe's random part is this process's id, so two runs starting at once differ."""
+    epoch. The probe's random part holds a capital letter, which mkstemp never writes: no run's
+    clean-up of temporary files takes it for one, and its process id sets it apart."""
     longest = checkpoint.temporary_name(config.save_model_name, config.num_epochs, LARGEST_STEP,
-                                        f"{os.getpid() % 10 ** 8:08d}")
+                                        f"P{os.getpid() % 10 ** 7:07d}")
     probe = os.path.join(config.checkpoint_dir, longest)
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.unlink(probe)
     except OSError as error:
+        fix = ("choose a shorter name" if error.errno == errno.ENAMETOOLONG else
+               "make --checkpoint_dir writable, with room for a file, or choose another")
         raise UserError(f"--save_model_name {_shown(config.save_model_name)} cannot name "
                         f"checkpoints in --checkpoint_dir {config.checkpoint_dir} "
-                        f"({error.strerror}): choose a shorter name") from None
+                        f"({error.strerror}): {fix}") from None
 
 
-def _claim_checkpoint_names(config: Config, resumed: Optional[dict]) -> None:
+def _claim_checkpoint_names(config: Config, resumed: Optional[dict]
+                            ) -> checkpoint.CheckpointLock:
     """This run's checkpoint names are its own: take their lock (a second live run refuses), make
     sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed
     one: none of another lineage), then clear the temporary files killed writers left."""
     directory, name = config.checkpoint_dir, config.save_model_name
+    _check_checkpoint_names_fit(config)
     lock = checkpoint.lock_checkpoints(directory, name)
     try:
-        lineage = None if resumed is None else checkpoint.lineage_of(resumed)
+        lineage = None if resumed is None else checkpoint.lineage_of(resumed, directory)
         others = checkpoint.checkpoints_of_other_runs(directory, name, lineage)
         if others:
             whose = "another run" if resumed is None else f"another run than {resumed['path']}'s"
@@ -93,11 +103,9 @@ def _claim_checkpoint_names(config: Config, resumed: Optional[dict]) -> None:
                             "another --checkpoint_dir or --save_model_name")
         checkpoint.remove_temporary_files(directory, name)
     except BaseException:
-        os.close(lock)
+        lock.release()
         raise
-    # Held until this process exits; forked input processes close their copy, so that ones
-    # outliving a killed run do not keep its lock.
-    os.register_at_fork(after_in_child=lambda: os.close(lock))
+    return lock
 
 
 def check_outputs_writable(config: Config) -> None:

@@ -129,7 +129,8 @@ class Trainer:
         data order. The order and augmentation are functions of (seed, epoch, step, position)
         (data/loader.py), so the seed and the counters restore them; torch's RNG state is restored
         too, though after the weights are drawn nothing in training consumes it."""
-        state = checkpoint.load_checkpoint(path, warn=self.placement.is_main)
+        state = checkpoint.load_checkpoint(path, self.config.save_model_name,
+                                           warn=self.placement.is_main)
         checkpoint.check_matches(state, self.config)
         checkpoint.check_fits(state, self.model, self.optimizer)
         try:
@@ -142,7 +143,7 @@ class Trainer:
             raise UserError(f"checkpoint {state['path']} cannot be loaded into this run "
                             f"({checkpoint.describe_error(error)}): give a checkpoint written by "
                             "resnet50-trainer for this model") from error
-        self.lineage = checkpoint.lineage_of(state)
+        self.lineage = checkpoint.lineage_of(state, self.config.checkpoint_dir)
         self.epoch, self.step, self.iteration = state["epoch"], state["step"], state["iteration"]
         self.total_seconds, self.total_images = state["total_seconds"], state["total_images"]
         if self.step:

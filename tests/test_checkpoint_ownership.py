@@ -131,7 +131,7 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
     assert first.returncode == 0, stderr
     assert f"another run is writing checkpoints {NAME}_*.pt in {tmp_path}" in line
     assert f"{tmp_path}/.{NAME}.lock" in line
-    assert checkpoint.load_checkpoint(str(tmp_path))["path"] == str(tmp_path / f"{NAME}_2.pt")
+    assert checkpoint.load_checkpoint(str(tmp_path), NAME)["path"] == str(tmp_path / f"{NAME}_2.pt")
 
 
 def lock_is_free(path) -> bool:
@@ -172,7 +172,8 @@ def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, t
 
 @pytest.mark.parametrize("name, problem", [
     ("a/b", "has a directory part"), ("../up", "has a directory part"), ("", "is empty"),
-    (".tmp-x", "starts with .tmp-"), ("n" * 300, "(File name too long): choose a shorter name")])
+    (".tmp-x", "starts with .tmp-"), ("n" * 300, "(File name too long): choose a shorter name"),
+    (".", "starts with '.'"), ("..", "starts with '.'"), ("a\nb", "holds a control character")])
 def test_a_checkpoint_name_that_cannot_be_written_is_refused_at_start(capsys, earlier, tmp_path,
                                                                       name, problem):
     database, _ = earlier
@@ -188,14 +189,14 @@ def test_a_directory_resumes_from_its_newest_readable_checkpoint(earlier, tmp_pa
     newest = tmp_path / f"{NAME}_1.pt"
     newest.write_bytes(newest.read_bytes()[:1_000_000])  # cut short, as by a full disk copy
     with caplog.at_level(logging.WARNING):
-        state = checkpoint.load_checkpoint(str(tmp_path))
+        state = checkpoint.load_checkpoint(str(tmp_path), NAME)
     assert state["path"] == str(tmp_path / f"{NAME}_0_step3.pt")
     assert (f"Checkpoint {newest} is not a readable checkpoint" in caplog.text
             and f"resuming from {tmp_path / NAME}_0_step3.pt instead" in caplog.text), caplog.text
     (tmp_path / f"{NAME}_0_step3.pt").write_bytes(b"")
     with pytest.raises(UserError, match=f"none of its 2 checkpoints can be resumed "
                                         f"\\(the newest, {newest}, is not a readable"):
-        checkpoint.load_checkpoint(str(tmp_path))
+        checkpoint.load_checkpoint(str(tmp_path), NAME)
 
 
 def crafted(state: dict) -> list[tuple[str, dict, str]]:
@@ -211,10 +212,21 @@ def crafted(state: dict) -> list[tuple[str, dict, str]]:
         ("a key too many", {"model": {**model, "extra": torch.zeros(1)}}, "extra unknown to"),
         ("momentum of another shape", {"optimizer": {**optimizer, "state": momentum}},
          "optimizer state (entry 0) that fits no parameter"),
+        ("a lineage crafted empty", {"lineage": ""}, "a lineage '' that new_lineage() never makes"),
+        ("an epoch's end far into an epoch", {"step": 10**9},
+         "step 1000000000 without the epoch's sums"),
+        ("weights of nan", {"model": {**model, "fc.bias": torch.full((4,), float("nan"))}},
+         "non-finite values in fc.bias"),
+        ("sums of nan", {"step": 2, "epoch_sums": torch.tensor([float("nan"), 1, 8, 0],
+                                                               dtype=torch.float64)},
+         "epoch_sums [nan, 1.0, 8.0, 0.0] that no epoch adds up to"),
+        ("sums below zero", {"step": 2, "epoch_sums": torch.tensor([1, -27, -96, 0],
+                                                                   dtype=torch.float64)},
+         "epoch_sums [1.0, -27.0, -96.0, 0.0] that no epoch adds up to"),
     ]
 
 
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(12))
 def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
     database, out = earlier
     state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
@@ -264,7 +276,7 @@ def test_diverged_weights_are_never_saved_over_good_ones(trainer, tmp_path):
     assert ("no longer finite at epoch 2, iteration 9 (layer2.0.bn1.running_var and 1 more): "
             f"{NAME}_2.pt was not written" in message), message
     assert files(tmp_path) == before
-    assert checkpoint.load_checkpoint(good)["lineage"] == trainer.lineage
+    assert checkpoint.load_checkpoint(good, NAME)["lineage"] == trainer.lineage
 
 
 def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
@@ -310,4 +322,48 @@ def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, t
     line = one_error_line(stderr)
     assert "writing checkpoint" in line and "failed (Read-only file system)" in line, line
     newest = checkpoint.saved_checkpoints(str(tmpfs), NAME)[-1]
-    assert checkpoint.load_checkpoint(newest.path)["epoch"] == newest.epoch
+    assert checkpoint.load_checkpoint(newest.path, NAME)["epoch"] == newest.epoch
+
+
+def test_a_directory_resumes_this_name_s_checkpoints_not_another_name_s(capsys, earlier, tmp_path):
+    """Two names share a directory (the lock is per name): resuming name B from the directory
+    takes B's newest, however new A's are."""
+    database, out = earlier
+    copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
+    shutil.copy(out / f"{NAME}_0_step3.pt", tmp_path / "B_0_step3.pt")
+    state = checkpoint.load_checkpoint(str(tmp_path), "B")
+    assert state["path"] == str(tmp_path / "B_0_step3.pt")
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
+                   "--save_model_name", "C", "--load_model_path", str(tmp_path))
+    assert "without checkpoints named C_<epoch>.pt" in line, line
+
+
+def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_s_files(
+        capsys, earlier, tmp_path):
+    """Checkpoints written before lineages all look alike: one resumed from another directory
+    is another run than the unmarked checkpoints already in --checkpoint_dir."""
+    database, out = earlier
+    state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
+    del state["lineage"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "here").mkdir()
+    checkpoint.save_checkpoint(state, str(tmp_path / "old" / f"{NAME}_1.pt"))
+    checkpoint.save_checkpoint({**state, "epoch": 3}, str(tmp_path / "here" / f"{NAME}_3.pt"))
+    before = files(tmp_path / "here")
+    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "here"),
+                   "--load_model_path", str(tmp_path / "old" / f"{NAME}_1.pt"))
+    assert "holds checkpoints of another run" in line and f"{NAME}_3.pt" in line, line
+    assert {name: files(tmp_path / "here")[name] for name in before} == before
+    # Resumed in its own directory, the unmarked run continues there.
+    assert checkpoint.lineage_of(checkpoint.load_checkpoint(str(tmp_path / "here"), NAME),
+                                 str(tmp_path / "here")) == checkpoint.UNMARKED_LINEAGE
+
+
+def test_a_released_lock_can_be_taken_again_in_the_same_process(tmp_path):
+    """A run called twice in one process (tests, notebooks) on one directory: the first run's
+    lock ends with it."""
+    lock = checkpoint.lock_checkpoints(str(tmp_path), NAME)
+    with pytest.raises(UserError, match="another run is writing checkpoints"):
+        checkpoint.lock_checkpoints(str(tmp_path), NAME)
+    lock.release()
+    checkpoint.lock_checkpoints(str(tmp_path), NAME).release()

@@ -32,7 +32,7 @@ def test_bfloat16_run_on_cpu_trains_and_logs(image_db, tmp_path):
     with open(log_path) as log_file:
         row = log_file.read().splitlines()[2].split(",")
     assert int(row[2]) == 16 and math.isfinite(float(row[9]))  # input_count, loss
-    saved = checkpoint.load_checkpoint(os.path.join(tmp_path, "resnet50_model_1.pt"))
+    saved = checkpoint.load_checkpoint(os.path.join(tmp_path, "resnet50_model_1.pt"), "resnet50_model")
     assert saved["arguments"]["dtype"] == "bfloat16"
     assert saved["model"]["fc.weight"].dtype == torch.float32  # autocast keeps float32 weights
     assert saved["scaler"] == {}  # no scaler without float16

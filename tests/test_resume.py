@@ -85,7 +85,7 @@ def test_directory_resumes_from_its_newest_complete_checkpoint(uninterrupted, tm
     for name in ("resnet50_model_1.pt", "resnet50_model_1_step2.pt"):
         shutil.copy(out / name, directory / name)
     (directory / ".tmp-resnet50_model_2.pt-abc_123.pt").write_bytes(b"cut short")
-    state = checkpoint.load_checkpoint(str(directory))
+    state = checkpoint.load_checkpoint(str(directory), "resnet50_model")
     assert state["path"] == str(directory / "resnet50_model_1_step2.pt")
     assert (state["epoch"], state["step"], state["iteration"]) == (1, 2, STEPS + 2)
 
