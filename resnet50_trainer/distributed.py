@@ -172,16 +172,23 @@ def waiting_for_peers(what: str) -> Iterator[None]:
 
     Recognised by where it happens, not by its words: Gloo raises plain RuntimeErrors, torch's own
     collectives DistErrors. Not a peer's doing: a RuntimeError subclass (out of memory, CUDA
-    errors, torch.compile's errors, ours) and the DataLoader's report of a dead input process,
-    which its SIGCHLD handler may raise anywhere in this thread."""
+    errors, torch.compile's errors, ours), the DataLoader's report of a dead input process,
+    which its SIGCHLD handler may raise anywhere in this thread, and a run of one process. With
+    NCCL a collective returns at once: the read of its result belongs inside the block."""
     try:
         yield
     except (dist.DistError, RuntimeError) as error:
         if not isinstance(error, dist.DistError) and (type(error) is not RuntimeError
-                                                      or raised_by_input_processes(error)):
+                                                      or raised_by_input_processes(error)
+                                                      or _alone()):
             raise
         raise PeerLost(f"a peer was lost or stopped answering during {what} "
                        f"({first_line(error)})") from error
+
+
+def _alone() -> bool:
+    """A run of one process has no peer to lose: a plain error of its step is its own."""
+    return dist.is_initialized() and dist.get_world_size() == 1
 
 
 def raised_by_input_processes(error: BaseException) -> bool:
@@ -213,7 +220,7 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     with waiting_for_peers("the all-gather of the parameters' digest"):
         dist.all_gather(everyone, mine)
-    differing = [rank for rank, other in enumerate(everyone) if not torch.equal(other, mine)]
+        differing = [rank for rank, other in enumerate(everyone) if not torch.equal(other, mine)]
     if differing:
         raise RuntimeError(f"replicas diverged: ranks {differing} hold other parameters than "
                            f"rank {dist.get_rank()}")

@@ -68,7 +68,7 @@ class DivergenceWatch:
                                self.weights_finite().to(self.device, torch.int64)])
         with distributed.waiting_for_peers("the divergence check"):
             dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
-        first_bad_loss, weights_finite = verdict.tolist()
+            first_bad_loss, weights_finite = verdict.tolist()  # NCCL: the wait is here
         return (None if first_bad_loss == NO_BAD_LOSS else first_bad_loss), bool(weights_finite)
 
     def weights_finite(self) -> torch.Tensor:
@@ -203,7 +203,7 @@ class Trainer:
         totals = self._epoch_sums(device_sums, images, bad)
         with distributed.waiting_for_peers("the all-reduce of the epoch's totals"):
             dist.all_reduce(totals)
-        loss_sum, correct, images, bad = totals.tolist()  # waits for the device's last step
+            loss_sum, correct, images, bad = totals.tolist()  # waits for the last step, peers too
         seconds = time.perf_counter() - started
         self.step, self.resumed_sums, self.resumed_seconds = 0, None, 0.0
         return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys)
@@ -264,10 +264,11 @@ class Trainer:
         outcome = torch.tensor([status], device=self.device)
         with distributed.waiting_for_peers(what):
             dist.broadcast(outcome, src=0)
+            status = int(outcome.item())  # NCCL: the wait is here
         if failure is not None:
             raise failure
-        if outcome.item():
-            _leave_after_main(int(outcome.item()))
+        if status:
+            _leave_after_main(status)
 
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.
@@ -306,7 +307,7 @@ class Trainer:
                             torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
         with distributed.waiting_for_peers("the all-reduce of the test counts"):
             dist.all_reduce(counts)
-        correct, images, bad = counts.tolist()
+            correct, images, bad = counts.tolist()  # NCCL: the wait is here
         if bad and self.placement.is_main:
             log.warning("Test accuracy over %d records: %d of the test DB's records could not be "
                         "read and were left out (resnet50-db inspect names them)", images, bad)

@@ -235,3 +235,17 @@ def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
             time.sleep(30)  # the SIGCHLD handler raises in here
     assert distributed.raised_by_input_processes(raised.value), raised.value
     del batches
+
+
+def test_a_run_of_one_process_has_no_peer_to_blame():
+    """A plain error of the step (a shape, a device) in a run of one process keeps its type and
+    traceback: there is no peer it could have lost."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="channels") as raised:
+            with distributed.waiting_for_peers("the step's buffer broadcast"):
+                torch.nn.functional.conv2d(torch.zeros(1, 3, 8, 8), torch.zeros(4, 1, 3, 3))
+        assert type(raised.value) is RuntimeError
+    finally:
+        dist.destroy_process_group()
