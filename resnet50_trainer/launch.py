@@ -51,10 +51,17 @@ def _run(config: Config, launched: Optional[Launched]) -> int:
         return _in_this_process(lambda: _run_launched(launched, config))
     # Held until the run ends: in shard 0 this process serves the run's store.
     meeting = distributed.meet_shards(config)
+    try:
+        return _run_processes(config, meeting.host, meeting.port)
+    finally:
+        meeting.close()
+
+
+def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.num_gpus == 1:
-        return _in_this_process(lambda: run_process(0, config, meeting.host, meeting.port))
+        return _in_this_process(lambda: run_process(0, config, store_host, store_port))
     # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-    context = mp.start_processes(_run_spawned, args=(config, meeting.host, meeting.port),
+    context = mp.start_processes(_run_spawned, args=(config, store_host, store_port),
                                  nprocs=config.num_gpus, join=False, start_method="spawn")
     try:
         while not context.join(grace_period=GRACE_PERIOD_S):
@@ -102,8 +109,12 @@ def _run_launched(launched: Launched, config: Config) -> None:
     _set_up_logging(placement)
     device = claim_device(config, launched.local_rank)
     with _one_line_if_lost(config, placement):
-        meeting = distributed.join_under_launcher(config, launched)  # noqa: F841 (held for the run)
-        train(config, placement, device)
+        meeting = distributed.join_under_launcher(config, launched)  # held for the run
+        try:
+            train(config, placement, device)
+        finally:
+            if meeting is not None:
+                meeting.close()
 
 
 def _set_up_logging(placement: distributed.Placement) -> None:

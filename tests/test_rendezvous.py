@@ -76,7 +76,12 @@ class TestBoardContract:
         results = meet_all(make_board, "run-a", count=3)
         ports = {meeting.port for _, meeting in results}
         assert len(ports) == 1, results
-        assert make_board("run-a").read() is None  # withdrawn once everyone arrived
+        # Kept while the run lasts: the id is in use until participant 0 closes the meeting.
+        assert make_board("run-a").read() is not None
+        with pytest.raises(UserError, match="run id run-a is in use by a live run"):
+            meet(make_board("run-a"), Seat(0, 3, "shard", "run-a"), HOST, 5)
+        dict(results)[0].close()
+        assert make_board("run-a").read() is None
 
     def test_stale_entries_of_a_crashed_run_are_not_followed(self, make_board):
         board = make_board("run-a")
@@ -142,9 +147,11 @@ def test_a_directory_that_cannot_be_written_is_refused(tmp_path):
         open_board("run-a", None, 6379, None, str(read_only))
 
 
-def test_no_keys_are_left_on_redis_after_a_meeting(redis_port):  # noqa: F811 (fixture)
+def test_no_keys_are_left_on_redis_after_a_run(redis_port):  # noqa: F811 (fixture)
     make = lambda run_id: open_board(run_id, HOST, redis_port, None, "/tmp")  # noqa: E731
-    meet_all(make, "run-a", count=2)
+    results = dict(meet_all(make, "run-a", count=2))
+    assert redis_keys(redis_port) != []  # the run id is in use while the run lasts, without expiry
+    results[0].close()
     assert redis_keys(redis_port) == []
 
 

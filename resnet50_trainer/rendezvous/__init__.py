@@ -4,7 +4,7 @@ carries only the address of one TCPStore; the process group then runs on that st
 One interface, `Board`, for every backend (contract test: tests/test_rendezvous.py):
   where                   -> "redis 10.0.0.5:6379" / "directory /nfs/rdv": named in every error
   publish(entry, ttl_s)   -> replace the run's entry atomically (it expires after ttl_s where the
-                             backend can expire it)
+                             backend can expire it; ttl_s None: kept until withdrawn)
   read()                  -> the entry, or None while there is none
   withdraw(entry)         -> remove the entry if it is still this one
 """
@@ -17,7 +17,7 @@ from typing import Optional, Protocol
 class Board(Protocol):
     where: str
 
-    def publish(self, entry: str, ttl_s: float) -> None: ...
+    def publish(self, entry: str, ttl_s: Optional[float]) -> None: ...
 
     def read(self) -> Optional[str]: ...
 

@@ -27,7 +27,7 @@ class FileBoard:
             raise UserError(f"--file_store_path {directory} cannot be written ({error.strerror}): "
                             "give a directory every shard can write, e.g. on NFS") from None
 
-    def publish(self, entry: str, ttl_s: float) -> None:
+    def publish(self, entry: str, ttl_s: Optional[float]) -> None:
         """No expiry in files (machines' clocks may disagree): readers prove an entry live instead."""
         staging = f"{self.path}.{uuid.uuid4().hex}.tmp"
         try:

@@ -10,8 +10,10 @@ Why stale entries of an earlier run with the same run id are never followed:
   store is the proof of freshness; no generation counter, and no trust in clocks, is needed;
 - participant 0 refuses to start if the entry it finds is live: a run with this id is still going.
 Then each participant checks in on the store ("arrived/<index>") and all wait until every one has,
-so whoever gives up at the deadline can name the missing ones. Participant 0 then withdraws the
-entry. The store and the process group carry everything after that; the board is done.
+so whoever gives up at the deadline can name the missing ones. The store and the process group
+carry everything after that; participant 0 keeps the entry on the board (without expiry) until the
+run ends, so a second run given the same id while this one trains is refused like one that comes
+during the meeting, and withdraws it then (Meeting.close).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class Meeting:
     store: dist.TCPStore
     host: str
     port: int
+    board: Optional[Board] = None  # participant 0's: the entry that shows the run id in use
+    entry: Optional[str] = None
+
+    def close(self) -> None:
+        """The run is over: its id is free again (a crashed run's entry is stale, and ignored)."""
+        if self.board is not None and self.entry is not None:
+            self.board.withdraw(self.entry)
+            self.entry = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +81,9 @@ def meet(board: Board, seat: Seat, advertised_host: str, timeout_s: float) -> Me
                             f"each machine its own {seat.noun} id")
         meeting.store.add("arrived", 1)
         _wait_for_all(meeting.store, seat, deadline, timeout_s, board.where)
-    if entry is not None:
-        board.withdraw(entry)
+    if entry is not None:  # kept while the run lasts, past the meeting's expiry
+        board.publish(entry, ttl_s=None)
+        meeting.board, meeting.entry = board, entry
     log.info("All %d %ss of run %s met at %s:%d (via %s)", seat.count, seat.noun, seat.run_id,
              meeting.host, meeting.port, board.where)
     return meeting

@@ -34,8 +34,9 @@ class RedisBoard:
             self.client = redis.Redis(host=host, port=port, **options)
         self._call(self.client.ping)
 
-    def publish(self, entry: str, ttl_s: float) -> None:
-        self._call(self.client.set, self.key, entry, px=max(1, int(ttl_s * 1000)))
+    def publish(self, entry: str, ttl_s: Optional[float]) -> None:
+        expiry = None if ttl_s is None else max(1, int(ttl_s * 1000))  # None: until withdrawn
+        self._call(self.client.set, self.key, entry, px=expiry)
 
     def read(self) -> Optional[str]:
         value = self._call(self.client.get, self.key)
