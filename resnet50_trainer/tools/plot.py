@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import UserError, run_command
 from resnet50_trainer.runlog import NO_TEST_ACCURACY
 from resnet50_trainer.tools.logfile import RunLog, read_run_log
 
@@ -167,11 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    try:
-        plot_logs(args.logs, args.output, dpi=args.dpi, title=args.title)
-    except UserError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        sys.exit(USAGE_EXIT_STATUS)
+    status = run_command(PROG, lambda: _plot(args))
+    if status:
+        sys.exit(status)
+
+
+def _plot(args: argparse.Namespace) -> None:
+    plot_logs(args.logs, args.output, dpi=args.dpi, title=args.title)
     print(f"wrote {args.output}")
 
 
