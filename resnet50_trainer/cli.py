@@ -1,22 +1,21 @@
-"""The command line: the original's flags and ours, parsed once and checked into a Config."""
+"""The command line: the original's flags and ours, each defined once (name, type and valid
+values, default, help) in the parser, and the run's Config built from them."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from resnet50_trainer.config import (SUPPORTED_LAYERS, SYNTHETIC_DATA, Config,
-                                     effective_learning_rate, resolve_scale)
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.config import SUPPORTED_LAYERS, Config, check_settings, default_scale
+from resnet50_trainer.errors import TRAINER, UserError, run_command
 from resnet50_trainer.flag_values import (
     NO_TIME_LIMIT_S, REDIS_PORT, FlagHelpFormatter, Number, OneLineParser, gpu_list, redis_address)
 from resnet50_trainer.gpu_ids import select_gpus
-from resnet50_trainer.network import check_transport
+from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
 DEFAULT_IMAGE_SIZE = 227
@@ -32,12 +31,19 @@ COUNT_FROM_1 = Number(int, 1)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="resnet50-trainer",
+        prog=TRAINER,
         description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from an "
         "LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
         "Flags follow Caffe2's resnet50_trainer.py.",
         formatter_class=FlagHelpFormatter,
     )
+    for add_flags in (_add_data_flags, _add_device_flags, _add_model_flags, _add_distributed_flags,
+                      _add_output_flags):
+        add_flags(parser)
+    return parser
+
+
+def _add_data_flags(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--train_data", required=True,
                       help="path of the training DB; the word 'null' trains on synthetic data")
@@ -63,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fraction of an epoch's records that may fail to decode (skipped and "
                       "named) before the run stops")
 
+
+def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices = parser.add_argument_group("devices")
     devices.add_argument("--gpus", type=gpu_list, help="comma-separated GPU ids, e.g. 0,1")
     devices.add_argument("--num_gpus", type=Number(int, 1, 256),
@@ -92,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "itself reads (listed in PyTorch's CUDA environment variables), unless "
                          "that variable is already set")
 
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS,
                        help="ResNet depth")
@@ -111,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--seed", type=Number(int, 0, 2**64 - 1), default=0,
                        help="seed of the initial weights, the data order and the augmentation")
 
+
+def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     dist = parser.add_argument_group("distributed")
     dist.add_argument("--num_shards", type=Number(int, 1, MAX_SHARDS), default=1,
                       help="machines in the run")
@@ -134,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--timeout", type=TIMEOUT_S, default=60.0,
                       help="seconds a collective may wait on a peer after the first step")
 
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("logs and checkpoints")
     output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
     output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
@@ -149,76 +163,68 @@ def build_parser() -> argparse.ArgumentParser:
                         "trace next to the log")
     output.add_argument("--print_every", type=COUNT_FROM_1, default=100,
                         help="print the original's iteration and loss lines every N iterations")
-    return parser
 
 
 def config_from_args(args: argparse.Namespace, gpus_present: int,
                      launched: Optional[Launched] = None) -> Config:
-    """Check the parsed flags against each other and this machine; raise UserError on the first problem.
+    """The run's settings from the parsed flags: the launcher's placement adopted, the derived
+    settings worked out, then checked against each other (config.check_settings) and against this
+    machine (probes.check_machine); UserError on the first problem.
 
     `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""
     if launched is not None:
-        args = _adopt_launcher(args, launched)
+        args = adopt_launcher(args, launched)
+    # Each flag's value is its setting, but for the few worked out from the flags and the machine.
+    config = Config(**{**vars(args), **derived_settings(args, gpus_present, launched)})
+    check_settings(config)
+    check_machine(config)
+    return config
+
+
+def derived_settings(args: argparse.Namespace, gpus_present: int,
+                     launched: Optional[Launched]) -> dict[str, Any]:
+    """The settings that are not a flag's value as given: the GPU ids and processes of this machine,
+    the defaults that depend on other settings, and the run id."""
+    gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present, launched)
+    return {
+        "gpus": gpu_ids, "num_gpus": num_processes,
+        "scale": args.scale or default_scale(args.image_size),
+        "num_workers": (_default_workers(num_processes) if args.num_workers is None
+                        else args.num_workers),
+        "checkpoint_dir": args.checkpoint_dir or args.log_dir,
+        "run_id": run_id_of(args, launched),
+    }
+
+
+def _devices_of_this_machine(args: argparse.Namespace, gpus_present: int,
+                             launched: Optional[Launched]) -> tuple[tuple[int, ...], int]:
+    """The GPU ids this machine trains on (none with --use_cpu) and its training processes: a
+    launcher's processes each take one replica's GPUs, from the first."""
     gpu_ids = select_gpus(args.gpus, args.num_gpus, args.use_cpu, args.model_parallel, gpus_present)
     per_replica = 2 if args.model_parallel else 1
     num_processes = len(gpu_ids) // per_replica if gpu_ids else (args.num_gpus or 1)
     if launched is not None and not args.use_cpu:
         if len(gpu_ids) < launched.local_world_size * per_replica:
-            raise UserError(f"{launched.name} started {launched.local_world_size} processes on this "
-                            f"machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: "
+            raise UserError(f"{launched.name} started {launched.local_world_size} processes on "
+                            f"this machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: "
                             f"{per_replica} GPU(s) each")
         gpu_ids = gpu_ids[:launched.local_world_size * per_replica]
         num_processes = launched.local_world_size
-    if args.pipeline_chunks != 1 and not args.model_parallel:
-        raise UserError("--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
-                        "add --model_parallel or leave it out")
-    if args.batch_size % num_processes:
-        raise UserError(f"--batch_size {args.batch_size} does not divide by the {num_processes} "
-                        f"devices of this machine: use a multiple of {num_processes}")
-    if not 0 <= args.shard_id < args.num_shards:
-        raise UserError(f"--shard_id {args.shard_id} is not below --num_shards {args.num_shards}: "
-                        f"shard ids run from 0 to {args.num_shards - 1}")
-    scale = resolve_scale(args.image_size, args.scale)
-    _check_learning_rate(args.base_learning_rate, args.batch_size * args.num_shards)
-    _check_databases(args)
-    check_transport(args.distributed_transport, args.distributed_interfaces, args.use_cpu)
-    run_id = _run_id(args, launched)
-    _check_precision_and_decoding(args)
-    return Config(
-        train_data=args.train_data, test_data=args.test_data, db_type=args.db_type,
-        gpus=tuple(gpu_ids), num_gpus=num_processes, model_parallel=args.model_parallel,
-        num_channels=args.num_channels, image_size=args.image_size, scale=scale,
-        num_labels=args.num_labels, num_layers=args.num_layers, batch_size=args.batch_size,
-        epoch_size=args.epoch_size, num_epochs=args.num_epochs,
-        base_learning_rate=args.base_learning_rate, warmup_epochs=args.warmup_epochs,
-        weight_decay=args.weight_decay, cudnn_workspace_limit_mb=args.cudnn_workspace_limit_mb,
-        num_shards=args.num_shards, shard_id=args.shard_id, run_id=run_id,
-        redis_host=args.redis_host, redis_port=args.redis_port, file_store_path=args.file_store_path,
-        save_model_name=args.save_model_name, load_model_path=args.load_model_path,
-        use_cpu=args.use_cpu, dtype=args.dtype, float16_compute=args.float16_compute,
-        enable_tensor_core=args.enable_tensor_core,
-        distributed_transport=args.distributed_transport,
-        distributed_interfaces=args.distributed_interfaces,
-        first_iter_timeout=args.first_iter_timeout, timeout=args.timeout,
-        log_dir=args.log_dir, checkpoint_dir=args.checkpoint_dir or args.log_dir,
-        num_workers=_default_workers(num_processes) if args.num_workers is None else args.num_workers,
-        seed=args.seed, max_bad_records=args.max_bad_records, print_every=args.print_every,
-        redis_password=args.redis_password, keep_checkpoints=args.keep_checkpoints,
-        checkpoint_every_iters=args.checkpoint_every_iters, compile=args.compile,
-        decode_device=args.decode_device, profile_iters=args.profile_iters,
-        pipeline_chunks=args.pipeline_chunks,
-    )
+    return tuple(gpu_ids), num_processes
 
 
-def _adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Namespace:
+def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Namespace:
     """A copy of the flags with the machines, this machine's index and its process count taken from
     the launcher: a machine is a shard, --batch_size stays the total of one machine."""
-    if args.num_shards not in (1, launched.num_machines) or args.shard_id not in (0, launched.machine_index):
-        raise UserError(f"{launched.name} places this process on machine {launched.machine_index} of "
-                        f"{launched.num_machines}, but --num_shards/--shard_id say otherwise: leave them out")
+    if (args.num_shards not in (1, launched.num_machines)
+            or args.shard_id not in (0, launched.machine_index)):
+        raise UserError(f"{launched.name} places this process on machine "
+                        f"{launched.machine_index} of {launched.num_machines}, but "
+                        "--num_shards/--shard_id say otherwise: leave them out")
     if args.use_cpu and args.num_gpus not in (None, launched.local_world_size):
         raise UserError(f"--num_gpus {args.num_gpus} but {launched.name} started "
-                        f"{launched.local_world_size} processes on this machine: leave --num_gpus out")
+                        f"{launched.local_world_size} processes on this machine: leave "
+                        "--num_gpus out")
     adopted = argparse.Namespace(**vars(args))
     adopted.num_shards, adopted.shard_id = launched.num_machines, launched.machine_index
     if args.use_cpu or (args.num_gpus is None and not args.gpus):
@@ -226,8 +232,9 @@ def _adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Na
     return adopted
 
 
-def _run_id(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[str]:
-    """Required wherever machines meet through Redis or a shared directory; srun's job id serves."""
+def run_id_of(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[str]:
+    """--run_id, or srun's job id under srun. Required wherever machines meet through Redis or a
+    shared directory."""
     if launched is None:
         run_id, needed_by = args.run_id, f"--num_shards {args.num_shards}"
         through_board = args.num_shards > 1
@@ -243,73 +250,23 @@ def _run_id(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[
     return run_id
 
 
-def _check_precision_and_decoding(args: argparse.Namespace) -> None:
-    if args.float16_compute and args.dtype == "bfloat16":
-        raise UserError("--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
-                        "bfloat16: drop one of them")
-    if args.decode_device == "gpu" and args.train_data == SYNTHETIC_DATA:
-        raise UserError("--decode_device gpu has nothing to decode with --train_data null: leave "
-                        "it out")
-    if not args.use_cpu:
-        return
-    gpu_only = {
-        "--dtype float16": (args.dtype == "float16", "float16 training needs a GPU (CPU float16 "
-                            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU"),
-        "--float16_compute": (args.float16_compute, "float16 arithmetic needs a GPU: use --dtype "
-                              "bfloat16 on the CPU"),
-        "--enable_tensor_core": (args.enable_tensor_core, "tensor cores (TF32, channels_last) are "
-                                 "GPU hardware: leave it out with --use_cpu"),
-        "--decode_device gpu": (args.decode_device == "gpu", "decoding on the GPU needs a GPU: "
-                                "leave it out with --use_cpu"),
-    }
-    for flag, (given, reason) in gpu_only.items():
-        if given:
-            raise UserError(f"{flag} with --use_cpu: {reason}")
-
-
-def _check_learning_rate(base_learning_rate: float, global_batch_size: int) -> None:
-    """Each flag is finite on its own; their product, the LR the run uses, must be too."""
-    if not math.isfinite(effective_learning_rate(base_learning_rate, global_batch_size)):
-        raise UserError(f"--base_learning_rate {base_learning_rate:g} scaled to the global batch "
-                        f"of {global_batch_size} overflows to infinity: lower --base_learning_rate")
-
-
-def _check_databases(args: argparse.Namespace) -> None:
-    paths = [("--test_data", args.test_data)]
-    if args.train_data != SYNTHETIC_DATA:
-        paths.insert(0, ("--train_data", args.train_data))
-    for flag, path in paths:
-        if path is not None and not os.path.exists(path):
-            raise UserError(f"{flag} {path} does not exist: give the path of an existing "
-                            f"{args.db_type} database (or --train_data null for synthetic data)")
-
-
 def _default_workers(processes_per_machine: int) -> int:
     cores_each = (os.cpu_count() or 1) // processes_per_machine
     return max(1, min(8, cores_each - 1))
 
 
-def _gpus_on_this_machine() -> int:
-    from resnet50_trainer.devices import gpus_on_this_machine  # imports torch (seconds)
-
-    return gpus_on_this_machine()
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
-    try:
-        launched = detect_launcher(os.environ)
-        config = config_from_args(args, 0 if args.use_cpu else _gpus_on_this_machine(), launched)
-        from resnet50_trainer.launch import launch  # torch: only once the flags hold
+    return run_command(TRAINER, lambda: _train(args))
 
-        return launch(config, launched)
-    except UserError as error:
-        print(f"resnet50-trainer: error: {error}", file=sys.stderr)
-        return USAGE_EXIT_STATUS
-    except KeyboardInterrupt:
-        print("resnet50-trainer: interrupted", file=sys.stderr)
-        return 130
+
+def _train(args: argparse.Namespace) -> int:
+    launched = detect_launcher(os.environ)
+    config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
+    from resnet50_trainer.launch import launch  # torch: only once the flags hold
+
+    return launch(config, launched)
 
 
 if __name__ == "__main__":

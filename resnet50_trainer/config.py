@@ -1,12 +1,14 @@
-"""One frozen dataclass of settings, and the values derived from it.
+"""One frozen dataclass of settings, the values derived from it, and the checks of settings
+against each other.
 
-The command line builds a Config once (cli.py); nothing changes it afterwards. Defaults live in
-cli.py's parser alone, so there is one default per setting.
+The command line builds a Config once (cli.py), one field per flag; nothing changes it afterwards.
+Names, types, defaults and help live in cli.py's parser alone, so each is written once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
@@ -27,13 +29,22 @@ SYNTHETIC_EPOCH_SIZE = 1_500_000
 CROP_SHARE = 0.875
 
 
+def default_scale(image_size: int) -> int:
+    """--scale's default: round(image_size / 0.875), 256 for 224."""
+    return round(image_size / CROP_SHARE)
+
+
 def resolve_scale(image_size: int, scale: Optional[int]) -> int:
-    """--scale, or its default round(image_size / 0.875); the crop must fit in the resized image."""
-    scale = scale or round(image_size / CROP_SHARE)
+    """--scale, or its default; the crop must fit in the resized image."""
+    scale = scale or default_scale(image_size)
+    _check_crop_fits(image_size, scale)
+    return scale
+
+
+def _check_crop_fits(image_size: int, scale: int) -> None:
     if image_size > scale:
         raise UserError(f"--image_size {image_size} is above --scale {scale}: the crop must fit "
                         "in the resized image; raise --scale or lower --image_size")
-    return scale
 
 
 def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
@@ -135,3 +146,49 @@ def _without_password(redis_host: Optional[str]) -> Optional[str]:
     host = parts.netloc.rsplit("@", 1)[1]
     user = f"{parts.username}:***@" if parts.username else ":***@"
     return urlunsplit(parts._replace(netloc=user + host))
+
+
+def check_settings(config: Config) -> None:
+    """The settings against each other, with no look at the machine; UserError on the first
+    problem (the GPU choice and the run id are checked as they are worked out, in cli.py)."""
+    if config.pipeline_chunks != 1 and not config.model_parallel:
+        raise UserError("--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
+                        "add --model_parallel or leave it out")
+    if config.batch_size % config.num_gpus:
+        raise UserError(f"--batch_size {config.batch_size} does not divide by the "
+                        f"{config.num_gpus} devices of this machine: use a multiple of "
+                        f"{config.num_gpus}")
+    if not 0 <= config.shard_id < config.num_shards:
+        raise UserError(f"--shard_id {config.shard_id} is not below --num_shards "
+                        f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}")
+    _check_crop_fits(config.image_size, config.scale)
+    # Each flag is finite on its own; their product, the LR the run uses, must be too.
+    if not math.isfinite(config.effective_learning_rate):
+        raise UserError(f"--base_learning_rate {config.base_learning_rate:g} scaled to the global "
+                        f"batch of {config.global_batch_size} overflows to infinity: lower "
+                        "--base_learning_rate")
+    _check_precision_and_decoding(config)
+
+
+def _check_precision_and_decoding(config: Config) -> None:
+    if config.float16_compute and config.dtype == "bfloat16":
+        raise UserError("--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
+                        "bfloat16: drop one of them")
+    if config.decode_device == "gpu" and config.synthetic:
+        raise UserError("--decode_device gpu has nothing to decode with --train_data null: leave "
+                        "it out")
+    if not config.use_cpu:
+        return
+    gpu_only = {
+        "--dtype float16": (config.dtype == "float16", "float16 training needs a GPU (CPU float16 "
+                            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU"),
+        "--float16_compute": (config.float16_compute, "float16 arithmetic needs a GPU: use --dtype "
+                              "bfloat16 on the CPU"),
+        "--enable_tensor_core": (config.enable_tensor_core, "tensor cores (TF32, channels_last) "
+                                 "are GPU hardware: leave it out with --use_cpu"),
+        "--decode_device gpu": (config.decode_device == "gpu", "decoding on the GPU needs a GPU: "
+                                "leave it out with --use_cpu"),
+    }
+    for flag, (given, reason) in gpu_only.items():
+        if given:
+            raise UserError(f"{flag} with --use_cpu: {reason}")

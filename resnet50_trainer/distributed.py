@@ -27,7 +27,7 @@ import torch.utils.data
 
 from resnet50_trainer import network, rendezvous
 from resnet50_trainer.config import Config
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import PeerLost, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.rendezvous.meeting import Meeting, Seat, first_line, meet
 
@@ -37,12 +37,6 @@ STORE_CONNECT_TIMEOUT_S = 30.0
 JOINED_KEY = "joined"  # "joined/<rank>" on the run's store: who reached the process group
 _DATALOADER_CODE = os.path.dirname(torch.utils.data.__file__) + os.sep
 _MULTIPROCESSING_CODE = os.path.dirname(multiprocessing.__file__) + os.sep
-
-
-class PeerLost(Exception):
-    """This process waited on its peers and one died, hung past the timeout or became unreachable.
-    The message is one line: what was being waited on, and the backend's reason (with the peer's
-    address where Gloo gives it)."""
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,70 @@
-"""The one exception the user sees: a one-line problem and its fix, exit status 2."""
+"""What can end a command, typed by what happened, and the one way every command ends on it: one
+line on stderr ("<prog>: error: <message>") and an exit status; anything else is a bug and keeps
+its traceback. Torch-free: the command lines report with it before torch is imported."""
 
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional
+
+TRAINER = "resnet50-trainer"  # the trainer's name in its one-line reports
+FAILURE_EXIT_STATUS = 1
 USAGE_EXIT_STATUS = 2
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class UserError(Exception):
     """Bad input from the user (flags, paths, databases, services).
 
-    The message is one line naming the problem and the fix. The command-line
-    entry points print it and exit with USAGE_EXIT_STATUS, without a traceback.
-    """
+    The message is one line naming the problem and the fix."""
 
 
-class RecordError(UserError):
-    """A database record that cannot be parsed or decoded."""
+class RecordError(Exception):
+    """A database record that cannot be parsed or decoded: the data's fault, not the command
+    line's. Training skips and counts such records; a command asked about one reports it."""
 
 
 class Diverged(Exception):
     """The run's loss or weights became non-finite; the message is one line."""
+
+
+class PeerLost(Exception):
+    """This process waited on its peers and one died, hung past the timeout or became unreachable.
+    The message is one line: what was being waited on, and the backend's reason (with the peer's
+    address where Gloo gives it)."""
+
+
+class RunFailed(Exception):
+    """The run lost a training process's peer or its input processes; the message is one line."""
+
+
+# The errors a command ends on in one line, and its exit status for each: bad input (the flags,
+# the data) is 2, as argparse's refusals; a run that started and could not go on is 1.
+EXIT_STATUS: dict[type[Exception], int] = {
+    UserError: USAGE_EXIT_STATUS, RecordError: USAGE_EXIT_STATUS,
+    Diverged: FAILURE_EXIT_STATUS, PeerLost: FAILURE_EXIT_STATUS, RunFailed: FAILURE_EXIT_STATUS,
+}
+ONE_LINE_ERRORS = tuple(EXIT_STATUS)
+
+
+def error_line(prog: str, message: object) -> str:
+    return f"{prog}: error: {message}"
+
+
+def report(prog: str, error: Exception) -> int:
+    """Print one of ONE_LINE_ERRORS as its one line; return its exit status."""
+    print(error_line(prog, error), file=sys.stderr)
+    return next(status for kind, status in EXIT_STATUS.items() if isinstance(error, kind))
+
+
+def run_command(prog: str, body: Callable[[], Optional[int]]) -> int:
+    """Every command's main: run `body` and return its exit status (None is 0), or end on one of
+    ONE_LINE_ERRORS or Ctrl-C in one line."""
+    try:
+        status = body()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_STATUS
+    except ONE_LINE_ERRORS as error:
+        return report(prog, error)
+    return status or 0

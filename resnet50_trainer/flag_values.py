@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn, Optional, Union
 from urllib.parse import urlsplit
 
-from resnet50_trainer.errors import USAGE_EXIT_STATUS
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, error_line
 
 # What a timeout of "inf" becomes: torch takes only a finite timedelta (timedelta(seconds=inf)
 # overflows), and deadlines of now + timeout must fit its int64 clocks. Ten years is forever here.
@@ -148,7 +148,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = " ".join(message.split())
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        print(error_line(self.prog, f"{message} (see --help)"), file=sys.stderr)
         sys.exit(USAGE_EXIT_STATUS)
 
 

@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged, UserError
+from resnet50_trainer.errors import (ONE_LINE_ERRORS, TRAINER, USAGE_EXIT_STATUS, PeerLost,
+                                     RunFailed, error_line, report)
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.rendezvous.meeting import first_line
 from resnet50_trainer.train import train
@@ -25,12 +26,9 @@ log = logging.getLogger(__name__)
 GRACE_PERIOD_S = 3.0
 
 
-class RunFailed(Exception):
-    """The run lost a training process's peer or its input processes; the message is one line."""
-
-
 def launch(config: Config, launched: Optional[Launched] = None) -> int:
-    """Start the run's processes on this machine and return the exit status of the run."""
+    """Start the run's processes on this machine and return the exit status of the run; an error
+    of this process (a one-line one included) is raised for the command line to report."""
     lock = None
     # Once a machine, not once a rank; and in global rank 0's process, which writes the
     # checkpoints, wherever a launcher placed it (this process lives as long as the run there).
@@ -48,7 +46,8 @@ def _run(config: Config, launched: Optional[Launched]) -> int:
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:
-        return _in_this_process(lambda: _run_launched(launched, config))
+        _run_launched(launched, config)
+        return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
     meeting = distributed.meet_shards(config)
     try:
@@ -59,7 +58,8 @@ def _run(config: Config, launched: Optional[Launched]) -> int:
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.num_gpus == 1:
-        return _in_this_process(lambda: run_process(0, config, store_host, store_port))
+        run_process(0, config, store_host, store_port)
+        return 0
     # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
     context = mp.start_processes(_run_spawned, args=(config, store_host, store_port),
                                  nprocs=config.num_gpus, join=False, start_method="spawn")
@@ -72,22 +72,13 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
             rank = config.shard_id * config.num_gpus + failure.error_index
-            print(f"resnet50-trainer: error: training process of rank {rank} (pid "
-                  f"{failure.error_pid}) was killed by {failure.signal_name}; the run stopped: "
-                  "resume it with --load_model_path " + config.checkpoint_dir, file=sys.stderr)
+            print(error_line(TRAINER, f"training process of rank {rank} (pid {failure.error_pid}) "
+                             f"was killed by {failure.signal_name}; the run stopped: resume it "
+                             "with --load_model_path " + config.checkpoint_dir), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
-        return 1
-    return 0
-
-
-def _in_this_process(run) -> int:
-    try:
-        run()
-    except (RunFailed, Diverged) as failure:
-        print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
         return 1
     return 0
 
@@ -128,7 +119,7 @@ def _one_line_if_lost(config: Config, placement: distributed.Placement) -> Itera
     one line; any other error keeps its traceback. The process group is left either way."""
     try:
         yield
-    except distributed.PeerLost as failure:
+    except PeerLost as failure:
         raise RunFailed(f"rank {placement.rank} stopped: {failure}; "
                         f"{_cannot_go_on(config)}") from failure
     except (RuntimeError, OSError, EOFError) as error:
@@ -151,12 +142,8 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     _interrupt_once()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
     try:
         run_process(local_index, config, store_host, store_port)
-    except UserError as error:
-        print(f"resnet50-trainer: error: {error}", file=sys.stderr)
-        sys.exit(USAGE_EXIT_STATUS)
-    except (RunFailed, Diverged) as failure:
-        print(f"resnet50-trainer: error: {failure}", file=sys.stderr)
-        sys.exit(1)
+    except ONE_LINE_ERRORS as error:
+        sys.exit(report(TRAINER, error))
 
 
 def _interrupt_once() -> None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
 
+from dbfactory import write_db
 from resnet50_trainer.cli import build_parser, config_from_args
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.config import Config
+from resnet50_trainer.errors import (Diverged, PeerLost, RecordError, RunFailed, UserError,
+                                     run_command)
 from resnet50_trainer.flag_values import Number
+from resnet50_trainer.tools import db
 from trainer_runs import REPOSITORY
 
 ORIGINAL_FLAGS = [
@@ -136,3 +141,42 @@ def test_help_and_refusals_do_not_import_torch():
                           env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_each_flag_is_the_config_field_of_its_name():
+    """One definition per setting: the Config is built from the parsed flags, name for name."""
+    flags = {action.dest for action in build_parser()._actions if action.dest != "help"}
+    assert flags == {field.name for field in dataclasses.fields(Config)}
+
+
+@pytest.mark.parametrize("error, status", [
+    (UserError("--flag 3 is wrong: give 4"), 2), (RecordError("record 7 is no image"), 2),
+    (Diverged("training diverged: loss nan"), 1), (PeerLost("a peer was lost"), 1),
+    (RunFailed("rank 1 stopped"), 1),
+])
+def test_every_command_ends_on_what_happened_in_one_line(error, status, capsys):
+    def fails():
+        raise error
+
+    assert run_command("resnet50-tool", fails) == status
+    assert capsys.readouterr().err == f"resnet50-tool: error: {error}\n"
+
+
+def test_ctrl_c_ends_a_command_with_130_and_a_bug_keeps_its_traceback(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert run_command("resnet50-tool", interrupted) == 130
+    assert capsys.readouterr().err == "resnet50-tool: interrupted\n"
+    with pytest.raises(ZeroDivisionError):
+        run_command("resnet50-tool", lambda: 1 // 0)
+    assert run_command("resnet50-tool", lambda: None) == 0
+    assert not issubclass(RecordError, UserError)  # a bad record is the data's, not the flags'
+
+
+def test_a_record_that_cannot_be_decoded_ends_a_db_command_in_one_line(tmp_path, capsys):
+    path = write_db(str(tmp_path / "garbage"), "lmdb", [(b"00000000", b"\x08\x01not an image")])
+    assert db.main(["dump", path, "--index", "0", "--out", str(tmp_path / "o.png")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("resnet50-db dump: error: "), lines
+    assert os.listdir(tmp_path) == ["garbage"]

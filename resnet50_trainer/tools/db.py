@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools import db_bench, db_create, db_dump, db_inspect
 
 SUBCOMMANDS = (db_create, db_inspect, db_dump, db_bench)
@@ -31,14 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        return args.run(args)
-    except UserError as error:
-        print(f"resnet50-db {args.command}: error: {error}", file=sys.stderr)
-        return USAGE_EXIT_STATUS
-    except KeyboardInterrupt:  # create handles its own signals; the others have nothing to undo
-        print(f"resnet50-db {args.command}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+    return run_command(f"resnet50-db {args.command}", lambda: args.run(args))
 
 
 if __name__ == "__main__":

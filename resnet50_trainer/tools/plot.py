@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import run_command
 from resnet50_trainer.flag_values import Number
 
 FIGURE_SIZE_INCHES = (12.0, 8.0)
@@ -55,13 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    from resnet50_trainer.tools.plot_figure import plot_logs
+    status = run_command(PROG, lambda: _plot(args))
+    if status:
+        sys.exit(status)
 
-    try:
-        plot_logs(args.logs, args.output, dpi=args.dpi, title=args.title)
-    except UserError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        sys.exit(USAGE_EXIT_STATUS)
+
+def _plot(args: argparse.Namespace) -> None:
+    from resnet50_trainer.tools.plot_figure import plot_logs  # matplotlib: once the arguments hold
+
+    plot_logs(args.logs, args.output, dpi=args.dpi, title=args.title)
     print(f"wrote {args.output}")
 
 
