@@ -55,8 +55,8 @@ class Placement:
 
 
 def placement_for(config: Config, local_index: int) -> Placement:
-    """Global rank = shard_id x processes per shard + local index (cli.py derives the shard from a
-    launcher's rank when one started us)."""
+    """This process's place in a run our own launcher started: global rank = shard_id x processes
+    per shard + local index. (Under torchrun, srun or mpirun the launcher's ranks are used.)"""
     return Placement(
         rank=config.shard_id * config.num_gpus + local_index,
         world_size=config.world_size,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from resnet50_trainer.config import resolve_scale
 from resnet50_trainer.data.databases import check_database_path, detect_db_type, read_keys
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, UserError
+from resnet50_trainer.errors import UserError, run_command
 from resnet50_trainer.flag_values import Number
 
 if TYPE_CHECKING:
@@ -117,11 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except UserError as error:
-        print(f"resnet50-db bench: error: {error}", file=sys.stderr)
-        return USAGE_EXIT_STATUS
+    return run_command("resnet50-db bench", lambda: run(args))
 
 
 if __name__ == "__main__":
