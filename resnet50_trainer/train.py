@@ -131,6 +131,7 @@ class Trainer:
         too, though after the weights are drawn nothing in training consumes it."""
         state = checkpoint.load_checkpoint(path, self.config.save_model_name,
                                            warn=self.placement.is_main)
+        self._check_everyone_resumes(state)
         checkpoint.check_matches(state, self.config)
         checkpoint.check_fits(state, self.model, self.optimizer)
         try:
@@ -248,6 +249,25 @@ class Trainer:
                   f"--load_model_path {resume_from}" if last_good else
                   f"no checkpoint was written: {fix} and start again")
         raise Diverged(f"training diverged: {what}; {advice}")
+
+    def _check_everyone_resumes(self, state: dict) -> None:
+        """Every process continues the same checkpoint: machines with disks of their own may hold
+        different newest ones (or none), and the replicas would part silently."""
+        mine = (state["epoch"], state["step"], state["iteration"], state.get("lineage"))
+        everyone: list = [None] * self.placement.world_size
+        with distributed.waiting_for_peers("the comparison of the resumed checkpoints"):
+            dist.all_gather_object(everyone, mine)
+        differing = [rank for rank, theirs in enumerate(everyone) if theirs != everyone[0]]
+        if not differing:
+            return
+        if not self.placement.is_main:
+            _leave_after_main()
+        epoch, step, _, _ = everyone[differing[0]]
+        raise UserError(f"the processes would resume different checkpoints (rank 0: "
+                        f"{state['path']}, {state['epoch']} epochs and {state['step']} steps "
+                        f"done; rank {differing[0]}: {epoch} epochs and {step} steps done): give "
+                        "every machine the same checkpoint, e.g. a --load_model_path file on "
+                        "shared storage")
 
     def _position(self, iteration: int) -> str:
         epoch, step = divmod(iteration - 1, self.input.steps_per_epoch)

@@ -367,3 +367,21 @@ def test_a_released_lock_can_be_taken_again_in_the_same_process(tmp_path):
         checkpoint.lock_checkpoints(str(tmp_path), NAME)
     lock.release()
     checkpoint.lock_checkpoints(str(tmp_path), NAME).release()
+
+
+def test_machines_that_would_resume_different_checkpoints_are_refused(earlier, tmp_path):
+    """Two machines with disks of their own: each resumes the file it is given, and they differ.
+    The replicas would part silently; the run stops before the first step instead."""
+    database, out = earlier
+    common = ["--train_data", database, "--num_shards", "2", "--run_id", "differ",
+              "--file_store_path", str(tmp_path), "--num_epochs", "2"]
+    shards = [start_trainer(*common, "--shard_id", str(shard), "--log_dir", str(tmp_path / str(shard)),
+                            "--load_model_path", str(out / name))
+              for shard, name in ((0, f"{NAME}_1.pt"), (1, f"{NAME}_0_step3.pt"))]
+    (status_0, (_, stderr_0)), (status_1, _) = [(shard.wait(timeout=240), shard.communicate())
+                                                 for shard in shards]
+    assert status_0 == 2 and status_1 != 0, stderr_0
+    line = one_error_line(stderr_0)
+    assert ("the processes would resume different checkpoints (rank 0: " in line
+            and "1 epochs and 0 steps done; rank 1: 0 epochs and 3 steps done)" in line), line
+    assert checkpoint.saved_checkpoints(str(tmp_path / "0"), NAME) == []
