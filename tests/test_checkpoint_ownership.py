@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -294,25 +295,15 @@ def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
     assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path))] == [1]
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    directory = tmp_path / "tmpfs"
-    directory.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(directory)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    yield directory
-    subprocess.run(["umount", "-l", str(directory)], check=True)
-
-
 def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, tmp_path):
     database, _ = earlier
+    disk = Path(tmpfs("disk", "400m"))
     run = start_trainer("--train_data", database, "--num_gpus", "2", "--num_epochs", "1000",
-                        "--log_dir", str(tmp_path / "logs"), "--checkpoint_dir", str(tmpfs))
+                        "--log_dir", str(tmp_path / "logs"), "--checkpoint_dir", str(disk))
     try:
-        wait_for(lambda: (tmpfs / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
+        wait_for(lambda: (disk / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
         # Refused (busy) while a checkpoint is open for writing: retried until it is not.
-        wait_for(lambda: subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)],
+        wait_for(lambda: subprocess.run(["mount", "-o", "remount,ro", str(disk)],
                                         capture_output=True).returncode == 0, 60, "remount ro")
         _, stderr = run.communicate(timeout=240)
     finally:
@@ -321,7 +312,7 @@ def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, t
     assert run.returncode == 2, stderr
     line = one_error_line(stderr)
     assert "writing checkpoint" in line and "failed (Read-only file system)" in line, line
-    newest = checkpoint.saved_checkpoints(str(tmpfs), NAME)[-1]
+    newest = checkpoint.saved_checkpoints(str(disk), NAME)[-1]
     assert checkpoint.load_checkpoint(newest.path, NAME)["epoch"] == newest.epoch
 
 

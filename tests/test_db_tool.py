@@ -9,6 +9,7 @@ import socket
 import stat
 import struct
 import subprocess
+from pathlib import Path
 import sys
 import zlib
 
@@ -424,25 +425,15 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers_pids)
 
 
-@pytest.fixture
-def two_megabyte_disk(tmp_path):
-    directory = tmp_path / "small_disk"
-    directory.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(directory)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    yield directory
-    subprocess.run(["umount", str(directory)], check=True)
-
-
 @pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
 def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, capsys, db_type,
-                                                                     two_megabyte_disk):
+                                                                     tmpfs):
     folder = tmp_path / "images" / "noise"
     folder.mkdir(parents=True)
     for index in range(40):  # 40 x 77 KB of incompressible PNG: more than the 2 MB disk
         (folder / f"{index}.png").write_bytes(encode_image(random_pixels(160, 160, seed=index),
                                                            "PNG"))
+    two_megabyte_disk = Path(tmpfs("small_disk", "2m"))
     db = str(two_megabyte_disk / "db")
     assert main(["create", str(tmp_path / "images"), db, "--db_type", db_type]) == 2
     error = capsys.readouterr().err
