@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from dbfactory import write_db
-from trainer_runs import SMALL_RUN, files
+from trainer_runs import files, refused_in_process
 
-from resnet50_trainer import checkpoint, cli
+from resnet50_trainer import checkpoint
 from resnet50_trainer.model import build_model
 
 
@@ -25,13 +25,9 @@ def earlier_run(tmp_path):
 def start(capsys, earlier_run, *args: str) -> str:
     """Run the command line; assert exit 2, one line, nothing of the earlier run touched."""
     before = files(earlier_run)
-    status = cli.main([*SMALL_RUN, "--log_dir", str(earlier_run), *args])
-    error = capsys.readouterr().err
-    assert status == 2, error
-    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
-    assert len(lines) == 1 and "Traceback" not in error, error
+    line = refused_in_process(capsys, "--log_dir", str(earlier_run), *args)
     assert files(earlier_run) == before
-    return lines[0]
+    return line
 
 
 def test_missing_train_path(capsys, earlier_run, tmp_path):

@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from dbfactory import write_image_db
-from trainer_runs import SMALL_RUN, files, run_trainer, start_trainer, wait_for
+from trainer_runs import (SMALL_RUN, files, one_error_line, refused_in_process, run_trainer,
+                          start_trainer, wait_for)
 
 from resnet50_trainer import checkpoint, cli, distributed
 from resnet50_trainer.errors import Diverged, UserError
@@ -46,22 +47,6 @@ def copy_checkpoints(source, destination, *names: str) -> None:
         shutil.copy(source / name, destination / name)
 
 
-def refused(capsys, *args: str) -> str:
-    """Start the command line in this process; it must stop before training: exit 2, one line."""
-    status = cli.main([*SMALL_RUN, *args])
-    error = capsys.readouterr().err
-    assert status == 2, error
-    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
-    assert len(lines) == 1 and "Traceback" not in error, error
-    return lines[0]
-
-
-def one_error_line(stderr: str) -> str:
-    errors = [line for line in stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "Traceback" not in stderr, stderr
-    return errors[0]
-
-
 def rewrite(path, **changes) -> None:
     """The checkpoint at `path` with some fields changed, written as the trainer writes."""
     state = torch.load(path, weights_only=True)
@@ -73,7 +58,7 @@ def test_a_fresh_run_refuses_a_directory_holding_another_runs_checkpoint(capsys,
     database, out = earlier
     copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
     before = (tmp_path / f"{NAME}_1.pt").read_bytes()
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path))
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path))
     assert f"holds checkpoints of another run (newest: {tmp_path / NAME}_1.pt)" in line
     assert f"--load_model_path {tmp_path}" in line and "--save_model_name" in line
     assert (tmp_path / f"{NAME}_1.pt").read_bytes() == before
@@ -85,7 +70,7 @@ def test_a_resume_refuses_a_directory_holding_checkpoints_of_another_lineage(cap
     copy_checkpoints(out, tmp_path, f"{NAME}_0_step3.pt", f"{NAME}_1.pt")
     rewrite(tmp_path / f"{NAME}_1.pt", lineage="another run")
     before = files(tmp_path)
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path),
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path),
                    "--load_model_path", str(tmp_path / f"{NAME}_0_step3.pt"))
     assert f"of another run than {tmp_path / NAME}_0_step3.pt's (newest: {tmp_path / NAME}_1.pt)" in line
     assert {name: files(tmp_path)[name] for name in before} == before
@@ -124,7 +109,7 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
         os.killpg(first.pid, signal.SIGSTOP)
         wait_for(lambda: stopped(first.pid), 30, "the first run to stop")  # signals are not instant
         writing = files(tmp_path)
-        line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path))
+        line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path))
         assert files(tmp_path) == writing
     finally:
         os.killpg(first.pid, signal.SIGCONT)
@@ -178,7 +163,7 @@ def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, t
 def test_a_checkpoint_name_that_cannot_be_written_is_refused_at_start(capsys, earlier, tmp_path,
                                                                       name, problem):
     database, _ = earlier
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path),
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path),
                    "--save_model_name", name)
     assert "--save_model_name" in line and problem in line
     assert os.listdir(tmp_path) == []
@@ -234,7 +219,7 @@ def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
     _, changes, expected = crafted(state)[case]
     path = tmp_path / "crafted_1.pt"
     checkpoint.save_checkpoint({**state, **changes}, str(path))
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
                    "--load_model_path", str(path))
     assert expected in line and str(path) in line, line
 
@@ -324,7 +309,7 @@ def test_a_directory_resumes_this_name_s_checkpoints_not_another_name_s(capsys, 
     shutil.copy(out / f"{NAME}_0_step3.pt", tmp_path / "B_0_step3.pt")
     state = checkpoint.load_checkpoint(str(tmp_path), "B")
     assert state["path"] == str(tmp_path / "B_0_step3.pt")
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path / "logs"),
                    "--save_model_name", "C", "--load_model_path", str(tmp_path))
     assert "without checkpoints named C_<epoch>.pt" in line, line
 
@@ -341,7 +326,7 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
     checkpoint.save_checkpoint(state, str(tmp_path / "old" / f"{NAME}_1.pt"))
     checkpoint.save_checkpoint({**state, "epoch": 3}, str(tmp_path / "here" / f"{NAME}_3.pt"))
     before = files(tmp_path / "here")
-    line = refused(capsys, "--train_data", database, "--log_dir", str(tmp_path / "here"),
+    line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path / "here"),
                    "--load_model_path", str(tmp_path / "old" / f"{NAME}_1.pt"))
     assert "holds checkpoints of another run" in line and f"{NAME}_3.pt" in line, line
     assert {name: files(tmp_path / "here")[name] for name in before} == before

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from dbfactory import write_image_db
 from test_precision import config_of
-from trainer_runs import run_trainer
+from trainer_runs import one_error_line, run_trainer
 
 from resnet50_trainer.model import build_model
 from resnet50_trainer.precision import Precision
@@ -25,12 +25,6 @@ HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blo
 @pytest.fixture(scope="module")
 def small_db(tmp_path_factory):
     return write_image_db(str(tmp_path_factory.mktemp("divergence") / "db"), 32, 4)  # 4 steps
-
-
-def one_error_line(run) -> str:
-    errors = [line for line in run.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr
-    return errors[0]
 
 
 def good_first_epoch(database: str, out, processes: int) -> bytes:
@@ -53,7 +47,7 @@ def test_a_diverged_run_stops_naming_the_iteration_and_keeps_the_last_good_check
                            "3", "--keep_checkpoints", "1", "--load_model_path", str(tmp_path),
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
-    assert one_error_line(diverged).endswith(
+    assert one_error_line(diverged.stderr).endswith(
         "error: training diverged: the loss was no longer finite (inf or nan) at iteration 6 (epoch 2, step 2); "
         f"the last good checkpoint {tmp_path / 'resnet50_model_1.pt'} is kept: lower "
         "--base_learning_rate or add --warmup_epochs, then resume with --load_model_path "
@@ -68,7 +62,7 @@ def test_weights_are_checked_before_a_mid_epoch_checkpoint(small_db, tmp_path):
                            "--checkpoint_every_iters", "1", "--load_model_path", str(tmp_path),
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
-    line = one_error_line(diverged)
+    line = one_error_line(diverged.stderr)
     assert ("the weights were no longer finite (inf, nan, or too large to square in float32) by iteration 5 (epoch 2, "
             "step 1)") in line
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == good
@@ -79,7 +73,7 @@ def test_a_run_that_diverges_before_any_checkpoint_stops_at_the_next_print(small
     diverged = run_trainer("--train_data", small_db, "--num_epochs", "3", "--print_every", "2",
                            "--log_dir", str(tmp_path), *HUGE_LR)
     assert diverged.returncode == 1, diverged.stderr
-    line = one_error_line(diverged)
+    line = one_error_line(diverged.stderr)
     assert "iteration 2 (epoch 1, step 2); no checkpoint was written: lower" in line
     assert checkpoints(tmp_path) == []
 

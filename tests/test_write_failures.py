@@ -11,19 +11,13 @@ from dataclasses import astuple
 
 import pytest
 from test_runlog import config
-from trainer_runs import fill_up, run_trainer
+from trainer_runs import fill_up, one_error_line, run_trainer
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.runlog import EpochRow, RunLog
 
 SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]  # 8 steps
 EARLIER = b"an earlier run's log\n"
-
-
-def one_error_line(run) -> str:
-    errors = [line for line in run.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr
-    return errors[0]
 
 
 def disk_with_an_earlier_file(tmpfs, size: str, leave_bytes: int = 0) -> str:
@@ -44,7 +38,7 @@ def test_a_log_whose_header_does_not_fit_is_removed(tmpfs, tmp_path, processes):
     run = run_trainer(*SYNTHETIC, "--num_gpus", str(processes), "--log_dir", directory,
                       "--checkpoint_dir", str(tmp_path / "checkpoints"))
     assert run.returncode == 2, run.stderr
-    line = one_error_line(run)
+    line = one_error_line(run.stderr)
     assert f"error: writing the run log {directory}/resnet50_gpu{processes}_b8_" in line
     assert "failed (No space left on device): free space in --log_dir or choose another" in line
     assert left_in(directory) == ["earlier.log"]
@@ -84,7 +78,7 @@ def test_a_trace_that_does_not_fit_is_removed_and_the_log_kept(tmpfs, tmp_path, 
     assert run.returncode == 2, run.stderr
     (log,) = [name for name in left_in(directory) if name.startswith("resnet50_")]
     trace = os.path.join(directory, log[:-len(".log")] + ".trace.json")
-    assert one_error_line(run).endswith(
+    assert one_error_line(run.stderr).endswith(
         f"error: writing the profiler trace {trace} failed (No space left on device): free space "
         "in --log_dir or choose another; the files already there are intact")
     assert left_in(directory) == ["earlier.log", log]
@@ -99,7 +93,7 @@ def test_a_trace_the_profiler_cannot_write_in_its_scratch_directory_is_named(tmp
     run = run_trainer(*SYNTHETIC, "--profile_iters", "2", "--log_dir", str(tmp_path),
                       TMPDIR=scratch)
     assert run.returncode == 2, run.stderr
-    assert f"error: the profiler could not write its trace in {scratch}" in one_error_line(run)
+    assert f"error: the profiler could not write its trace in {scratch}" in one_error_line(run.stderr)
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".trace.json")]
     assert os.listdir(scratch) == ["filler"]
 

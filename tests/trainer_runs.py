@@ -96,3 +96,23 @@ def fill_up(directory, leave_bytes: int = 0) -> None:
         except OSError:
             pass
     os.truncate(path, max(0, os.path.getsize(path) - leave_bytes))
+
+
+def one_error_line(stderr: str) -> str:
+    """The one "error:" line a failed run printed, with no traceback beside it."""
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    return errors[0]
+
+
+def refused_in_process(capsys, *args: str) -> str:
+    """Run the command line in this process on SMALL_RUN; it must stop before training: exit 2,
+    one line (returned), no traceback."""
+    from resnet50_trainer import cli
+
+    status = cli.main([*SMALL_RUN, *args])
+    error = capsys.readouterr().err
+    assert status == 2, error
+    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
+    assert len(lines) == 1 and "Traceback" not in error, error
+    return lines[0]
