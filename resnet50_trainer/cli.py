@@ -13,7 +13,8 @@ from typing import Any, Optional, Sequence
 from resnet50_trainer.config import SUPPORTED_LAYERS, Config, check_settings, default_scale
 from resnet50_trainer.errors import TRAINER, UserError, run_command
 from resnet50_trainer.flag_values import (
-    NO_TIME_LIMIT_S, REDIS_PORT, FlagHelpFormatter, Number, OneLineParser, gpu_list, redis_address)
+    BATCH_SIZE, INPUT_WORKERS, NO_TIME_LIMIT_S, PIXELS, REDIS_PORT, SEED, FlagHelpFormatter, Number,
+    OneLineParser, gpu_list, redis_address)
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
@@ -22,7 +23,6 @@ DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
 # Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
 # later (a list of 10**30 GPU ids, a C int overflowing in torch, round(inf) in the LR schedule).
-PIXELS = Number(int, 32, 8192)  # below 32, ResNet's five stride-2 stages leave nothing
 TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
 MAX_SHARDS = 65536
 COUNT_FROM_0 = Number(int, 0)
@@ -59,7 +59,7 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
                       "--image_size 227 is exactly the original)")
     data.add_argument("--num_labels", type=Number(int, 1, 1_000_000), default=1000,
                       help="number of classes")
-    data.add_argument("--num_workers", type=Number(int, 0, 128),
+    data.add_argument("--num_workers", type=INPUT_WORKERS,
                       help="input (decoding) processes per training process; 0 decodes in the "
                       "training process (default: the cores per training process minus one, 1 to 8)")
     data.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
@@ -105,7 +105,7 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS,
                        help="ResNet depth")
-    model.add_argument("--batch_size", type=Number(int, 1, 1_000_000), default=32,
+    model.add_argument("--batch_size", type=BATCH_SIZE, default=32,
                        help="batch size TOTAL over this machine's devices; must divide by them")
     model.add_argument("--epoch_size", type=Number(int, 1, 10**12),
                        help="images per epoch over all machines (default: one pass over the "
@@ -118,7 +118,7 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)")
     model.add_argument("--weight_decay", type=Number(float, 0), default=1e-4,
                        help="L2 on conv and fc weights and BN scales, not on biases")
-    model.add_argument("--seed", type=Number(int, 0, 2**64 - 1), default=0,
+    model.add_argument("--seed", type=SEED, default=0,
                        help="seed of the initial weights, the data order and the augmentation")
 
 

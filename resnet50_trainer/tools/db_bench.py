@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from resnet50_trainer.config import resolve_scale
 from resnet50_trainer.data.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.errors import UserError, run_command
-from resnet50_trainer.flag_values import Number
+from resnet50_trainer.flag_values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 
 if TYPE_CHECKING:
     import torch
@@ -41,15 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("db", help="LMDB or LevelDB directory of image records")
     parser.add_argument("--db_type", choices=("lmdb", "leveldb"),
                         help="database type (default: detected from the directory)")
-    # The trainer's ranges for the flags they share (cli.py).
-    parser.add_argument("--batch_size", type=Number(int, 1, 1_000_000), default=256,
+    parser.add_argument("--batch_size", type=BATCH_SIZE, default=256,
                         help="images per batch")
-    parser.add_argument("--image_size", type=Number(int, 32, 8192), default=224,
+    parser.add_argument("--image_size", type=PIXELS, default=224,
                         help="crop size in pixels")
-    parser.add_argument("--scale", type=Number(int, 32, 8192), help="shorter side before cropping "
+    parser.add_argument("--scale", type=PIXELS, help="shorter side before cropping "
                         "(default: round(image_size / 0.875), as the trainer)")
     parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3), help="colour channels")
-    parser.add_argument("--num_workers", type=Number(int, 0, 128), default=2,
+    parser.add_argument("--num_workers", type=INPUT_WORKERS, default=2,
                         help="input processes (0: in this one)")
     parser.add_argument("--batches", type=Number(int, 1, 1_000_000), default=20,
                         help="batches timed, after one warm-up")
@@ -57,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where batches end up (cuda adds the pinned copy and the prefetcher)")
     parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
                         help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda")
-    parser.add_argument("--seed", type=Number(int, 0, 2**64 - 1), default=0,
+    parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the order and the crops")
 
 
