@@ -4,6 +4,8 @@ our own when torchrun, srun or mpirun started this process as one rank."""
 from __future__ import annotations
 
 import logging
+import multiprocessing.util
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -143,7 +145,15 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     try:
         run_process(local_index, config, store_host, store_port)
     except ONE_LINE_ERRORS as error:
-        sys.exit(report(TRAINER, error))
+        status = report(TRAINER, error)
+        # Leave as multiprocessing leaves its own children (its exit finalizers, then os._exit),
+        # not through the interpreter's teardown: there a C++ thread of the torn-down process group
+        # may abort the process ("terminate called without an active exception", SIGABRT seen in
+        # CI after the one line was printed), and the launcher would report it as killed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        multiprocessing.util._exit_function()
+        os._exit(status)
 
 
 def _interrupt_once() -> None:
