@@ -7,11 +7,10 @@ import argparse
 import logging
 import os
 import re
-import sys
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from resnet50_trainer.config import SUPPORTED_LAYERS, Config, check_settings, default_scale
-from resnet50_trainer.errors import TRAINER, UserError, run_command
+from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.flag_values import (
     BATCH_SIZE, INPUT_WORKERS, NO_TIME_LIMIT_S, PIXELS, REDIS_PORT, SEED, FlagHelpFormatter, Number,
     OneLineParser, gpu_list, redis_address)
@@ -255,6 +254,11 @@ def _default_workers(processes_per_machine: int) -> int:
     return max(1, min(8, cores_each - 1))
 
 
+def command() -> NoReturn:
+    """The resnet50-trainer command (and `python -m resnet50_trainer`): main(), then leave."""
+    leave(main())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
@@ -270,4 +274,4 @@ def _train(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -4,8 +4,10 @@ its traceback. Torch-free: the command lines report with it before torch is impo
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 TRAINER = "resnet50-trainer"  # the trainer's name in its one-line reports
 FAILURE_EXIT_STATUS = 1
@@ -68,3 +70,15 @@ def run_command(prog: str, body: Callable[[], Optional[int]]) -> int:
     except ONE_LINE_ERRORS as error:
         return report(prog, error)
     return status or 0
+
+
+def leave(status: int) -> NoReturn:
+    """End this training process with `status`: its exit handlers run and its output is flushed,
+    but the interpreter is not torn down. A thread of torch's Gloo process group may still be
+    freeing a finished collective then, which takes the GIL; during teardown the interpreter ends
+    that thread inside a C++ destructor and the process aborts ("terminate called without an
+    active exception", SIGABRT) after the run has reported its outcome (pytorch/pytorch#179291)."""
+    atexit._run_exitfuncs()  # multiprocessing's (input processes), logging's, tqdm's
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -4,20 +4,19 @@ our own when torchrun, srun or mpirun started this process as one rank."""
 from __future__ import annotations
 
 import logging
-import multiprocessing.util
-import os
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, NoReturn, Optional
 
 import torch.multiprocessing as mp
 
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
-from resnet50_trainer.errors import (ONE_LINE_ERRORS, TRAINER, USAGE_EXIT_STATUS, PeerLost,
-                                     RunFailed, error_line, report)
+from resnet50_trainer.errors import (FAILURE_EXIT_STATUS, ONE_LINE_ERRORS, TRAINER,
+                                     USAGE_EXIT_STATUS, PeerLost, RunFailed, error_line, leave,
+                                     report)
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.rendezvous.meeting import first_line
 from resnet50_trainer.train import train
@@ -138,22 +137,22 @@ def _cannot_go_on(config: Config) -> str:
             + config.checkpoint_dir)
 
 
-def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> None:
+def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> NoReturn:
     """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
-    launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C."""
+    launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C.
+    It leaves as the command does (errors.leave), never through the interpreter's teardown; only
+    a bug's traceback goes back to the launcher through torch's spawn."""
     _interrupt_once()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
     try:
         run_process(local_index, config, store_host, store_port)
+        status = 0
     except ONE_LINE_ERRORS as error:
         status = report(TRAINER, error)
-        # Leave as multiprocessing leaves its own children (its exit finalizers, then os._exit),
-        # not through the interpreter's teardown: there a C++ thread of the torn-down process group
-        # may abort the process ("terminate called without an active exception", SIGABRT seen in
-        # CI after the one line was printed), and the launcher would report it as killed.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        multiprocessing.util._exit_function()
-        os._exit(status)
+    except SystemExit as stop:  # a run-wide stop the first process reported
+        status = stop.code if isinstance(stop.code, int) else FAILURE_EXIT_STATUS
+    except KeyboardInterrupt:
+        status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
+    leave(status)
 
 
 def _interrupt_once() -> None:

@@ -180,3 +180,20 @@ def test_a_record_that_cannot_be_decoded_ends_a_db_command_in_one_line(tmp_path,
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("resnet50-db dump: error: "), lines
     assert os.listdir(tmp_path) == ["garbage"]
+
+
+def test_a_training_process_leaves_without_the_interpreters_teardown():
+    """errors.leave: exit handlers run and output is flushed, the status is kept, and nothing is
+    torn down after (where a Gloo thread freeing a collective would abort the process)."""
+    script = ("import atexit, sys\n"
+              "from resnet50_trainer.errors import leave\n"
+              "class TornDown:\n"
+              "    def __del__(self):\n"
+              "        print('torn down', flush=True)\n"
+              "kept = TornDown()\n"  # a module's global: freed only by the interpreter's teardown
+              "atexit.register(print, ' exit handler')\n"
+              "sys.stdout.write('buffered')\n"
+              "leave(3)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "buffered exit handler\n", "")
