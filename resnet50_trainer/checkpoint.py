@@ -23,7 +23,6 @@ import math
 import os
 import re
 import tempfile
-import time
 import uuid
 from typing import NamedTuple, Optional
 
@@ -35,9 +34,6 @@ from resnet50_trainer.errors import UserError
 log = logging.getLogger(__name__)
 SUFFIX = ".pt"
 TEMPORARY_PREFIX = ".tmp-"
-# Fault-injection hook for tests: seconds to sleep between the fsync and the rename, so a test can
-# kill the writer while the new checkpoint exists only as a temporary file.
-PAUSE_BEFORE_RENAME_ENV = "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME"
 # What a resume needs (train.Trainer.save writes them all).
 REQUIRED_KEYS = frozenset({"model", "optimizer", "epoch", "step", "iteration", "learning_rate",
                            "seed", "torch_rng_state", "global_batch_size", "epoch_sums",
@@ -102,7 +98,6 @@ def save_checkpoint(state: dict, path: str) -> None:
             file.write(buffer.getbuffer())
             file.flush()
             os.fsync(file.fileno())
-        time.sleep(float(os.environ.get(PAUSE_BEFORE_RENAME_ENV, 0)))
         os.replace(temporary, path)
         temporary = None
         _fsync_directory(directory)

@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from dbfactory import write_image_db
-from trainer_runs import (SMALL_RUN, files, one_error_line, refused_in_process, run_trainer,
-                          start_trainer, wait_for)
+from trainer_runs import (SMALL_RUN, files, one_error_line, pause_before_rename,
+                          refused_in_process, run_trainer, start_trainer, wait_for)
 
 from resnet50_trainer import checkpoint, cli, distributed
 from resnet50_trainer.errors import Diverged, UserError
@@ -102,7 +102,7 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
     while the first is certainly alive and mid-write; nothing of the first's is touched."""
     database, _ = earlier
     first = start_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
-                          **{checkpoint.PAUSE_BEFORE_RENAME_ENV: "2"})
+                          **pause_before_rename(2))
     try:
         wait_for(lambda: any(name.startswith(f".tmp-{NAME}_1.pt-") for name in os.listdir(tmp_path)),
                  180, "the first run's checkpoint write")

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
                        write_image_db)
-from resnet50_trainer import checkpoint
-from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, log_rows, run_trainer, start_trainer,
-                          trainer_command, trainer_env, training_processes, wait_for)
+from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, log_rows, pause_before_rename, run_trainer,
+                          start_trainer, trainer_command, trainer_env, training_processes,
+                          wait_for)
 
 TIMEOUT_S = 5  # --timeout of the runs below
 BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]
@@ -254,7 +254,7 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
     store = serve_store()
     writer, survivor = start_ranks(store, (0, 1), tmp_path, "--train_data", small_db,
                                    "--num_epochs", "2",
-                                   **{checkpoint.PAUSE_BEFORE_RENAME_ENV: "300"})
+                                   **pause_before_rename(300))
     wait_for(lambda: any(name.startswith(".tmp-") for name in os.listdir(tmp_path)), 180,
              "the checkpoint write")
     writer.send_signal(fault)

@@ -16,7 +16,8 @@ import time
 import pytest
 import torch
 from dbfactory import write_image_db
-from trainer_runs import log_rows, model_state, run_trainer, start_trainer, wait_for
+from trainer_runs import (log_rows, model_state, pause_before_rename, run_trainer, start_trainer,
+                          wait_for)
 
 from resnet50_trainer import checkpoint
 
@@ -98,7 +99,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     previous = (tmp_path / "resnet50_model_1.pt").read_bytes()
     writer = start_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
                            "--load_model_path", str(tmp_path),
-                           **{checkpoint.PAUSE_BEFORE_RENAME_ENV: "300"})
+                           **pause_before_rename(300))
     try:
         wait_for(lambda: any(name.startswith(".tmp-resnet50_model_2.pt") and
                              os.path.getsize(tmp_path / name) > 1_000_000

@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOOKS = os.path.join(REPOSITORY, "tests", "hooks")  # sitecustomize.py: fault injection
 RUN_TIMEOUT_S = 240
 # ResNet-18 at 32 px on CPU, labels 0..3: the cheapest run that is still the real trainer.
 SMALL_RUN = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8",
@@ -23,6 +24,13 @@ def trainer_command(*args: str) -> list[str]:
 
 def trainer_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": REPOSITORY, **extra}
+
+
+def pause_before_rename(seconds: float) -> dict:
+    """The environment that holds a run's checkpoint writer `seconds` between its fsync and its
+    rename (tests/hooks/sitecustomize.py), in every process of the run."""
+    return {"PYTHONPATH": os.pathsep.join([REPOSITORY, HOOKS]),
+            "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME": str(seconds)}
 
 
 def run_trainer(*args: str, **env: str) -> subprocess.CompletedProcess:
