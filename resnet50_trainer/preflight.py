@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from resnet50_trainer import checkpoint
+from resnet50_trainer import checkpoint, checkpoint_schema
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
@@ -40,10 +40,10 @@ def check_inputs(config: Config, writes_checkpoints: bool = True
     if config.load_model_path:
         resumed = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name,
                                              warn=False)
-        checkpoint.check_matches(resumed, config)
+        checkpoint_schema.check_matches(resumed, config)
         with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
             model = build_model(config.num_layers, config.num_labels, config.num_channels)
-            checkpoint.check_fits(resumed, model, build_optimizer(model, config))
+            checkpoint_schema.check_fits(resumed, model, build_optimizer(model, config))
     return _claim_checkpoint_names(config, resumed) if writes_checkpoints else None
 
 

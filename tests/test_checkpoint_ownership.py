@@ -21,9 +21,12 @@ from dbfactory import write_image_db
 from trainer_runs import (SMALL_RUN, files, one_error_line, pause_before_rename,
                           refused_in_process, run_trainer, start_trainer, wait_for)
 
-from resnet50_trainer import checkpoint, cli, distributed
+from resnet50_trainer import checkpoint, checkpoint_schema, cli, distributed
+from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.errors import Diverged, UserError
-from resnet50_trainer.train import Trainer
+from resnet50_trainer.optim import LearningRateSchedule
+from resnet50_trainer.replica import build_replica
+from resnet50_trainer.run_state import RunState
 
 NAME = "resnet50_model"
 
@@ -192,7 +195,8 @@ def crafted(state: dict) -> list[tuple[str, dict, str]]:
         ("epoch a string", {"epoch": "3"}, "has field epoch of type str"),
         ("negative step", {"step": -1}, "has field step = -1"),
         ("model not tensors", {"model": {**model, "fc.bias": [0.0]}}, "a model state that is not"),
-        ("rng of floats", {"torch_rng_state": torch.zeros(8)}, "torch_rng_state of torch.float32"),
+        ("sums of 3", {"step": 2, "epoch_sums": torch.ones(3, dtype=torch.float64)},
+         "epoch_sums of shape (3,), not (4,)"),
         ("fc of 5 classes", {"model": {**model, "fc.bias": torch.zeros(5)}},
          "model tensor fc.bias of shape (5,), this model's is (4,)"),
         ("a key too many", {"model": {**model, "extra": torch.zeros(1)}}, "extra unknown to"),
@@ -236,33 +240,37 @@ def test_a_mid_epoch_checkpoint_beyond_a_shorter_epoch_warns(earlier, tmp_path):
 
 
 @pytest.fixture
-def trainer(tmp_path):
-    """A Trainer of synthetic data in this process, in a real Gloo group of one."""
+def saver(tmp_path):
+    """The checkpoint saver of a ResNet-18 in this process, in a real Gloo group of one."""
     argv = [*SMALL_RUN, "--train_data", "null", "--epoch_size", "8", "--log_dir", str(tmp_path)]
     config = cli.config_from_args(cli.build_parser().parse_args(argv), 0)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        yield Trainer(config, distributed.placement_for(config, 0), torch.device("cpu"))
+        device = torch.device("cpu")
+        yield CheckpointSaver(config, distributed.placement_for(config, 0), device,
+                              build_replica(config, 0, device), LearningRateSchedule(0.1, 1, 0),
+                              checkpoint_schema.new_lineage())
     finally:
         dist.destroy_process_group()
 
 
-def test_diverged_weights_are_never_saved_over_good_ones(trainer, tmp_path):
-    trainer.epoch = 1
-    good = trainer.save()
+def test_diverged_weights_are_never_saved_over_good_ones(saver, tmp_path):
+    run = RunState(epochs_done=1)
+    good = saver.save(run)
     before = files(tmp_path)
+    model = saver.replica.model
     with torch.no_grad():
-        trainer.model.layer2[0].bn1.running_var[3] = float("inf")
-        trainer.model.fc.weight[0, 0] = float("nan")
-    trainer.epoch, trainer.iteration = 2, 9
+        model.layer2[0].bn1.running_var[3] = float("inf")
+        model.fc.weight[0, 0] = float("nan")
+    run.epochs_done, run.iteration = 2, 9
     with pytest.raises(Diverged) as diverged:
-        trainer.save()
+        saver.save(run)
     message = str(diverged.value)
     assert "\n" not in message
     assert ("no longer finite at epoch 2, iteration 9 (layer2.0.bn1.running_var and 1 more): "
             f"{NAME}_2.pt was not written" in message), message
     assert files(tmp_path) == before
-    assert checkpoint.load_checkpoint(good, NAME)["lineage"] == trainer.lineage
+    assert checkpoint.load_checkpoint(good, NAME)["lineage"] == saver.lineage
 
 
 def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):

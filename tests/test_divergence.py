@@ -17,7 +17,7 @@ from trainer_runs import one_error_line, run_trainer
 
 from resnet50_trainer.model import build_model
 from resnet50_trainer.precision import Precision
-from resnet50_trainer.train import DivergenceWatch
+from resnet50_trainer.divergence import DivergenceWatch
 
 HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blows the weights up
 

@@ -138,7 +138,7 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
 
 
 def test_a_new_global_batch_continues_from_the_position_reached(caplog):
-    from resnet50_trainer.checkpoint import continue_with_global_batch
+    from resnet50_trainer.resume import continue_with_global_batch
     from resnet50_trainer.cli import build_parser, config_from_args
 
     def settings(batch):

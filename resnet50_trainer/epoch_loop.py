@@ -1,0 +1,209 @@
+"""The epoch loop: steps, the divergence checks, mid-epoch checkpoints and, after each epoch, the
+bad-record verdict, the epoch's checkpoint, the evaluation and the log row. The only code that
+advances the run's state (run_state.py); the policies it applies return verdicts, and it stops
+the run with them (stopping.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from resnet50_trainer import distributed
+from resnet50_trainer.bad_records import bad_records_verdict
+from resnet50_trainer.checkpoint_saver import CheckpointSaver
+from resnet50_trainer.config import Config
+from resnet50_trainer.distributed import Placement
+from resnet50_trainer.divergence import DivergenceWatch, divergence_report
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.evaluation import evaluate
+from resnet50_trainer.gpu_monitor import GpuMonitor
+from resnet50_trainer.inputs import TrainInput
+from resnet50_trainer.optim import LearningRateSchedule, set_learning_rate
+from resnet50_trainer.profiling import StepProfiler
+from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
+from resnet50_trainer.replica import Replica
+from resnet50_trainer.run_state import RunState
+from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
+from resnet50_trainer.stopping import DIVERGED_EXIT_STATUS, exit_status, stop_run, stop_together
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    accuracy: float
+    images: int  # global
+    seconds: float
+    bad_records: int  # global
+    bad_keys: list  # this process's first BAD_KEYS_NAMED
+
+
+@dataclass
+class Outputs:
+    """Where the first process reports the run: the run log (None on the others), the GPUs'
+    utilisation on the progress bar, the profiler (every process counts its steps)."""
+
+    runlog: Optional[RunLog]
+    gpu_monitor: Optional[GpuMonitor]
+    profiler: StepProfiler
+
+
+class EpochLoop:
+    def __init__(self, config: Config, placement: Placement, device: torch.device,
+                 replica: Replica, schedule: LearningRateSchedule, train_input: TrainInput,
+                 test_batches, run: RunState, saver: CheckpointSaver, outputs: Outputs):
+        self.config, self.placement, self.device = config, placement, device
+        self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
+        self.input, self.test_batches, self.run = train_input, test_batches, run
+        self.watch = DivergenceWatch(replica.model, replica.output_device, device)
+        self.timeout_shortened = False
+        self.rows: list[EpochRow] = []
+        self.last_saved: Optional[str] = None
+
+    def run_epochs(self) -> None:
+        config, run = self.config, self.run
+        while run.epochs_done < config.num_epochs:
+            result = self.train_epoch()
+            failure = bad_records_verdict(result.bad_records, result.images, result.bad_keys,
+                                          run.epochs_done + 1, config,
+                                          self.placement.world_size, self.placement.is_main)
+            if failure is not None:
+                stop_run(failure if self.placement.is_main else None, exit_status(failure))
+            run.epoch_done(result.seconds, result.images)
+            # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
+            self.last_saved = self.saver.save(run)
+            test_accuracy = evaluate(self.replica, self.test_batches, self.device,
+                                     self.placement.is_main)
+            self.rows.append(self._row(result, test_accuracy))
+            stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
+            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
+                     run.epochs_done, result.loss, result.accuracy, self.rows[-1].test_accuracy,
+                     result.images / result.seconds, _peak_memory(self.device))
+
+    def train_epoch(self) -> EpochResult:
+        config, run, steps = self.config, self.run, self.input.steps_per_epoch
+        self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
+        self.replica.ddp.train()
+        # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
+        device_sums = torch.zeros(2, dtype=torch.float64,  # loss x images, correct
+                                  device=self.replica.output_device)
+        images = bad = 0
+        progress = EpochProgress(config, self.placement.is_main, run.epochs_done, steps,
+                                 run.steps_into_epoch, self.outputs.gpu_monitor)
+        started = time.perf_counter() - run.resumed_seconds
+        bad_keys: list = []
+        try:
+            for batch in progress.batches(self.input.batches):
+                loss, correct, labels = self._train_step(batch)
+                device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
+                images, bad = images + len(labels), bad + len(batch.bad_keys)
+                bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
+                progress.step(run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys)
+                checkpoint_due = self._checkpoint_due()
+                # Where the loop reads the device anyway, and before any save: never NaN weights.
+                if checkpoint_due or run.steps_into_epoch % config.print_every == 0:
+                    self._stop_if_diverged()
+                if checkpoint_due:
+                    self._save_mid_epoch(self._epoch_sums(device_sums, images, bad),
+                                         time.perf_counter() - started)
+        finally:
+            progress.close()
+        self._stop_if_diverged()
+        totals = self._epoch_sums(device_sums, images, bad)
+        with distributed.waiting_for_peers("the all-reduce of the epoch's totals"):
+            dist.all_reduce(totals)
+            loss_sum, correct, images, bad = totals.tolist()  # the last step, peers too
+        seconds = time.perf_counter() - started
+        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad),
+                           bad_keys)
+
+    def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step; (loss, correct, labels), still on the device."""
+        replica, run = self.replica, self.run
+        labels = batch.labels.to(replica.output_device, non_blocking=True)  # a no-op unless split
+        set_learning_rate(replica.optimizer, self.schedule(run.iteration))
+        precision = replica.precision
+        with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
+            logits = replica.train_model(precision.inputs(batch.images))
+            loss = F.cross_entropy(logits, labels)
+        replica.optimizer.zero_grad(set_to_none=True)
+        with distributed.waiting_for_peers("the step's gradient all-reduce"):
+            precision.backward_and_step(loss, replica.optimizer)
+        run.step_done()
+        self.watch.record(loss, run.iteration)
+        if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
+            distributed.shorten_timeout(self.config)
+            self.timeout_shortened = True
+        if self.outputs.profiler.step():
+            stop_together(self.outputs.profiler.failure, self.device)
+        return loss, (logits.argmax(1) == labels).sum(), labels
+
+    def _stop_if_diverged(self) -> None:
+        """A loss or weight that is no longer finite stops the run on every process, before
+        anything is saved; the first process names the iteration."""
+        first_bad_loss, weights_finite = self.watch.check()
+        if first_bad_loss is None and weights_finite:
+            return
+        report = (divergence_report(first_bad_loss, self.run.iteration,
+                                    self.input.steps_per_epoch, self.config)
+                  if self.placement.is_main else None)
+        stop_run(report, DIVERGED_EXIT_STATUS)
+
+    def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
+        """This process's sums of the epoch so far: loss x images, correct, images, bad records.
+        The first process also carries what a mid-epoch checkpoint had counted (globally)."""
+        # Collectives run on this process's own device (the first of a model-parallel pair).
+        sums = torch.cat([device_sums.to(self.device),
+                          torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
+        if self.run.resumed_sums is not None and self.placement.is_main:
+            sums += self.run.resumed_sums.to(sums)
+        return sums
+
+    def _checkpoint_due(self) -> bool:
+        """Within an epoch, every --checkpoint_every_iters iterations (the epoch's end saves
+        anyway)."""
+        every = self.config.checkpoint_every_iters
+        return (bool(every) and self.run.iteration % every == 0
+                and self.run.steps_into_epoch < self.input.steps_per_epoch)
+
+    def _save_mid_epoch(self, epoch_sums: torch.Tensor, seconds: float) -> None:
+        """The checkpoint holds the epoch's global sums so far."""
+        with distributed.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
+            dist.all_reduce(epoch_sums)
+        self.saver.save(self.run, epoch_sums, seconds)
+
+    def _row(self, result: EpochResult, test_accuracy: Optional[float]) -> EpochRow:
+        run = self.run
+        return EpochRow(
+            time_spent=round(result.seconds, 3),
+            cumulative_time_spent=round(run.total_seconds, 3),
+            input_count=result.images,
+            cumulative_input_count=run.total_images,
+            cumulative_batch_count=run.iteration,
+            inputs_per_sec=round(result.images / result.seconds, 2),
+            accuracy=round(result.accuracy, 6), epoch=run.epochs_done,
+            learning_rate=self.schedule(run.iteration - 1), loss=round(result.loss, 6),
+            test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6))
+
+
+def _write_row(runlog: Optional[RunLog], row: EpochRow) -> Optional[UserError]:
+    """The row appended to the log (first process); the failure to write it, if any."""
+    try:
+        if runlog:
+            runlog.write(row)
+    except UserError as failure:
+        return failure
+    return None
+
+
+def _peak_memory(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"

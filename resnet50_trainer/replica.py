@@ -1,0 +1,49 @@
+"""This process's model replica and what trains it: the model (on one device, or split over a
+pair with --model_parallel), its precision, DDP (compiled with --compile) and the optimizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from resnet50_trainer.config import Config
+from resnet50_trainer.devices import replica_devices
+from resnet50_trainer.model import build_model, build_split_model
+from resnet50_trainer.optim import build_optimizer
+from resnet50_trainer.precision import Precision
+
+
+@dataclass
+class Replica:
+    model: torch.nn.Module  # unwrapped: its state dict has torchvision's names
+    ddp: DistributedDataParallel
+    train_model: Callable[..., torch.Tensor]  # what a training step calls: DDP, compiled or not
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    # The logits (and so the labels they are scored against) are on the replica's last device.
+    output_device: torch.device
+
+
+def build_replica(config: Config, local_rank: int, device: torch.device) -> Replica:
+    """`device`: this process's own (claim_device's), the first of a split replica's pair."""
+    # A model-parallel replica's pair; the logits come out on its second device.
+    devices = replica_devices(config, local_rank) if config.model_parallel else (device, device)
+    precision = Precision(config, device)
+    model = precision.prepare_model(_build_model(config, devices))
+    ddp = DistributedDataParallel(
+        model, gradient_as_bucket_view=True,
+        # A model-parallel replica spans two devices: DDP then takes no device_ids.
+        device_ids=[device] if device.type == "cuda" and not config.model_parallel else None)
+    # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
+    train_model = torch.compile(ddp) if config.compile else ddp
+    return Replica(model, ddp, train_model, build_optimizer(model, config), precision, devices[1])
+
+
+def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:
+    if not config.model_parallel:
+        return build_model(config.num_layers, config.num_labels, config.num_channels).to(devices[0])
+    return build_split_model(config.num_layers, config.num_labels, config.num_channels, devices,
+                             config.pipeline_chunks)

@@ -1,0 +1,58 @@
+"""How a run stops on every process at once: the first process reports why in one line, the
+others leave quietly after it (rather than each reporting the first as a lost peer). Policies
+return a failure; the epoch loop stops the run with it; train() decides how a process exits."""
+
+from __future__ import annotations
+
+from typing import NoReturn, Optional
+
+import torch
+import torch.distributed as dist
+
+from resnet50_trainer import distributed
+from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged
+
+DIVERGED_EXIT_STATUS = 1
+
+
+class StoppedByFirst(Exception):
+    """The run stops on every process; the first process reports why, and this one (another)
+    leaves with exit `status` after it (train() sees to that)."""
+
+    def __init__(self, status: int):
+        super().__init__(f"the first process stopped the run (status {status})")
+        self.status = status
+
+
+def exit_status(failure: Exception) -> int:
+    """1 for diverged weights, 2 for a failed write or bad input."""
+    return DIVERGED_EXIT_STATUS if isinstance(failure, Diverged) else USAGE_EXIT_STATUS
+
+
+def stop_run(failure: Optional[Exception], status: int) -> NoReturn:
+    """A stop every process reaches together: the first process raises `failure`, the others
+    (given None) raise StoppedByFirst."""
+    if failure is not None:
+        raise failure
+    raise StoppedByFirst(status)
+
+
+def stop_together(failure: Optional[Exception], device: torch.device,
+                  what: str = "the first process's report on its writes") -> None:
+    """The first process alone writes the run log, the trace and checkpoints: it says whether
+    that failed (`failure`, None on the others), and if so every process stops (stop_run)."""
+    outcome = torch.tensor([0 if failure is None else exit_status(failure)], device=device)
+    with distributed.waiting_for_peers(what):
+        dist.broadcast(outcome, src=0)
+        status = int(outcome.item())  # NCCL: the wait is here
+    if status:
+        stop_run(failure, status)
+
+
+def wait_for_first_process_to_exit() -> None:
+    """Returns once the first process, which reports a run-wide stop, has gone: its line is never
+    lost to the launcher ending the run on this process's exit."""
+    try:
+        dist.barrier()  # the first process never joins: this returns when it has exited
+    except (dist.DistError, RuntimeError):
+        pass
