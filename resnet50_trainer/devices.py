@@ -20,9 +20,8 @@ def gpus_on_this_machine() -> int:
 
 
 def claim_device(config: Config, local_index: int) -> torch.device:
-    """Set this process up on its device; with --model_parallel, the first of its pair (where the
-    input goes)."""
-    torch.manual_seed(config.seed)
+    """This process's device, set up: its share of the CPU's threads, or its GPU with cuDNN's
+    choices; with --model_parallel, the first GPU of its pair (where the input goes)."""
     if config.use_cpu:
         # Processes share the cores; more threads than a share only contend.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.num_gpus))

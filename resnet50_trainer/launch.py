@@ -9,6 +9,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, NoReturn, Optional
 
+import torch
 import torch.multiprocessing as mp
 
 from resnet50_trainer import distributed, network, preflight
@@ -87,8 +88,7 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
 def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
     """The body of one training process: placement, device, process group, training."""
     placement = distributed.placement_for(config, local_index)
-    _set_up_logging(placement)
-    device = claim_device(config, local_index)
+    device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
         distributed.join_process_group(config, placement, store_host, store_port)
         train(config, placement, device)
@@ -98,8 +98,7 @@ def _run_launched(launched: Launched, config: Config) -> None:
     """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
     placement = distributed.Placement(launched.rank, launched.world_size, launched.local_rank,
                                       launched.local_world_size)
-    _set_up_logging(placement)
-    device = claim_device(config, launched.local_rank)
+    device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
         meeting = distributed.join_under_launcher(config, launched)  # held for the run
         try:
@@ -109,9 +108,13 @@ def _run_launched(launched: Launched, config: Config) -> None:
                 meeting.close()
 
 
-def _set_up_logging(placement: distributed.Placement) -> None:
+def _set_up(config: Config, placement: distributed.Placement) -> torch.device:
+    """Logging (the first process speaks), the seed (the same initial weights, run after run) and
+    the device of this training process."""
     logging.basicConfig(level=logging.INFO if placement.is_main else logging.WARNING,
                         format="%(message)s", force=True)
+    torch.manual_seed(config.seed)
+    return claim_device(config, placement.local_rank)
 
 
 @contextmanager

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from tqdm import tqdm
@@ -23,31 +23,33 @@ class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
     def __init__(self, config: Config, is_main: bool, epoch: int, steps: int, start_step: int = 0,
-                 gpu_monitor: Optional[GpuMonitor] = None):
+                 gpu_monitor: Optional[GpuMonitor] = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
         self.gpu_monitor = gpu_monitor
+        self.clock = clock
         self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}/{config.num_epochs}",
                         unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
         self.bad_named = 0
         self.waited = 0.0
-        self.started = self.last_refresh = time.perf_counter()
+        self.started = self.last_refresh = clock()
         self.interval_started, self.interval_steps = self.started, 0
 
     def batches(self, batches):
         iterator = iter(batches)
         while True:
-            before = time.perf_counter()
+            before = self.clock()
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self.waited += time.perf_counter() - before
+            self.waited += self.clock() - before
             yield batch
 
     @property
     def input_wait_share(self) -> float:
         """Share of the epoch's time so far spent waiting for the next batch."""
-        return self.waited / max(time.perf_counter() - self.started, 1e-9)
+        return self.waited / max(self.clock() - self.started, 1e-9)
 
     def step(self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys) -> None:
         for key in bad_keys:
@@ -58,7 +60,7 @@ class EpochProgress:
             return
         self.bar.update(1)
         self.interval_steps += 1
-        now = time.perf_counter()
+        now = self.clock()
         config = self.config
         if (step + 1) % config.print_every == 0 or step + 1 == self.steps:
             rate = self.interval_steps * config.global_batch_size / (now - self.interval_started)
