@@ -7,13 +7,24 @@ import argparse
 import logging
 import os
 import re
-from typing import Any, NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from resnet50_trainer.config import SUPPORTED_LAYERS, Config, check_settings, default_scale
 from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.flag_values import (
-    BATCH_SIZE, INPUT_WORKERS, NO_TIME_LIMIT_S, PIXELS, REDIS_PORT, SEED, FlagHelpFormatter, Number,
-    OneLineParser, gpu_list, redis_address)
+    BATCH_SIZE,
+    INPUT_WORKERS,
+    NO_TIME_LIMIT_S,
+    PIXELS,
+    REDIS_PORT,
+    SEED,
+    FlagHelpFormatter,
+    Number,
+    OneLineParser,
+    gpu_list,
+    redis_address,
+)
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
@@ -165,7 +176,7 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, gpus_present: int,
-                     launched: Optional[Launched] = None) -> Config:
+                     launched: Launched | None = None) -> Config:
     """The run's settings from the parsed flags: the launcher's placement adopted, the derived
     settings worked out, then checked against each other (config.check_settings) and against this
     machine (probes.check_machine); UserError on the first problem.
@@ -181,7 +192,7 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
 
 
 def derived_settings(args: argparse.Namespace, gpus_present: int,
-                     launched: Optional[Launched]) -> dict[str, Any]:
+                     launched: Launched | None) -> dict[str, Any]:
     """The settings that are not a flag's value as given: the GPU ids and processes of this machine,
     the defaults that depend on other settings, and the run id."""
     gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present, launched)
@@ -196,7 +207,7 @@ def derived_settings(args: argparse.Namespace, gpus_present: int,
 
 
 def _devices_of_this_machine(args: argparse.Namespace, gpus_present: int,
-                             launched: Optional[Launched]) -> tuple[tuple[int, ...], int]:
+                             launched: Launched | None) -> tuple[tuple[int, ...], int]:
     """The GPU ids this machine trains on (none with --use_cpu) and its training processes: a
     launcher's processes each take one replica's GPUs, from the first."""
     gpu_ids = select_gpus(args.gpus, args.num_gpus, args.use_cpu, args.model_parallel, gpus_present)
@@ -231,7 +242,7 @@ def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Nam
     return adopted
 
 
-def run_id_of(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[str]:
+def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None:
     """--run_id, or srun's job id under srun. Required wherever machines meet through Redis or a
     shared directory."""
     if launched is None:
@@ -259,7 +270,7 @@ def command() -> NoReturn:
     leave(main())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     return run_command(TRAINER, lambda: _train(args))

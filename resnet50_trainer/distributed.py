@@ -17,9 +17,9 @@ import multiprocessing
 import os
 import socket
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -88,7 +88,7 @@ def join_process_group(config: Config, placement: Placement, host: str, port: in
                 placement.local_world_size)
 
 
-def join_under_launcher(config: Config, launched: Launched) -> Optional[Meeting]:
+def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
     """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
     if launched.master is not None:
         try:

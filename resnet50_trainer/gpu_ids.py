@@ -3,12 +3,12 @@ line refuses a bad choice before the seconds torch's import takes."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from resnet50_trainer.errors import UserError
 
 
-def select_gpus(gpus: Optional[Sequence[int]], num_gpus: Optional[int], use_cpu: bool,
+def select_gpus(gpus: Sequence[int] | None, num_gpus: int | None, use_cpu: bool,
                 model_parallel: bool, gpus_present: int) -> list[int]:
     """The GPU ids this machine trains on: --gpus as listed, else the first --num_gpus replicas'
     worth (two GPUs a replica with --model_parallel); none with --use_cpu."""

@@ -8,7 +8,7 @@ checkpoint's weights load into torchvision.models.resnet50(num_classes=n) as the
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Optional
 from urllib.parse import urlsplit
 
 import psutil
@@ -57,7 +56,7 @@ def configure_transport(transport: str, interfaces: str) -> None:
         os.environ[name] = value
 
 
-def advertised_host(interfaces: str, transport: str, redis_host: Optional[str]) -> str:
+def advertised_host(interfaces: str, transport: str, redis_host: str | None) -> str:
     """The address peers reach this machine's store at: the first named interface's, else the one
     this machine routes to Redis through, else its host name's."""
     first = interfaces.split(",")[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from typing import Optional
 
 import torch
 
@@ -26,7 +25,7 @@ LARGEST_STEP = 10 ** 12
 
 
 def check_inputs(config: Config, writes_checkpoints: bool = True
-                 ) -> Optional[checkpoint.CheckpointLock]:
+                 ) -> checkpoint.CheckpointLock | None:
     """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
     checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
     run ends."""
@@ -84,7 +83,7 @@ def _check_checkpoint_names_fit(config: Config) -> None:
                         f"({error.strerror}): {fix}") from None
 
 
-def _claim_checkpoint_names(config: Config, resumed: Optional[dict]
+def _claim_checkpoint_names(config: Config, resumed: dict | None
                             ) -> checkpoint.CheckpointLock:
     """This run's checkpoint names are its own: take their lock (a second live run refuses), make
     sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -31,13 +30,13 @@ class StepProfiler:
     return True where the profile ends, on every process at the same step, so that a trace that
     could not be written (`failure`, on the profiling process) can stop them all together."""
 
-    def __init__(self, num_steps: int, trace_path: Optional[str], warmup_steps: int = WARMUP_STEPS):
+    def __init__(self, num_steps: int, trace_path: str | None, warmup_steps: int = WARMUP_STEPS):
         self.num_steps = num_steps
         self.trace_path = trace_path
         self.warmup_steps = warmup_steps
         self.steps_seen = 0
-        self.failure: Optional[UserError] = None
-        self._profile: Optional[profile] = None
+        self.failure: UserError | None = None
+        self._profile: profile | None = None
 
     def step(self) -> bool:
         if not self.num_steps:

@@ -12,8 +12,14 @@ import pytest
 from dbfactory import write_db
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config import Config
-from resnet50_trainer.errors import (Diverged, PeerLost, RecordError, RunFailed, UserError,
-                                     run_command)
+from resnet50_trainer.errors import (
+    Diverged,
+    PeerLost,
+    RecordError,
+    RunFailed,
+    UserError,
+    run_command,
+)
 from resnet50_trainer.flag_values import Number
 from resnet50_trainer.tools import db
 from trainer_runs import REPOSITORY

@@ -1,5 +1,7 @@
 """`resnet50-db create / inspect / dump`, run in-process through main()."""
 
+from __future__ import annotations
+
 import io
 import json
 import logging
@@ -9,16 +11,25 @@ import socket
 import stat
 import struct
 import subprocess
-from pathlib import Path
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from dbfactory import caffe_key, datum_record, encode_image, make_jpeg, random_pixels, \
-    smooth_pixels, tensorprotos_record, write_class_folders, write_db
+from dbfactory import (
+    caffe_key,
+    datum_record,
+    encode_image,
+    make_jpeg,
+    random_pixels,
+    smooth_pixels,
+    tensorprotos_record,
+    write_class_folders,
+    write_db,
+)
 from resnet50_trainer.data import protos
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import parse_record

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import pytest
 from PIL import Image
@@ -32,7 +31,7 @@ def row(epoch: int, loss: float, accuracy: float, test_accuracy: float, learning
 
 
 def write_log(
-    path: Path, rows: List[str], arguments: Optional[str] = "--train_data /data/train", header: str = HEADER
+    path: Path, rows: list[str], arguments: str | None = "--train_data /data/train", header: str = HEADER
 ) -> Path:
     lines = ([f"# {arguments}"] if arguments is not None else []) + [header] + rows
     path.write_text("\n".join(lines) + "\n")

@@ -7,18 +7,28 @@ from __future__ import annotations
 import random
 import tracemalloc
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 from PIL import Image
 
-from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, smooth_pixels, \
-    tensorprotos_record
+from dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    random_pixels,
+    smooth_pixels,
+    tensorprotos_record,
+)
 from resnet50_trainer.data import protos
-from resnet50_trainer.data.records import decode_image, decode_jpeg_reduced, jpeg_header, \
-    parse_record
+from resnet50_trainer.data.records import (
+    decode_image,
+    decode_jpeg_reduced,
+    jpeg_header,
+    parse_record,
+)
 from resnet50_trainer.errors import RecordError
 
 SEED = 20240611

@@ -4,7 +4,7 @@ device. Large JPEGs are decoded by libjpeg-turbo at 1/2 to 1/8 scale; anything e
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -60,7 +60,7 @@ class CpuDecode:
 
         return copy
 
-    def _decode_jpeg(self, record: Record, key: bytes) -> Optional[torch.Tensor]:
+    def _decode_jpeg(self, record: Record, key: bytes) -> torch.Tensor | None:
         """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
         else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
         size = jpeg_header(record)

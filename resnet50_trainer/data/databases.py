@@ -85,7 +85,7 @@ class Database(ABC):
     def close(self) -> None:
         """Release the database; closing twice is harmless."""
 
-    def __enter__(self) -> "Database":
+    def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -231,7 +231,7 @@ class DatabaseWriter(ABC):
         self._commit_batch()
         self._finish()
 
-    def __enter__(self) -> "DatabaseWriter":
+    def __enter__(self) -> DatabaseWriter:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -12,7 +12,8 @@ cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record.
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
@@ -27,11 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class EncodedSample(NamedTuple):
-    jpeg: Optional[torch.Tensor]  # the file's bytes, uint8; None when `image` holds a CPU crop
-    plan: Optional[transforms.CropPlan]
-    image: Optional[torch.Tensor]  # CHW uint8 crop decoded on the CPU (the fallback)
+    jpeg: torch.Tensor | None  # the file's bytes, uint8; None when `image` holds a CPU crop
+    plan: transforms.CropPlan | None
+    image: torch.Tensor | None  # CHW uint8 crop decoded on the CPU (the fallback)
     label: int
-    bad_key: Optional[bytes]
+    bad_key: bytes | None
     key: bytes
 
 

@@ -8,7 +8,7 @@ pass through `stage`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -48,7 +48,7 @@ class DevicePrefetcher:
             yield ready  # the caller queues this step's work before the next copy is queued
             ready = self._load(iterator, side)
 
-    def _load(self, iterator: Iterator, side: "torch.cuda.Stream") -> Optional[Batch]:
+    def _load(self, iterator: Iterator, side: torch.cuda.Stream) -> Batch | None:
         try:
             batch = next(iterator)
         except StopIteration:

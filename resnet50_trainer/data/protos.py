@@ -6,6 +6,8 @@ Fields the trainer never reads (TensorProto.device_detail = 8, segment = 11) are
 protobuf keeps them as unknown fields, so records that carry them still parse.
 """
 
+from __future__ import annotations
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _Field = descriptor_pb2.FieldDescriptorProto

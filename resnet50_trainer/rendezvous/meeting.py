@@ -25,9 +25,9 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch.distributed as dist
 
@@ -48,8 +48,8 @@ class Meeting:
     store: dist.TCPStore
     host: str
     port: int
-    board: Optional[Board] = None  # participant 0's: the entry that shows the run id in use
-    entry: Optional[str] = None
+    board: Board | None = None  # participant 0's: the entry that shows the run id in use
+    entry: str | None = None
 
     def close(self) -> None:
         """The run is over: its id is free again (a crashed run's entry is stale, and ignored)."""
@@ -152,7 +152,7 @@ def _wait_for_all(store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: 
         time.sleep(POLL_S)
 
 
-def _probe(entry: Entry) -> Optional[dist.TCPStore]:
+def _probe(entry: Entry) -> dist.TCPStore | None:
     """A client of the store the entry names, if that store is alive and holds the entry's nonce."""
     address = (entry.host, entry.port)
     try:  # a plain connect fails fast on a dead port, where TCPStore would retry until its timeout
@@ -176,7 +176,7 @@ class Entry:
     text: str  # as read from the board
 
     @classmethod
-    def decode(cls, text: str) -> "Entry":
+    def decode(cls, text: str) -> Entry:
         """Raises ValueError naming the bad part of an entry that is not one of ours."""
         try:
             value = json.loads(text)
@@ -194,7 +194,7 @@ class Entry:
         return cls(host, port, nonce, text)
 
 
-def _read_entry(board: Board, ignored: set[str]) -> Optional[Entry]:
+def _read_entry(board: Board, ignored: set[str]) -> Entry | None:
     """The board's entry, or None while there is none or it is malformed (a partial or foreign
     file: participant 0 replaces it). A malformed entry is named once, in one line."""
     text = board.read()

@@ -5,7 +5,6 @@ Redis sees a handful of commands per process at the start of a run and nothing a
 
 from __future__ import annotations
 
-from typing import Optional
 from urllib.parse import urlsplit
 
 import redis
@@ -20,7 +19,7 @@ _WITHDRAW_IF_OURS = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.
 
 
 class RedisBoard:
-    def __init__(self, run_id: str, host: str, port: int, password: Optional[str]):
+    def __init__(self, run_id: str, host: str, port: int, password: str | None):
         self.key = f"{KEY_PREFIX}:{run_id}:address"
         options = dict(socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S)
         if password:
@@ -34,11 +33,11 @@ class RedisBoard:
             self.client = redis.Redis(host=host, port=port, **options)
         self._call(self.client.ping)
 
-    def publish(self, entry: str, ttl_s: Optional[float]) -> None:
+    def publish(self, entry: str, ttl_s: float | None) -> None:
         expiry = None if ttl_s is None else max(1, int(ttl_s * 1000))  # None: until withdrawn
         self._call(self.client.set, self.key, entry, px=expiry)
 
-    def read(self) -> Optional[str]:
+    def read(self) -> str | None:
         value = self._call(self.client.get, self.key)
         # Not UTF-8: a foreign value; the meeting ignores what does not decode as an entry.
         return None if value is None else value.decode(errors="replace")

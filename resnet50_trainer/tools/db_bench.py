@@ -13,8 +13,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Optional, Sequence
-
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from resnet50_trainer.config import resolve_scale
@@ -111,7 +110,7 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
     add_arguments(parser)

@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageOps
 
 from resnet50_trainer.data.databases import DB_TYPES, LMDB, open_database
-from resnet50_trainer.data.records import Record, decode_image, decode_native, encoded_format, \
-    parse_record
+from resnet50_trainer.data.records import (
+    Record,
+    decode_image,
+    decode_native,
+    encoded_format,
+    parse_record,
+)
 from resnet50_trainer.errors import RecordError, UserError
 
 FAILED_KEYS_SHOWN = 5

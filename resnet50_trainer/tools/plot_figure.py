@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
 
 from matplotlib import rc_context
 from matplotlib.axes import Axes
@@ -37,10 +37,10 @@ PANELS = (
 
 
 def plot_logs(
-    paths: Sequence[Union[str, Path]],
-    output: Union[str, Path],
+    paths: Sequence[str | Path],
+    output: str | Path,
     dpi: float = DEFAULT_DPI,
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> Figure:
     """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to output."""
     logs = [read_run_log(path) for path in paths]
@@ -51,7 +51,7 @@ def plot_logs(
     return figure
 
 
-def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: Optional[str] = None) -> Figure:
+def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None) -> Figure:
     """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the runs."""
     if not logs:
         raise UserError("no run logs given; pass at least one LOG")
@@ -77,7 +77,7 @@ def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: Option
     return figure
 
 
-def legend_labels(logs: Sequence[RunLog]) -> List[str]:
+def legend_labels(logs: Sequence[RunLog]) -> list[str]:
     """Each log's label; runs with the same parameters also name their file so they can be told apart."""
     counts = Counter(log.label for log in logs)
     return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
@@ -94,7 +94,7 @@ def _plot_test_accuracy(axes: Axes, log: RunLog, colour: str) -> None:
         axes.plot(epochs, accuracies, color=colour, **TEST_ACCURACY_STYLE)
 
 
-def _decorate(axes: List[Axes], figure: Figure, title: Optional[str]) -> None:
+def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
     for panel_axes, (panel_title, ylabel) in zip(axes, PANELS):
         panel_axes.set_title(panel_title)
         panel_axes.set_ylabel(ylabel)
