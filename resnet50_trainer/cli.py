@@ -42,8 +42,8 @@ COUNT_FROM_1 = Number(int, 1)
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=TRAINER,
-        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from an "
-        "LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
+        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from "
+        "an LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
         "Flags follow Caffe2's resnet50_trainer.py.",
         formatter_class=FlagHelpFormatter,
     )
@@ -58,7 +58,8 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--train_data", required=True,
                       help="path of the training DB; the word 'null' trains on synthetic data")
     data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
-    data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type")
+    data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"),
+                      help="database type")
     data.add_argument("--num_channels", type=Number(int), default=3, choices=(1, 3),
                       help="colour channels; 1 trains on grayscale")
     data.add_argument("--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE,
@@ -71,11 +72,13 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
                       help="number of classes")
     data.add_argument("--num_workers", type=INPUT_WORKERS,
                       help="input (decoding) processes per training process; 0 decodes in the "
-                      "training process (default: the cores per training process minus one, 1 to 8)")
+                      "training process (default: the cores per training process minus one, "
+                      "1 to 8)")
     data.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
                       help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
                       "training GPU; input processes only read bytes)")
-    data.add_argument("--max_bad_records", type=Number(float, 0, 1, below_maximum=True), default=0.01,
+    data.add_argument("--max_bad_records", type=Number(float, 0, 1, below_maximum=True),
+                      default=0.01,
                       help="fraction of an epoch's records that may fail to decode (skipped and "
                       "named) before the run stops")
 
@@ -121,11 +124,13 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                        help="images per epoch over all machines (default: one pass over the "
                        "training DB; the original's default was 1500000)")
     model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
-    model.add_argument("--base_learning_rate", type=Number(float, 0, above_minimum=True), default=0.1,
+    model.add_argument("--base_learning_rate", type=Number(float, 0, above_minimum=True),
+                       default=0.1,
                        help="learning rate for a global batch of 256, scaled linearly to the "
                        "real global batch; x0.1 every 30 epochs")
     model.add_argument("--warmup_epochs", type=Number(float, 0, 1_000_000), default=0.0,
-                       help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)")
+                       help="linear learning-rate warm-up over this many epochs "
+                       "(Goyal et al. 2017)")
     model.add_argument("--weight_decay", type=Number(float, 0), default=1e-4,
                        help="L2 on conv and fc weights and BN scales, not on biases")
     model.add_argument("--seed", type=SEED, default=0,

@@ -47,7 +47,8 @@ def _check_crop_fits(image_size: int, scale: int) -> None:
 
 
 def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
-    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not do."""
+    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not
+    do."""
     return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 

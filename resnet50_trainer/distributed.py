@@ -72,7 +72,8 @@ def meet_shards(config: Config) -> Meeting:
         store = dist.TCPStore(LOCALHOST, 0, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=config.first_iter_timeout))
         return Meeting(store, LOCALHOST, store.port)
-    return _meet_through_board(config, Seat(config.shard_id, config.num_shards, "shard", config.run_id))
+    return _meet_through_board(config, Seat(config.shard_id, config.num_shards, "shard",
+                                            config.run_id))
 
 
 def join_process_group(config: Config, placement: Placement, host: str, port: int) -> None:
@@ -101,7 +102,8 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
                             f"({first_line(error)}): check that every rank was started and "
                             "reaches that address") from None
         return None
-    meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank", config.run_id))
+    meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank",
+                                               config.run_id))
     _form_group(config, meeting.store, f"{meeting.host}:{meeting.port}", launched.rank,
                 launched.world_size, launched.local_world_size)
     return meeting

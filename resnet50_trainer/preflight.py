@@ -109,7 +109,8 @@ def _claim_checkpoint_names(config: Config, resumed: dict | None
 
 def check_outputs_writable(config: Config) -> None:
     """Fail before any work if the log or checkpoint directory cannot take files."""
-    for flag, directory in (("--log_dir", config.log_dir), ("--checkpoint_dir", config.checkpoint_dir)):
+    for flag, directory in (("--log_dir", config.log_dir),
+                            ("--checkpoint_dir", config.checkpoint_dir)):
         try:
             os.makedirs(directory, exist_ok=True)
             with tempfile.TemporaryFile(dir=directory):
@@ -150,6 +151,7 @@ def _check_test_labels(config: Config) -> None:
                 continue  # skipped and not scored during evaluation, like a bad training record
             if not 0 <= label < config.num_labels:
                 raise UserError(f"--test_data {config.test_data} holds label {label} (key "
-                                f"{key.decode(errors='replace')}), outside 0..{config.num_labels - 1}: "
+                                f"{key.decode(errors='replace')}), "
+                                f"outside 0..{config.num_labels - 1}: "
                                 f"set --num_labels to at least {label + 1} or use a test DB of "
                                 "this model's classes")

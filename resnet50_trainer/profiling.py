@@ -68,7 +68,8 @@ class StepProfiler:
             except UserError as failure:
                 self.failure = failure
             else:
-                sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+                sort_by = ("self_cuda_time_total" if torch.cuda.is_available()
+                           else "self_cpu_time_total")
                 table = self._profile.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
                 log.info("Profile of %d steps written to %s; top operators:\n%s",
                          self.steps_seen - self.warmup_steps, self.trace_path, table)
@@ -123,4 +124,5 @@ def copy_to_new_file(source: str, target: str, what: str) -> None:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.unlink(target)
         raise UserError(f"writing {what} {target} failed ({error.strerror}): free space in "
-                        "--log_dir or choose another; the files already there are intact") from error
+                        "--log_dir or choose another; the files already there are intact"
+                        ) from error

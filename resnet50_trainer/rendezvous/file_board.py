@@ -27,7 +27,8 @@ class FileBoard:
                             "give a directory every shard can write, e.g. on NFS") from None
 
     def publish(self, entry: str, ttl_s: float | None) -> None:
-        """No expiry in files (machines' clocks may disagree): readers prove an entry live instead."""
+        """No expiry in files (machines' clocks may disagree): readers prove an entry live
+        instead."""
         staging = f"{self.path}.{uuid.uuid4().hex}.tmp"
         try:
             with open(staging, "w") as file:

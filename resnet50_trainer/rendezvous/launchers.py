@@ -78,8 +78,9 @@ def _check_placement(launcher: str, variables: tuple[str, ...], rank: int, world
     if world % local_world:
         raise UserError(f"{launcher} started {local_world} processes on this machine and "
                         f"{world} in all: start the same number on every machine")
-    for name, value, size, size_name in ((rank_name, rank, world, world_name),
-                                         (local_rank_name, local_rank, local_world, local_world_name)):
+    for name, value, size, size_name in (
+            (rank_name, rank, world, world_name),
+            (local_rank_name, local_rank, local_world, local_world_name)):
         if value >= size:
             raise UserError(f"{name}={value} set by {launcher} is not below {size_name}={size}: "
                             "check the launcher's command line or unset the variable")

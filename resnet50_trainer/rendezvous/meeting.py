@@ -4,10 +4,11 @@ Why stale entries of an earlier run with the same run id are never followed:
 - participant 0 serves a fresh TCPStore on a free port, writes a random nonce into it, and only
   then publishes {host, port, nonce} on the board (with an expiry where the board has one);
 - every other participant polls the board and accepts an entry only if a TCPStore answers at that
-  address AND holds that nonce. An entry left by a crashed run names a dead port (refused), or a port
-  since reused by someone else (no such nonce): it is ignored and polling goes on, so a participant
-  that starts before participant 0 waits for the new entry instead of joining a dead run. The live
-  store is the proof of freshness; no generation counter, and no trust in clocks, is needed;
+  address AND holds that nonce. An entry left by a crashed run names a dead port (refused), or a
+  port since reused by someone else (no such nonce): it is ignored and polling goes on, so a
+  participant that starts before participant 0 waits for the new entry instead of joining a dead
+  run. The live store is the proof of freshness; no generation counter, and no trust in clocks,
+  is needed;
 - participant 0 refuses to start if the entry it finds is live: a run with this id is still going.
 Then each participant checks in on the store ("arrived/<index>") and all wait until every one has,
 so whoever gives up at the deadline can name the missing ones. The store and the process group
@@ -159,9 +160,11 @@ def _probe(entry: Entry) -> dist.TCPStore | None:
         socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
         store = dist.TCPStore(*address, is_master=False, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S))
-        if store.check([NONCE_KEY]) and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce:
+        if (store.check([NONCE_KEY])
+                and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce):
             return store
-    except (OSError, RuntimeError):  # refused, or not a TCPStore; torch's DistError is a RuntimeError
+    # Refused, or not a TCPStore; torch's DistError is a RuntimeError.
+    except (OSError, RuntimeError):
         pass
     return None
 

@@ -1,4 +1,5 @@
-"""The rendezvous board on a Redis server: one key per run, namespaced by the run id, with an expiry.
+"""The rendezvous board on a Redis server: one key per run, namespaced by the run id, with an
+expiry.
 
 Redis sees a handful of commands per process at the start of a run and nothing afterwards.
 """
@@ -14,8 +15,10 @@ from resnet50_trainer.errors import UserError
 KEY_PREFIX = "resnet50_trainer"
 CONNECT_TIMEOUT_S = 5.0
 URL_SCHEMES = ("redis://", "rediss://")
-# Delete the key only if it still holds our entry: a newer run with the same id may have replaced it.
-_WITHDRAW_IF_OURS = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+# Delete the key only if it still holds our entry: a newer run with the same id may have replaced
+# it.
+_WITHDRAW_IF_OURS = ("if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                     "return redis.call('DEL', KEYS[1]) end return 0")
 
 
 class RedisBoard:
@@ -24,7 +27,8 @@ class RedisBoard:
         options = dict(socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S)
         if password:
             options["password"] = password
-        if host.startswith(URL_SCHEMES):  # redis://[:password@]host[:port][/db]; the password is never shown
+        # redis://[:password@]host[:port][/db]; the password is never shown
+        if host.startswith(URL_SCHEMES):
             url = urlsplit(host)
             self.where = f"redis {url.hostname}:{url.port or 6379}/{url.path.strip('/') or 0}"
             self.client = redis.Redis.from_url(host, **options)

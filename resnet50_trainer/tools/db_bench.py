@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="crop size in pixels")
     parser.add_argument("--scale", type=PIXELS, help="shorter side before cropping "
                         "(default: round(image_size / 0.875), as the trainer)")
-    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3), help="colour channels")
+    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3),
+                        help="colour channels")
     parser.add_argument("--num_workers", type=INPUT_WORKERS, default=2,
                         help="input processes (0: in this one)")
     parser.add_argument("--batches", type=Number(int, 1, 1_000_000), default=20,
@@ -54,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where batches end up (cuda adds the pinned copy and the prefetcher)")
     parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
-                        help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda")
+                        help="gpu: input processes only read bytes; JPEGs are decoded on "
+                        "--device cuda")
     parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the order and the crops")
 

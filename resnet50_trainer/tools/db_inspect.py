@@ -180,8 +180,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_sheet_path(out: str) -> None:
     parent = os.path.dirname(os.path.abspath(out))
-    if os.path.splitext(out)[1].lower() not in Image.registered_extensions() or not os.path.isdir(parent):
-        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing directory")
+    if (os.path.splitext(out)[1].lower() not in Image.registered_extensions()
+            or not os.path.isdir(parent)):
+        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing "
+                        "directory")
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

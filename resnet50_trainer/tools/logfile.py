@@ -1,9 +1,10 @@
-"""Reading a run's CSV log: the one our trainer writes and the one Caffe2's resnet50_trainer.py wrote.
+"""Reading a run's CSV log: the one our trainer writes and the one Caffe2's resnet50_trainer.py
+wrote.
 
 Both have the same layout: an optional line 1 of `# ` + the arguments, the header line, one row per
-epoch. The original stored its learning rate as a one-element numpy array (`[-0.1]`, negative because
-Caffe2's SGD descends by adding lr x gradient); this reader takes the number out of the brackets and
-leaves the sign as written.
+epoch. The original stored its learning rate as a one-element numpy array (`[-0.1]`, negative
+because Caffe2's SGD descends by adding lr x gradient); this reader takes the number out of the
+brackets and leaves the sign as written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class RunLog:
 
 
 def run_label(path: str | Path) -> str:
-    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name; the file name if it does not fit."""
+    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name; the file name if it does
+    not fit."""
     name = Path(path).name
     match = _LOG_NAME.match(name)
     if match is None:

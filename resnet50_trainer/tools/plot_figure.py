@@ -25,7 +25,8 @@ from resnet50_trainer.runlog import NO_TEST_ACCURACY
 from resnet50_trainer.tools.logfile import RunLog, read_run_log
 from resnet50_trainer.tools.plot import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
-TEST_ACCURACY_STYLE = {"linestyle": "--", "marker": "o", "markersize": 3}  # dashed, points where tested
+# Dashed, points where tested.
+TEST_ACCURACY_STYLE = {"linestyle": "--", "marker": "o", "markersize": 3}
 
 # (title, y label) of the four panels, left to right, top to bottom.
 PANELS = (
@@ -42,7 +43,8 @@ def plot_logs(
     dpi: float = DEFAULT_DPI,
     title: str | None = None,
 ) -> Figure:
-    """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to output."""
+    """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to
+    output."""
     logs = [read_run_log(path) for path in paths]
     # Text is drawn literally, whatever the user's matplotlibrc says about TeX.
     with rc_context({"text.usetex": False}):
@@ -51,14 +53,18 @@ def plot_logs(
     return figure
 
 
-def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None) -> Figure:
-    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the runs."""
+def build_figure(
+    logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None
+) -> Figure:
+    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the
+    runs."""
     if not logs:
         raise UserError("no run logs given; pass at least one LOG")
     for log in logs:
         if log.num_rows == 0:
             raise UserError(
-                f"{log.path}: has no epoch rows yet, nothing to plot; wait for the first epoch to end"
+                f"{log.path}: has no epoch rows yet, nothing to plot; "
+                "wait for the first epoch to end"
             )
     figure = Figure(figsize=FIGURE_SIZE_INCHES, dpi=dpi, layout="constrained")
     FigureCanvasAgg(figure)  # attaches itself to the figure
@@ -78,7 +84,8 @@ def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | 
 
 
 def legend_labels(logs: Sequence[RunLog]) -> list[str]:
-    """Each log's label; runs with the same parameters also name their file so they can be told apart."""
+    """Each log's label; runs with the same parameters also name their file so they can be told
+    apart."""
     counts = Counter(log.label for log in logs)
     return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
 
@@ -134,12 +141,15 @@ def _write_png(figure: Figure, output: Path) -> None:
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         created = True
         with os.fdopen(descriptor, "wb") as file:
-            # print_png renders at the figure's own dpi, untouched by the user's savefig rc settings.
+            # print_png renders at the figure's own dpi, untouched by the user's savefig rc
+            # settings.
             figure.canvas.print_png(file)
         os.replace(partial, output)
         created = False
     except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}; choose another --output") from None
+        raise UserError(
+            f"cannot write {output}: {exc.strerror or exc}; choose another --output"
+        ) from None
     finally:
         if created:
             with contextlib.suppress(OSError):
