@@ -55,7 +55,8 @@ def report(width: int, height: int, jpegs: list, args) -> None:
                      args.repeats)
         timings.append(f"{eighths}/8 {ms:.2f}")
     print(f"{width}x{height} ms a decode at each scale: " + " | ".join(timings))
-    references = [centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size) for j in jpegs]
+    references = [centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size)
+                  for j in jpegs]
     for name, options in FAST_MODES.items():
         ms = best_ms(functools.partial(simplejpeg.decode_jpeg, **options), jpegs, args.repeats)
         quality = min(psnr(centre_crop(simplejpeg.decode_jpeg(j, **options), args.scale,
