@@ -71,7 +71,8 @@ def weight_decay_groups(model: nn.Module) -> list[dict]:
     torch.optim.SGD(weight_decay_groups(model), lr=..., weight_decay=wd).
     Works on a plain ResNet, a SplitResNet, or either wrapped in DistributedDataParallel.
     """
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, parameter in model.named_parameters():
         (no_decay if name.endswith("bias") else decay).append(parameter)
     return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -63,6 +63,7 @@ class StepProfiler:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self._profile.__exit__(None, None, None)
+            assert self.trace_path, "a profile is only started with a trace path"
             try:
                 write_trace(self._profile, self.trace_path)
             except UserError as failure:

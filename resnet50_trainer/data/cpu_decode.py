@@ -47,7 +47,8 @@ class CpuDecode:
         if not order:
             return Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64),
                          bad_keys)
-        return Batch(torch.stack([samples[i].image for i in order]),
+        images = [samples[i].image for i in order]  # `order` holds good samples only
+        return Batch(torch.stack([image for image in images if image is not None]),
                      torch.tensor([samples[i].label for i in order], dtype=torch.int64), bad_keys)
 
     @staticmethod
@@ -64,7 +65,7 @@ class CpuDecode:
         """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
         else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
         size = jpeg_header(record)
-        if size is None:
+        if size is None or record.encoded is None:  # a JPEG header is only read from file bytes
             return None
         try:
             pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, self.scale)

@@ -103,7 +103,8 @@ class LmdbDatabase(Database):
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
-            self._env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+            self._env: lmdb.Environment | None = lmdb.open(path, readonly=True, lock=False,
+                                                           readahead=False, subdir=True)
         except lmdb.Error as exc:
             raise UserError(f"cannot open LMDB {path} ({exc}); check that it is complete "
                             "and not being written") from exc

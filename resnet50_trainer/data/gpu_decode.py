@@ -58,7 +58,7 @@ class GpuDecode:
 
     def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> EncodedSample:
         header = jpeg_header(record)
-        if header is None:
+        if header is None or record.encoded is None:  # a JPEG header is only read from file bytes
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
@@ -72,7 +72,7 @@ class GpuDecode:
     @staticmethod
     def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
         good = [sample for sample in samples if sample.bad_key is None]
-        crops = [sample.image for sample in good if sample.jpeg is None]
+        crops = [sample.image for sample in good if sample.image is not None]
         return EncodedBatch([sample.jpeg for sample in good], [sample.plan for sample in good],
                             torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
                             torch.tensor([sample.label for sample in good], dtype=torch.int64),

@@ -6,6 +6,7 @@ Redis sees a handful of commands per process at the start of a run and nothing a
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -24,7 +25,8 @@ _WITHDRAW_IF_OURS = ("if redis.call('GET', KEYS[1]) == ARGV[1] then "
 class RedisBoard:
     def __init__(self, run_id: str, host: str, port: int, password: str | None):
         self.key = f"{KEY_PREFIX}:{run_id}:address"
-        options = dict(socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S)
+        options: dict[str, Any] = dict(socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                       socket_timeout=CONNECT_TIMEOUT_S)
         if password:
             options["password"] = password
         # redis://[:password@]host[:port][/db]; the password is never shown

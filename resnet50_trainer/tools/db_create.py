@@ -133,6 +133,7 @@ def _tasks(options: CreateOptions) -> tuple[list[ImageTask], list[str] | None]:
     if options.list_file is not None:
         tasks, class_names = read_list_file(options.list_file, options.root), None
     else:
+        assert options.source is not None, "CreateOptions names a list file or a source folder"
         tasks, class_names = read_class_folders(options.source)
     return (shuffled(tasks, options.seed) if options.shuffle else tasks), class_names
 

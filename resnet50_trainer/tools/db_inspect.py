@@ -57,7 +57,7 @@ class Inspection:
         self.storage["encoded" if record.is_encoded else "raw"] += 1
 
     def count_image(self, record: Record, image: Image.Image) -> None:
-        if record.is_encoded:
+        if record.encoded is not None:
             self.encodings[encoded_format(record.encoded)] += 1
         self.channels[len(image.getbands())] += 1
         self.widths.append(image.width)

@@ -11,7 +11,9 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -26,7 +28,7 @@ from resnet50_trainer.tools.logfile import RunLog, read_run_log
 from resnet50_trainer.tools.plot import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
 # Dashed, points where tested.
-TEST_ACCURACY_STYLE = {"linestyle": "--", "marker": "o", "markersize": 3}
+TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
 
 # (title, y label) of the four panels, left to right, top to bottom.
 PANELS = (
@@ -111,13 +113,13 @@ def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
     loss_axes, accuracy_axes, lr_axes, _ = axes
     # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
-    _literal(loss_axes.legend(loss_axes.lines, [line.get_label() for line in loss_axes.lines],
+    _literal(loss_axes.legend(loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines],
                               fontsize="small"))
     if len(accuracy_axes.lines) > len(loss_axes.lines):  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.
         styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]
         accuracy_axes.legend(styles, ["training", "test"], fontsize="small")
-    if all(rate > 0 for line in lr_axes.lines for rate in line.get_ydata()):
+    if all(rate > 0 for line in lr_axes.lines for rate in np.asarray(line.get_ydata())):
         lr_axes.set_yscale("log")  # step schedules divide the rate by 10: equal steps on a log axis
     if title:
         figure.suptitle(title, parse_math=False, usetex=False)
@@ -143,7 +145,7 @@ def _write_png(figure: Figure, output: Path) -> None:
         with os.fdopen(descriptor, "wb") as file:
             # print_png renders at the figure's own dpi, untouched by the user's savefig rc
             # settings.
-            figure.canvas.print_png(file)
+            cast(FigureCanvasAgg, figure.canvas).print_png(file)  # build_figure attached it
         os.replace(partial, output)
         created = False
     except OSError as exc:
