@@ -1,5 +1,7 @@
 """ResNet-50 trainer for LMDB/LevelDB image databases, the heir of Caffe2's resnet50_trainer.py."""
 
+from __future__ import annotations
+
 import os
 
 # Before torch is imported: its C++ store client logs every warning (a peer that went away) with a

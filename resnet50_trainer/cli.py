@@ -7,13 +7,24 @@ import argparse
 import logging
 import os
 import re
-from typing import Any, NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from resnet50_trainer.config import SUPPORTED_LAYERS, Config, check_settings, default_scale
 from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.flag_values import (
-    BATCH_SIZE, INPUT_WORKERS, NO_TIME_LIMIT_S, PIXELS, REDIS_PORT, SEED, FlagHelpFormatter, Number,
-    OneLineParser, gpu_list, redis_address)
+    BATCH_SIZE,
+    INPUT_WORKERS,
+    NO_TIME_LIMIT_S,
+    PIXELS,
+    REDIS_PORT,
+    SEED,
+    FlagHelpFormatter,
+    Number,
+    OneLineParser,
+    gpu_list,
+    redis_address,
+)
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
@@ -31,8 +42,8 @@ COUNT_FROM_1 = Number(int, 1)
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=TRAINER,
-        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from an "
-        "LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
+        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from "
+        "an LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
         "Flags follow Caffe2's resnet50_trainer.py.",
         formatter_class=FlagHelpFormatter,
     )
@@ -47,7 +58,8 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--train_data", required=True,
                       help="path of the training DB; the word 'null' trains on synthetic data")
     data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
-    data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type")
+    data.add_argument("--db_type", default="lmdb", choices=("lmdb", "leveldb"),
+                      help="database type")
     data.add_argument("--num_channels", type=Number(int), default=3, choices=(1, 3),
                       help="colour channels; 1 trains on grayscale")
     data.add_argument("--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE,
@@ -60,11 +72,13 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
                       help="number of classes")
     data.add_argument("--num_workers", type=INPUT_WORKERS,
                       help="input (decoding) processes per training process; 0 decodes in the "
-                      "training process (default: the cores per training process minus one, 1 to 8)")
+                      "training process (default: the cores per training process minus one, "
+                      "1 to 8)")
     data.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
                       help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
                       "training GPU; input processes only read bytes)")
-    data.add_argument("--max_bad_records", type=Number(float, 0, 1, below_maximum=True), default=0.01,
+    data.add_argument("--max_bad_records", type=Number(float, 0, 1, below_maximum=True),
+                      default=0.01,
                       help="fraction of an epoch's records that may fail to decode (skipped and "
                       "named) before the run stops")
 
@@ -110,11 +124,13 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                        help="images per epoch over all machines (default: one pass over the "
                        "training DB; the original's default was 1500000)")
     model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
-    model.add_argument("--base_learning_rate", type=Number(float, 0, above_minimum=True), default=0.1,
+    model.add_argument("--base_learning_rate", type=Number(float, 0, above_minimum=True),
+                       default=0.1,
                        help="learning rate for a global batch of 256, scaled linearly to the "
                        "real global batch; x0.1 every 30 epochs")
     model.add_argument("--warmup_epochs", type=Number(float, 0, 1_000_000), default=0.0,
-                       help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)")
+                       help="linear learning-rate warm-up over this many epochs "
+                       "(Goyal et al. 2017)")
     model.add_argument("--weight_decay", type=Number(float, 0), default=1e-4,
                        help="L2 on conv and fc weights and BN scales, not on biases")
     model.add_argument("--seed", type=SEED, default=0,
@@ -165,7 +181,7 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, gpus_present: int,
-                     launched: Optional[Launched] = None) -> Config:
+                     launched: Launched | None = None) -> Config:
     """The run's settings from the parsed flags: the launcher's placement adopted, the derived
     settings worked out, then checked against each other (config.check_settings) and against this
     machine (probes.check_machine); UserError on the first problem.
@@ -181,7 +197,7 @@ def config_from_args(args: argparse.Namespace, gpus_present: int,
 
 
 def derived_settings(args: argparse.Namespace, gpus_present: int,
-                     launched: Optional[Launched]) -> dict[str, Any]:
+                     launched: Launched | None) -> dict[str, Any]:
     """The settings that are not a flag's value as given: the GPU ids and processes of this machine,
     the defaults that depend on other settings, and the run id."""
     gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present, launched)
@@ -196,7 +212,7 @@ def derived_settings(args: argparse.Namespace, gpus_present: int,
 
 
 def _devices_of_this_machine(args: argparse.Namespace, gpus_present: int,
-                             launched: Optional[Launched]) -> tuple[tuple[int, ...], int]:
+                             launched: Launched | None) -> tuple[tuple[int, ...], int]:
     """The GPU ids this machine trains on (none with --use_cpu) and its training processes: a
     launcher's processes each take one replica's GPUs, from the first."""
     gpu_ids = select_gpus(args.gpus, args.num_gpus, args.use_cpu, args.model_parallel, gpus_present)
@@ -231,7 +247,7 @@ def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Nam
     return adopted
 
 
-def run_id_of(args: argparse.Namespace, launched: Optional[Launched]) -> Optional[str]:
+def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None:
     """--run_id, or srun's job id under srun. Required wherever machines meet through Redis or a
     shared directory."""
     if launched is None:
@@ -259,7 +275,7 @@ def command() -> NoReturn:
     leave(main())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     return run_command(TRAINER, lambda: _train(args))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from resnet50_trainer.errors import UserError
@@ -34,7 +33,7 @@ def default_scale(image_size: int) -> int:
     return round(image_size / CROP_SHARE)
 
 
-def resolve_scale(image_size: int, scale: Optional[int]) -> int:
+def resolve_scale(image_size: int, scale: int | None) -> int:
     """--scale, or its default; the crop must fit in the resized image."""
     scale = scale or default_scale(image_size)
     _check_crop_fits(image_size, scale)
@@ -48,14 +47,15 @@ def _check_crop_fits(image_size: int, scale: int) -> None:
 
 
 def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
-    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not do."""
+    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not
+    do."""
     return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 
 @dataclass(frozen=True)
 class Config:
     train_data: str
-    test_data: Optional[str]
+    test_data: str | None
     db_type: str
     gpus: tuple[int, ...]  # the GPU ids this machine trains on; empty with use_cpu
     num_gpus: int  # processes per machine: GPUs, or CPU workers with use_cpu
@@ -66,7 +66,7 @@ class Config:
     num_labels: int
     num_layers: int
     batch_size: int  # total over this machine's devices, as the original
-    epoch_size: Optional[int]
+    epoch_size: int | None
     num_epochs: int
     base_learning_rate: float
     warmup_epochs: float
@@ -74,12 +74,12 @@ class Config:
     cudnn_workspace_limit_mb: int
     num_shards: int
     shard_id: int
-    run_id: Optional[str]
-    redis_host: Optional[str]
+    run_id: str | None
+    redis_host: str | None
     redis_port: int
     file_store_path: str
     save_model_name: str
-    load_model_path: Optional[str]
+    load_model_path: str | None
     use_cpu: bool
     dtype: str
     float16_compute: bool
@@ -94,7 +94,7 @@ class Config:
     seed: int
     max_bad_records: float
     print_every: int
-    redis_password: Optional[str]
+    redis_password: str | None
     keep_checkpoints: int
     checkpoint_every_iters: int
     compile: bool
@@ -137,7 +137,7 @@ class Config:
         return values
 
 
-def _without_password(redis_host: Optional[str]) -> Optional[str]:
+def _without_password(redis_host: str | None) -> str | None:
     if redis_host is None or "://" not in redis_host:
         return redis_host
     parts = urlsplit(redis_host)

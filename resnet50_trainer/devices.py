@@ -7,7 +7,7 @@ One training process per model replica: a GPU each, or a pair of GPUs each with 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

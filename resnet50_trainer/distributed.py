@@ -17,9 +17,9 @@ import multiprocessing
 import os
 import socket
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -72,7 +72,8 @@ def meet_shards(config: Config) -> Meeting:
         store = dist.TCPStore(LOCALHOST, 0, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=config.first_iter_timeout))
         return Meeting(store, LOCALHOST, store.port)
-    return _meet_through_board(config, Seat(config.shard_id, config.num_shards, "shard", config.run_id))
+    return _meet_through_board(config, Seat(config.shard_id, config.num_shards, "shard",
+                                            _board_run_id(config)))
 
 
 def join_process_group(config: Config, placement: Placement, host: str, port: int) -> None:
@@ -88,7 +89,7 @@ def join_process_group(config: Config, placement: Placement, host: str, port: in
                 placement.local_world_size)
 
 
-def join_under_launcher(config: Config, launched: Launched) -> Optional[Meeting]:
+def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
     """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
     if launched.master is not None:
         try:
@@ -101,7 +102,8 @@ def join_under_launcher(config: Config, launched: Launched) -> Optional[Meeting]
                             f"({first_line(error)}): check that every rank was started and "
                             "reaches that address") from None
         return None
-    meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank", config.run_id))
+    meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank",
+                                               _board_run_id(config)))
     _form_group(config, meeting.store, f"{meeting.host}:{meeting.port}", launched.rank,
                 launched.world_size, launched.local_world_size)
     return meeting
@@ -136,8 +138,15 @@ def _ranks(ranks: list[int], per_machine: int) -> str:
             f"(shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))})")
 
 
+def _board_run_id(config: Config) -> str:
+    """The id the board keys the meeting by; cli.run_id_of requires one wherever machines meet
+    through a board."""
+    assert config.run_id is not None, "a meeting through a board needs --run_id"
+    return config.run_id
+
+
 def _meet_through_board(config: Config, seat: Seat) -> Meeting:
-    board = rendezvous.open_board(config.run_id, config.redis_host, config.redis_port,
+    board = rendezvous.open_board(seat.run_id, config.redis_host, config.redis_port,
                                   config.redis_password, config.file_store_path)
     host = network.advertised_host(config.distributed_interfaces, config.distributed_transport,
                                    config.redis_host)
@@ -155,7 +164,8 @@ def shorten_timeout(config: Config) -> None:
     timeout = datetime.timedelta(seconds=config.timeout)
     set_timeout = getattr(dist, "set_timeout", None)  # torch >= 2.12; earlier: the private setter
     if set_timeout is None:
-        from torch.distributed.distributed_c10d import _set_pg_timeout as set_timeout
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+        set_timeout = _set_pg_timeout
     set_timeout(timeout)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Callable, NoReturn, Optional
+from collections.abc import Callable
+from typing import NoReturn
 
 TRAINER = "resnet50-trainer"  # the trainer's name in its one-line reports
 FAILURE_EXIT_STATUS = 1
@@ -59,7 +60,7 @@ def report(prog: str, error: Exception) -> int:
     return next(status for kind, status in EXIT_STATUS.items() if isinstance(error, kind))
 
 
-def run_command(prog: str, body: Callable[[], Optional[int]]) -> int:
+def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """Every command's main: run `body` and return its exit status (None is 0), or end on one of
     ONE_LINE_ERRORS or Ctrl-C in one line."""
     try:

@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from typing import NoReturn, Optional, Union
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 from resnet50_trainer.errors import USAGE_EXIT_STATUS, error_line
@@ -34,13 +34,13 @@ class Number:
     NaN is never valid, nor is an infinite float, except that where `infinity` is set "inf" is
     valid and stands for that finite value (e.g. a timeout with no practical limit)."""
     kind: type  # int or float
-    minimum: Optional[float] = None
-    maximum: Optional[float] = None
+    minimum: float | None = None
+    maximum: float | None = None
     above_minimum: bool = False  # the minimum itself is not valid
     below_maximum: bool = False  # the maximum itself is not valid
-    infinity: Optional[float] = None
+    infinity: float | None = None
 
-    def __call__(self, text: str) -> Union[int, float]:
+    def __call__(self, text: str) -> int | float:
         try:
             value = self.kind(text)
         except ValueError:
@@ -51,7 +51,7 @@ class Number:
             raise argparse.ArgumentTypeError(f"invalid value {text!r}: use {self.describe()}")
         return value
 
-    def holds(self, value: Union[int, float]) -> bool:
+    def holds(self, value: int | float) -> bool:
         if isinstance(value, float) and not math.isfinite(value):
             return False
         if self.minimum is not None and (value <= self.minimum if self.above_minimum
@@ -76,7 +76,7 @@ class Number:
         return words
 
 
-def _plain(value: Optional[float]) -> str:
+def _plain(value: float | None) -> str:
     """1000000, not 1e+06: the bound as a user would type it."""
     return str(int(value)) if value is not None and value == int(value) else str(value)
 
@@ -161,7 +161,7 @@ class FlagHelpFormatter(argparse.HelpFormatter):
     """--help: each flag's default where it has one, and a number flag's valid values, read from
     the Number that checks them (a flag with choices shows those)."""
 
-    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         notes = []
         # A help text that names its default itself knows better (and $REDIS_PASSWORD's value
         # must never be shown).

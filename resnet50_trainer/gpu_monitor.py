@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 SAMPLE_INTERVAL_S = 1.0
@@ -19,9 +19,9 @@ class GpuMonitor:
     def __init__(self, gpu_indices: Sequence[int], interval_s: float = SAMPLE_INTERVAL_S):
         self._handles = []
         self._interval_s = interval_s
-        self._summary: Optional[str] = None
+        self._summary: str | None = None
         self._stopped = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         if gpu_indices:
             self._handles = _nvml_handles(gpu_indices)
 
@@ -29,7 +29,7 @@ class GpuMonitor:
     def enabled(self) -> bool:
         return bool(self._handles)
 
-    def start(self) -> "GpuMonitor":
+    def start(self) -> GpuMonitor:
         if self.enabled:
             self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
             self._thread.start()
@@ -40,7 +40,7 @@ class GpuMonitor:
         if self._thread is not None:
             self._thread.join()
 
-    def summary(self) -> Optional[str]:
+    def summary(self) -> str | None:
         """e.g. 'util 97% 95%, mem 61.0/79.6 GiB' over this machine's GPUs, or None when off."""
         return self._summary
 

@@ -3,8 +3,8 @@ training device."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
 
 import torch
 
@@ -23,7 +23,7 @@ from resnet50_trainer.errors import UserError
 @dataclass
 class TrainInput:
     batches: Iterable[Batch]  # on the training device
-    epoch_plan: Union[ShardBatchSampler, SyntheticBatches]  # set_epoch(epoch, start_step)
+    epoch_plan: ShardBatchSampler | SyntheticBatches  # set_epoch(epoch, start_step)
     steps_per_epoch: int
 
 
@@ -48,7 +48,7 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
 
 
 def build_test_input(config: Config, placement: Placement,
-                     device: torch.device) -> Optional[DevicePrefetcher]:
+                     device: torch.device) -> DevicePrefetcher | None:
     """This process's share of the whole test DB, or None without --test_data."""
     if config.test_data is None:
         return None

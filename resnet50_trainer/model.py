@@ -8,7 +8,7 @@ checkpoint's weights load into torchvision.models.resnet50(num_classes=n) as the
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -28,7 +28,8 @@ RESNET_BUILDERS: dict[int, Callable[..., models.ResNet]] = {
 }
 
 # torchvision's ResNet.forward, as an ordered list of its child modules (flatten comes before fc).
-STAGE_ORDER = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc")
+STAGE_ORDER = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
+               "avgpool", "fc")
 SPLIT_POINTS = ("layer1", "layer2", "layer3", "layer4")
 
 # The default split balances forward FLOPs (not measured time) of the two halves. FLOPs per stage
@@ -66,10 +67,12 @@ def weight_decay_groups(model: nn.Module) -> list[dict]:
     conv weights, the fc weight and BN scales; none on biases (BN shifts and the fc bias).
 
     The first group carries no "weight_decay" key, so it takes the optimizer's weight_decay; the
-    second sets it to 0.0. Use: torch.optim.SGD(weight_decay_groups(model), lr=..., weight_decay=wd).
+    second sets it to 0.0. Use:
+    torch.optim.SGD(weight_decay_groups(model), lr=..., weight_decay=wd).
     Works on a plain ResNet, a SplitResNet, or either wrapped in DistributedDataParallel.
     """
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, parameter in model.named_parameters():
         (no_decay if name.endswith("bias") else decay).append(parameter)
     return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]

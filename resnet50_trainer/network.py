@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Optional
 from urllib.parse import urlsplit
 
 import psutil
@@ -22,9 +21,11 @@ def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
     names = [name for name in interfaces.split(",") if name]
     if transport == "ibverbs":
         if use_cpu:
-            raise UserError("--distributed_transport ibverbs needs GPUs (NCCL): PyTorch's Gloo has no "
-                            "InfiniBand transport; use --distributed_transport tcp with --use_cpu")
-        present = sorted(os.listdir(INFINIBAND_DEVICES)) if os.path.isdir(INFINIBAND_DEVICES) else []
+            raise UserError("--distributed_transport ibverbs needs GPUs (NCCL): PyTorch's Gloo "
+                            "has no InfiniBand transport; use --distributed_transport tcp "
+                            "with --use_cpu")
+        present = (sorted(os.listdir(INFINIBAND_DEVICES)) if os.path.isdir(INFINIBAND_DEVICES)
+                   else [])
         kind = "InfiniBand device"
     else:
         present = sorted(name for _, name in socket.if_nameindex())
@@ -34,12 +35,13 @@ def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
                         f"(nothing in {INFINIBAND_DEVICES}); use --distributed_transport tcp")
     unknown = [name for name in names if name not in present]
     if unknown:
-        raise UserError(f"--distributed_interfaces names {', '.join(unknown)}, not a {kind} of this "
-                        f"machine (it has: {', '.join(present) or 'none'})")
+        raise UserError(f"--distributed_interfaces names {', '.join(unknown)}, not a {kind} of "
+                        f"this machine (it has: {', '.join(present) or 'none'})")
 
 
 def configure_transport(transport: str, interfaces: str) -> None:
-    """Set NCCL's and Gloo's environment before any process group exists; spawned processes inherit it.
+    """Set NCCL's and Gloo's environment before any process group exists; spawned processes
+    inherit it.
 
     tcp: NCCL over sockets (InfiniBand off), as the original's Gloo tcp; the interfaces are the
     socket interfaces of NCCL and Gloo. ibverbs: NCCL over InfiniBand; the interfaces are IB devices
@@ -57,7 +59,7 @@ def configure_transport(transport: str, interfaces: str) -> None:
         os.environ[name] = value
 
 
-def advertised_host(interfaces: str, transport: str, redis_host: Optional[str]) -> str:
+def advertised_host(interfaces: str, transport: str, redis_host: str | None) -> str:
     """The address peers reach this machine's store at: the first named interface's, else the one
     this machine routes to Redis through, else its host name's."""
     first = interfaces.split(",")[0]

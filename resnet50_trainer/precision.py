@@ -14,7 +14,6 @@ How the original's flags map onto PyTorch (see the README, "Speed"):
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
 
 import torch
 
@@ -25,7 +24,7 @@ PIXEL_CENTRE = 128.0
 PIXEL_SCALE = 128.0
 
 
-def compute_dtype(config: Config) -> Optional[torch.dtype]:
+def compute_dtype(config: Config) -> torch.dtype | None:
     """The autocast dtype of the run, or None for plain float32."""
     if config.dtype == "float16" or config.float16_compute:
         return torch.float16

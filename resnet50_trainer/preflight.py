@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from typing import Optional
 
 import torch
 
@@ -26,7 +25,7 @@ LARGEST_STEP = 10 ** 12
 
 
 def check_inputs(config: Config, writes_checkpoints: bool = True
-                 ) -> Optional[checkpoint.CheckpointLock]:
+                 ) -> checkpoint.CheckpointLock | None:
     """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
     checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
     run ends."""
@@ -35,7 +34,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True
     if not config.synthetic:
         _check_holds_images(config)
     if config.test_data is not None:
-        _check_test_labels(config)
+        _check_test_labels(config, config.test_data)
     resumed = None
     if config.load_model_path:
         resumed = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name,
@@ -49,7 +48,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True
 
 def check_checkpoint_name(name: str) -> None:
     """A name that is no plain file name would write elsewhere, or fail after an epoch."""
-    separators = {"/", os.sep, os.altsep} - {None}
+    separators = {separator for separator in ("/", os.sep, os.altsep) if separator is not None}
     problems = ((not name, "is empty"),
                 (any(separator in name for separator in separators), "has a directory part"),
                 ("\0" in name, "holds a NUL character"),
@@ -84,7 +83,7 @@ def _check_checkpoint_names_fit(config: Config) -> None:
                         f"({error.strerror}): {fix}") from None
 
 
-def _claim_checkpoint_names(config: Config, resumed: Optional[dict]
+def _claim_checkpoint_names(config: Config, resumed: dict | None
                             ) -> checkpoint.CheckpointLock:
     """This run's checkpoint names are its own: take their lock (a second live run refuses), make
     sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed
@@ -110,7 +109,8 @@ def _claim_checkpoint_names(config: Config, resumed: Optional[dict]
 
 def check_outputs_writable(config: Config) -> None:
     """Fail before any work if the log or checkpoint directory cannot take files."""
-    for flag, directory in (("--log_dir", config.log_dir), ("--checkpoint_dir", config.checkpoint_dir)):
+    for flag, directory in (("--log_dir", config.log_dir),
+                            ("--checkpoint_dir", config.checkpoint_dir)):
         try:
             os.makedirs(directory, exist_ok=True)
             with tempfile.TemporaryFile(dir=directory):
@@ -135,22 +135,23 @@ def _check_holds_images(config: Config) -> None:
                 return
             except RecordError as error:
                 problems.append((key, error))
-    key, error = problems[0]
+    key, first_error = problems[0]
     raise UserError(f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
-                    f"an image (e.g. key {key.decode(errors='replace')}: {error}): give a DB of "
-                    "Caffe Datum or Caffe2 TensorProtos image records")
+                    f"an image (e.g. key {key.decode(errors='replace')}: {first_error}): "
+                    "give a DB of Caffe Datum or Caffe2 TensorProtos image records")
 
 
-def _check_test_labels(config: Config) -> None:
+def _check_test_labels(config: Config, test_data: str) -> None:
     """Every test label must be a class of the model; the scan parses records but decodes none."""
-    with open_database(config.test_data, config.db_type) as database:
+    with open_database(test_data, config.db_type) as database:
         for key in database.keys():
             try:
                 label = parse_record(database.get(key)).label
             except RecordError:
                 continue  # skipped and not scored during evaluation, like a bad training record
             if not 0 <= label < config.num_labels:
-                raise UserError(f"--test_data {config.test_data} holds label {label} (key "
-                                f"{key.decode(errors='replace')}), outside 0..{config.num_labels - 1}: "
+                raise UserError(f"--test_data {test_data} holds label {label} (key "
+                                f"{key.decode(errors='replace')}), "
+                                f"outside 0..{config.num_labels - 1}: "
                                 f"set --num_labels to at least {label + 1} or use a test DB of "
                                 "this model's classes")

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -31,13 +30,13 @@ class StepProfiler:
     return True where the profile ends, on every process at the same step, so that a trace that
     could not be written (`failure`, on the profiling process) can stop them all together."""
 
-    def __init__(self, num_steps: int, trace_path: Optional[str], warmup_steps: int = WARMUP_STEPS):
+    def __init__(self, num_steps: int, trace_path: str | None, warmup_steps: int = WARMUP_STEPS):
         self.num_steps = num_steps
         self.trace_path = trace_path
         self.warmup_steps = warmup_steps
         self.steps_seen = 0
-        self.failure: Optional[UserError] = None
-        self._profile: Optional[profile] = None
+        self.failure: UserError | None = None
+        self._profile: profile | None = None
 
     def step(self) -> bool:
         if not self.num_steps:
@@ -64,12 +63,14 @@ class StepProfiler:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self._profile.__exit__(None, None, None)
+            assert self.trace_path, "a profile is only started with a trace path"
             try:
                 write_trace(self._profile, self.trace_path)
             except UserError as failure:
                 self.failure = failure
             else:
-                sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+                sort_by = ("self_cuda_time_total" if torch.cuda.is_available()
+                           else "self_cpu_time_total")
                 table = self._profile.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
                 log.info("Profile of %d steps written to %s; top operators:\n%s",
                          self.steps_seen - self.warmup_steps, self.trace_path, table)
@@ -124,4 +125,5 @@ def copy_to_new_file(source: str, target: str, what: str) -> None:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.unlink(target)
         raise UserError(f"writing {what} {target} failed ({error.strerror}): free space in "
-                        "--log_dir or choose another; the files already there are intact") from error
+                        "--log_dir or choose another; the files already there are intact"
+                        ) from error

@@ -102,5 +102,5 @@ class RunLog:
             raise self._failed(error, "; the rows already written are intact") from error
 
     def _failed(self, error: OSError, kept: str) -> UserError:
-        return UserError(f"writing the run log {self.path} failed ({error.strerror}): free space in "
-                         f"--log_dir or choose another{kept}")
+        return UserError(f"writing the run log {self.path} failed ({error.strerror}): "
+                         f"free space in --log_dir or choose another{kept}")

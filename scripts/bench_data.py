@@ -2,7 +2,8 @@
 
 Flat colours decode unrealistically fast, so each image is a scene of textured shapes: a lit
 background of low-frequency waves, 30 ellipses and boxes with their own colours, stripes and
-grain, and sensor-like noise, which compresses to about 90 KB a file (ImageNet averages about 110 KB).
+grain, and sensor-like noise, which compresses to about 90 KB a file (ImageNet averages about
+110 KB).
 The same images are written as files in class folders (what torchvision's ImageFolder reads) and
 as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
 """
@@ -59,7 +60,8 @@ def jpeg_bytes(pixels: np.ndarray) -> bytes:
 
 def build(out_dir: str, count: int, seed: int = 0) -> tuple[str, str]:
     """(folder root, LMDB path) holding `count` images; reused if already built with that count."""
-    folders, lmdb_path = os.path.join(out_dir, f"files_{count}"), os.path.join(out_dir, f"lmdb_{count}")
+    folders = os.path.join(out_dir, f"files_{count}")
+    lmdb_path = os.path.join(out_dir, f"lmdb_{count}")
     if os.path.isdir(folders) and os.path.isdir(lmdb_path):
         return folders, lmdb_path
     rng = np.random.default_rng(seed)

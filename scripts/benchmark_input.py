@@ -42,7 +42,8 @@ def baseline_rate(root: str, batch_size: int, batches: int, workers: int, image_
     return images / (time.perf_counter() - started)
 
 
-def ours_rate(lmdb_path: str, batch_size: int, batches: int, workers: int, image_size: int) -> float:
+def ours_rate(lmdb_path: str, batch_size: int, batches: int, workers: int,
+              image_size: int) -> float:
     args = argparse.Namespace(db=lmdb_path, db_type="lmdb", batch_size=batch_size,
                               image_size=image_size, scale=None, num_channels=3,
                               num_workers=workers, batches=batches, device="cpu",
@@ -55,7 +56,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--batches", type=int, default=7, help="timed batches (images >= (batches+1) x batch)")
+    parser.add_argument("--batches", type=int, default=7,
+                        help="timed batches (images >= (batches+1) x batch)")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--workers", default="0,2", help="comma-separated input process counts")
     parser.add_argument("--repeats", type=int, default=3)
@@ -63,7 +65,8 @@ def main() -> None:
     if args.images < (args.batches + 1) * args.batch_size:
         parser.error("--images must hold the warm-up batch and --batches batches")
     root, lmdb_path = bench_data.build(args.out, args.images)
-    print(f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
+    print(f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; "
+          f"load {os.getloadavg()[0]:.1f}")
     torch.set_num_threads(1)  # as in DataLoader workers: one core per decoding process
     for workers in (int(part) for part in args.workers.split(",")):
         cores = max(1, workers)

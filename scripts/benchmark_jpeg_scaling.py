@@ -8,6 +8,7 @@ Usage: python scripts/benchmark_jpeg_scaling.py [--sizes 500x375,1000x750] [--im
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -50,13 +51,14 @@ def report(width: int, height: int, jpegs: list, args) -> None:
     timings = []
     for eighths in range(8, 0, -1):  # min_height = the height at M/8 makes simplejpeg pick M/8
         rows = -(-height * eighths // 8)
-        ms = best_ms(lambda j: simplejpeg.decode_jpeg(j, min_height=rows, min_width=1), jpegs,
+        ms = best_ms(functools.partial(simplejpeg.decode_jpeg, min_height=rows, min_width=1), jpegs,
                      args.repeats)
         timings.append(f"{eighths}/8 {ms:.2f}")
     print(f"{width}x{height} ms a decode at each scale: " + " | ".join(timings))
-    references = [centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size) for j in jpegs]
+    references = [centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size)
+                  for j in jpegs]
     for name, options in FAST_MODES.items():
-        ms = best_ms(lambda j: simplejpeg.decode_jpeg(j, **options), jpegs, args.repeats)
+        ms = best_ms(functools.partial(simplejpeg.decode_jpeg, **options), jpegs, args.repeats)
         quality = min(psnr(centre_crop(simplejpeg.decode_jpeg(j, **options), args.scale,
                                        args.image_size), reference)
                       for j, reference in zip(jpegs, references))

@@ -86,7 +86,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
     print("  ours:", " ".join(flags), flush=True)
     run = subprocess.run([sys.executable, "-m", "resnet50_trainer", *flags], cwd=REPO,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
-    peaks = [line for line in run.stderr.splitlines() + run.stdout.splitlines() if "peak GPU" in line]
+    peaks = [line for line in run.stderr.splitlines() + run.stdout.splitlines()
+             if "peak GPU" in line]
     if run.returncode:
         raise SystemExit(f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}")
     if peaks:
@@ -98,7 +99,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
 
 
 def ddp_cost(args, device: torch.device) -> tuple[float, float]:
-    """(images/s without DDP, with DDP) at one process, synthetic batch: the round of median ratio."""
+    """(images/s without DDP, with DDP) at one process, synthetic batch: the round of median
+    ratio."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
     dist.init_process_group(backend, store=store, rank=0, world_size=1)
@@ -163,7 +165,8 @@ def main() -> None:
         torch.backends.cudnn.benchmark = True
     root, lmdb_path = bench_data.build(args.out, args.images)
     print(f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}; "
-          f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; data {bench_data.describe(root)}; "
+          f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; "
+          f"data {bench_data.describe(root)}; "
           f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}", flush=True)
     figures = {}
     if "baseline" not in skip:
@@ -175,15 +178,17 @@ def main() -> None:
         print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
     if "compute" not in skip:
         figures["compute"] = ours(args, device, "null", args.out)
-        print(f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True)
+        print(f"ours compute only (--train_data null): {figures['compute']:.1f} images/s",
+              flush=True)
     if {"baseline", "end_to_end"} <= figures.keys():
-        print(f"ratio ours end to end / baseline: {figures['end_to_end'] / figures['baseline']:.2f}x")
+        print("ratio ours end to end / baseline: "
+              f"{figures['end_to_end'] / figures['baseline']:.2f}x")
     if {"compute", "end_to_end"} <= figures.keys():
         print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
     if "ddp" not in skip:
         plain, wrapped = ddp_cost(args, device)
-        print(f"DDP at one process ({device.type}, float32): without {plain:.1f}, with {wrapped:.1f} "
-              f"images/s, cost {1 - wrapped / plain:.1%}")
+        print(f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
+              f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def test_prefetcher_yields_the_plain_loaders_batches(image_db):
 
 
 def cpu_and_gpu_path_batches(db, count):
-    """For train and test: (the CPU path's batch, the GPU path's, run on the CPU) of `count` records."""
+    """For train and test: (the CPU path's batch, the GPU path's, run on the CPU) of `count`
+    records."""
     for train in (True, False):
         batch_items = [[(p, p) for p in range(count)]] if train else [list(range(count))]
         cpu = next(iter(make_loader(records_of(CpuDecode, db, train), batch_items, 0, False)))

@@ -1,4 +1,5 @@
-"""The command line: every flag of the original, and bad settings refused in one line with exit 2."""
+"""The command line: every flag of the original, and bad settings refused in one line with exit
+2."""
 
 from __future__ import annotations
 
@@ -12,17 +13,23 @@ import pytest
 from dbfactory import write_db
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config import Config
-from resnet50_trainer.errors import (Diverged, PeerLost, RecordError, RunFailed, UserError,
-                                     run_command)
+from resnet50_trainer.errors import (
+    Diverged,
+    PeerLost,
+    RecordError,
+    RunFailed,
+    UserError,
+    run_command,
+)
 from resnet50_trainer.flag_values import Number
 from resnet50_trainer.tools import db
 from trainer_runs import REPOSITORY
 
 ORIGINAL_FLAGS = [
     "--train_data", "--test_data", "--db_type", "--gpus", "--num_gpus", "--model_parallel",
-    "--num_channels", "--image_size", "--num_labels", "--batch_size", "--epoch_size", "--num_epochs",
-    "--base_learning_rate", "--weight_decay", "--cudnn_workspace_limit_mb", "--num_shards",
-    "--shard_id", "--run_id", "--redis_host", "--redis_port", "--file_store_path",
+    "--num_channels", "--image_size", "--num_labels", "--batch_size", "--epoch_size",
+    "--num_epochs", "--base_learning_rate", "--weight_decay", "--cudnn_workspace_limit_mb",
+    "--num_shards", "--shard_id", "--run_id", "--redis_host", "--redis_port", "--file_store_path",
     "--save_model_name", "--load_model_path", "--use_cpu", "--dtype", "--float16_compute",
     "--enable_tensor_core", "--distributed_transport", "--distributed_interfaces",
     "--num_layers", "--first_iter_timeout", "--timeout", "--log_dir", "--num_workers", "--scale",
@@ -34,13 +41,15 @@ def parse(argv, gpus_present=0):
 
 
 def test_every_original_flag_is_accepted_by_the_parser():
-    option_strings = {option for action in build_parser()._actions for option in action.option_strings}
+    option_strings = {option for action in build_parser()._actions
+                      for option in action.option_strings}
     assert set(ORIGINAL_FLAGS) <= option_strings
 
 
 def test_defaults_follow_the_original(tmp_path):
     config = parse(["--train_data", "null", "--use_cpu"])
-    assert (config.db_type, config.num_gpus, config.num_channels, config.image_size) == ("lmdb", 1, 3, 227)
+    assert (config.db_type, config.num_gpus, config.num_channels, config.image_size) == (
+        "lmdb", 1, 3, 227)
     assert (config.num_labels, config.batch_size, config.num_epochs) == (1000, 32, 1000)
     assert (config.base_learning_rate, config.weight_decay, config.redis_port) == (0.1, 1e-4, 6379)
     assert config.save_model_name == "resnet50_model" and config.file_store_path == "/tmp"
@@ -75,8 +84,8 @@ def test_contradictory_settings_are_refused(argv, gpus, message):
 
 
 def test_model_parallel_takes_gpus_in_pairs():
-    config = parse(["--train_data", "null", "--model_parallel", "--num_gpus", "2", "--batch_size", "64"],
-                   gpus_present=4)
+    config = parse(["--train_data", "null", "--model_parallel", "--num_gpus", "2",
+                    "--batch_size", "64"], gpus_present=4)
     assert config.gpus == (0, 1, 2, 3) and config.num_gpus == 2 and config.device_batch_size == 32
     listed = parse(["--train_data", "null", "--model_parallel", "--gpus", "2,3"], gpus_present=4)
     assert listed.gpus == (2, 3) and listed.num_gpus == 1
@@ -127,7 +136,8 @@ def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
 
 
 def test_help_and_refusals_do_not_import_torch():
-    """--help and a refused flag answer at once: torch's import (seconds) waits until the flags hold."""
+    """--help and a refused flag answer at once: torch's import (seconds) waits until the flags
+    hold."""
     probe = ("import sys\n"
              "from resnet50_trainer.cli import main\n"
              "for argv in (['--help'], ['--train_data', 'x', '--batch_size', 'nan'],\n"
@@ -136,7 +146,8 @@ def test_help_and_refusals_do_not_import_torch():
              "        main(argv)\n"
              "    except SystemExit:\n"
              "        pass\n"
-             "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'torchvision')))\n")
+             "print(sorted(name for name in sys.modules "
+             "if name.split('.')[0] in ('torch', 'torchvision')))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
     assert done.returncode == 0, done.stderr

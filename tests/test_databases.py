@@ -1,5 +1,7 @@
 """LMDB and LevelDB readers and writers, on real databases in temporary directories."""
 
+from __future__ import annotations
+
 import hashlib
 import multiprocessing
 import os

@@ -1,5 +1,7 @@
 """`resnet50-db create / inspect / dump`, run in-process through main()."""
 
+from __future__ import annotations
+
 import io
 import json
 import logging
@@ -9,16 +11,25 @@ import socket
 import stat
 import struct
 import subprocess
-from pathlib import Path
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from dbfactory import caffe_key, datum_record, encode_image, make_jpeg, random_pixels, \
-    smooth_pixels, tensorprotos_record, write_class_folders, write_db
+from dbfactory import (
+    caffe_key,
+    datum_record,
+    encode_image,
+    make_jpeg,
+    random_pixels,
+    smooth_pixels,
+    tensorprotos_record,
+    write_class_folders,
+    write_db,
+)
 from resnet50_trainer.data import protos
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import parse_record
@@ -447,7 +458,8 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, c
 def test_help_and_the_subcommands_but_bench_do_not_import_torch():
     """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
     probe = ("import sys\nfrom resnet50_trainer.tools.db import main\n"
-             "for argv in (['--help'], ['bench', '--help'], ['bench', 'db', '--batch_size', 'nan']):\n"
+             "for argv in (['--help'], ['bench', '--help'], "
+             "['bench', 'db', '--batch_size', 'nan']):\n"
              "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
              "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch'))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

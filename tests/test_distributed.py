@@ -1,6 +1,6 @@
-"""Multi-process runs on CPU with Gloo, each process a real `resnet50-trainer` command: shards through
-a real redis-server and through a shared directory, torchrun, concurrent and repeated run ids, and
-the failures that must end a run with one line instead of a hang."""
+"""Multi-process runs on CPU with Gloo, each process a real `resnet50-trainer` command: shards
+through a real redis-server and through a shared directory, torchrun, concurrent and repeated run
+ids, and the failures that must end a run with one line instead of a hang."""
 
 from __future__ import annotations
 
@@ -102,7 +102,8 @@ def test_two_shards_of_two_processes_through_a_shared_directory(tmp_path, train_
 def test_torchrun_one_node_two_processes(tmp_path, train_db):
     torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nnodes", "1",
                 "--nproc-per-node", "2", "--master-port", str(free_port())]
-    run = start(tmp_path, "torchrun", "--train_data", train_db, "--batch_size", "16", launcher=torchrun)
+    run = start(tmp_path, "torchrun", "--train_data", train_db, "--batch_size", "16",
+                launcher=torchrun)
     code, output = finish(run)
     assert code == 0, output[-3000:]
     assert "2 processes x 8 images = global batch 16" in output
@@ -112,8 +113,8 @@ def test_torchrun_one_node_two_processes(tmp_path, train_db):
 def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_db, redis_port):  # noqa: F811
     redis_flags = ("--redis_host", "127.0.0.1", "--redis_port", str(redis_port))
     # A run killed after shard 0 published its address leaves a stale entry under run id "again".
-    killed = start(tmp_path, "killed", "--train_data", train_db, "--num_shards", "2", "--shard_id", "0",
-                   "--run_id", "again", *redis_flags)
+    killed = start(tmp_path, "killed", "--train_data", train_db, "--num_shards", "2",
+                   "--shard_id", "0", "--run_id", "again", *redis_flags)
     deadline = time.monotonic() + 60
     while not redis.Redis(port=redis_port).exists("resnet50_trainer:again:address"):
         assert time.monotonic() < deadline and killed.poll() is None, "shard 0 never published"
@@ -129,9 +130,9 @@ def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_
 
 
 def test_a_shard_that_never_starts_is_named(tmp_path, train_db, redis_port):  # noqa: F811
-    alone = start(tmp_path, "alone", "--train_data", train_db, "--num_shards", "2", "--shard_id", "0",
-                  "--run_id", "lonely", "--redis_host", "127.0.0.1", "--redis_port", str(redis_port),
-                  "--first_iter_timeout", "10")
+    alone = start(tmp_path, "alone", "--train_data", train_db, "--num_shards", "2",
+                  "--shard_id", "0", "--run_id", "lonely", "--redis_host", "127.0.0.1",
+                  "--redis_port", str(redis_port), "--first_iter_timeout", "10")
     # The clock starts when the meeting does, after Python and torch have loaded (seconds, here).
     first_line = alone.stdout.readline()
     meeting_started = time.monotonic()
@@ -151,7 +152,8 @@ def test_redis_down_exits_2_naming_host_and_port(tmp_path, train_db):
 
 
 def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_path, train_db):
-    """What mpirun gives each process (OMPI_COMM_WORLD_*), and no MASTER_ADDR: ranks meet by run id."""
+    """What mpirun gives each process (OMPI_COMM_WORLD_*), and no MASTER_ADDR: ranks meet by run
+    id."""
     meeting = tmp_path / "nfs"
     meeting.mkdir()
     ranks = []
@@ -159,7 +161,8 @@ def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_pa
         mpirun = dict(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
                       OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_SIZE="2")
         ranks.append(start(tmp_path, f"rank{rank}", "--train_data", train_db, "--batch_size", "16",
-                           "--run_id", "mpi1", "--file_store_path", str(meeting), environment=mpirun))
+                           "--run_id", "mpi1", "--file_store_path", str(meeting),
+                           environment=mpirun))
     rank_1, rank_0 = ranks
     code, output = finish(rank_0)
     assert code == 0 and finish(rank_1)[0] == 0, output[-3000:]
@@ -168,9 +171,9 @@ def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_pa
 
 
 def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_port):  # noqa: F811
-    common = ["--train_data", "null", "--epoch_size", "100000", "--num_shards", "2", "--run_id", "d1",
-              "--redis_host", "127.0.0.1", "--redis_port", str(redis_port), "--timeout", "10",
-              "--print_every", "2"]
+    common = ["--train_data", "null", "--epoch_size", "100000", "--num_shards", "2",
+              "--run_id", "d1", "--redis_host", "127.0.0.1", "--redis_port", str(redis_port),
+              "--timeout", "10", "--print_every", "2"]
     shard_1 = start(tmp_path, "shard1", *common, "--shard_id", "1")
     shard_0 = start(tmp_path, "shard0", *common, "--shard_id", "0")
     deadline = time.monotonic() + 120

@@ -19,8 +19,8 @@ TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE
             "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
         "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4711"}
-MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-          "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
 
 
 def config(*flags, launched=None):
@@ -30,12 +30,15 @@ def config(*flags, launched=None):
 
 def test_launcher_environments():
     torchrun, srun, mpirun = (detect_launcher(env) for env in (TORCHRUN, SRUN, MPIRUN))
-    assert (torchrun.name, torchrun.rank, torchrun.machine_index, torchrun.num_machines) == ("torchrun", 3, 1, 2)
+    assert (torchrun.name, torchrun.rank, torchrun.machine_index, torchrun.num_machines) == (
+        "torchrun", 3, 1, 2)
     assert torchrun.master == ("10.0.0.1", 29500)
-    assert (srun.rank, srun.local_world_size, srun.machine_index, srun.master, srun.job_id) == (2, 2, 1, None, "4711")
+    assert (srun.rank, srun.local_world_size, srun.machine_index, srun.master, srun.job_id) == (
+        2, 2, 1, None, "4711")
     assert (mpirun.name, mpirun.local_rank, mpirun.num_machines) == ("mpirun", 1, 1)
     # An sbatch script's own shell has SLURM variables but no step: not a launcher.
-    assert detect_launcher({k: v for k, v in SRUN.items() if k != "SLURM_STEP_TASKS_PER_NODE"}) is None
+    without_step = {k: v for k, v in SRUN.items() if k != "SLURM_STEP_TASKS_PER_NODE"}
+    assert detect_launcher(without_step) is None
     assert detect_launcher({}) is None
 
 
@@ -106,8 +109,8 @@ def test_transport_environment(monkeypatch):
     monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
                                         if not name.startswith(("NCCL_", "GLOO_"))})
     network.configure_transport("tcp", "eth0,eth1")
-    assert [os.environ[n] for n in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")] == [
-        "1", "eth0,eth1", "eth0,eth1"]
+    names = ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    assert [os.environ[n] for n in names] == ["1", "eth0,eth1", "eth0,eth1"]
     network.configure_transport("ibverbs", "mlx5_0")
     assert (os.environ["NCCL_IB_DISABLE"], os.environ["NCCL_IB_HCA"]) == ("0", "mlx5_0")
 

@@ -7,17 +7,19 @@ from __future__ import annotations
 import math
 
 import pytest
-from trainer_runs import log_rows, run_trainer
 
 from resnet50_trainer import cli
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.flag_values import NO_TIME_LIMIT_S, Number
+from trainer_runs import log_rows, run_trainer
 
 BAD_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e308", "text", "", "1.5", str(10**30)]
 # Every option that takes a value (store_true flags and --help take none).
-FLAGS = [action for action in cli.build_parser()._actions if action.option_strings and action.nargs != 0]
+FLAGS = [action for action in cli.build_parser()._actions
+         if action.option_strings and action.nargs != 0]
 NUMBER_FLAGS = [action for action in FLAGS if isinstance(action.type, Number)]
-CHOICE_FLAGS = [action for action in FLAGS if action.choices and not isinstance(action.type, Number)]
+CHOICE_FLAGS = [action for action in FLAGS
+                if action.choices and not isinstance(action.type, Number)]
 
 
 def refusal(capsys, *argv: str) -> str:
@@ -58,7 +60,8 @@ def test_no_flag_takes_a_bare_int_or_float():
 
 @pytest.mark.parametrize("action", NUMBER_FLAGS, ids=lambda action: action.dest)
 def test_every_default_lies_in_its_flag_s_range(action):
-    assert action.default is None or in_stated_range(action.type, str(action.default), action.choices)
+    assert action.default is None or in_stated_range(action.type, str(action.default),
+                                                     action.choices)
 
 
 @pytest.mark.parametrize("value", BAD_VALUES)

@@ -1,5 +1,7 @@
 """The model builder, weight-decay groups, the two-device split (on CPU) and DDP over it (Gloo)."""
 
+from __future__ import annotations
+
 import copy
 import socket
 from datetime import timedelta
@@ -16,8 +18,8 @@ from resnet50_trainer.config import SUPPORTED_LAYERS
 from resnet50_trainer.devices import model_parallel_devices
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model import (
-    RESNET_BUILDERS,
     DEFAULT_SPLIT_AT,
+    RESNET_BUILDERS,
     SPLIT_POINTS,
     STAGE_ORDER,
     SplitResNet,

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import pytest
 from PIL import Image
@@ -24,7 +23,9 @@ ORIGINAL_NAME = "resnet50_gpu1_b32_L10_lr0.01_v2_20170601_080000.log"
 NO_TEST = -1
 
 
-def row(epoch: int, loss: float, accuracy: float, test_accuracy: float, learning_rate: object = 0.1) -> str:
+def row(
+    epoch: int, loss: float, accuracy: float, test_accuracy: float, learning_rate: object = 0.1
+) -> str:
     """One log row: the order of LOG_COLUMNS, counts consistent with 1280 images per epoch."""
     counts = [10.0, 10.0 * epoch, 1280, 1280 * epoch, 40 * epoch, 128.0]
     values = counts + [accuracy, epoch, learning_rate, loss, test_accuracy]
@@ -32,7 +33,10 @@ def row(epoch: int, loss: float, accuracy: float, test_accuracy: float, learning
 
 
 def write_log(
-    path: Path, rows: List[str], arguments: Optional[str] = "--train_data /data/train", header: str = HEADER
+    path: Path,
+    rows: list[str],
+    arguments: str | None = "--train_data /data/train",
+    header: str = HEADER,
 ) -> Path:
     lines = ([f"# {arguments}"] if arguments is not None else []) + [header] + rows
     path.write_text("\n".join(lines) + "\n")
@@ -46,13 +50,17 @@ def ours_log(directory: Path, name: str = OURS_NAME) -> Path:
 
 
 def original_log(directory: Path) -> Path:
-    """Caffe2's log: Namespace arguments, epochs from 0, the LR as a negated numpy array, no test data."""
+    """Caffe2's log: Namespace arguments, epochs from 0, the LR as a negated numpy array, no test
+    data."""
     rows = [
         row(0, 2.3, 0.1, NO_TEST, "[-0.01]"),
         row(1, 2.0, 0.2, NO_TEST, "[-0.01]"),
         row(2, 1.8, 0.3, NO_TEST, "[ -1.00000005e-03]"),
     ]
-    namespace = "Namespace(base_learning_rate=0.01, batch_size=32, num_gpus=1, num_labels=10, test_data=None)"
+    namespace = (
+        "Namespace(base_learning_rate=0.01, batch_size=32, num_gpus=1, num_labels=10, "
+        "test_data=None)"
+    )
     return write_log(directory / ORIGINAL_NAME, rows, arguments=namespace)
 
 
@@ -71,12 +79,16 @@ def test_one_log_png_size_and_panels(tmp_path):
     lines_per_panel = [len(axes.lines) for axes in figure.axes]
     assert lines_per_panel == [1, 2, 1, 1]  # accuracy: training + test
     legend = figure.axes[0].get_legend()
-    assert [text.get_text() for text in legend.get_texts()] == ["2 GPUs, batch 64, 1000 labels, lr 0.10"]
+    assert [text.get_text() for text in legend.get_texts()] == [
+        "2 GPUs, batch 64, 1000 labels, lr 0.10"
+    ]
 
 
 def test_two_logs_overlay_with_a_legend_entry_each(tmp_path):
     output = tmp_path / "two.png"
-    figure = plot_logs([ours_log(tmp_path), original_log(tmp_path)], output, dpi=40, title="compare")
+    figure = plot_logs(
+        [ours_log(tmp_path), original_log(tmp_path)], output, dpi=40, title="compare"
+    )
 
     with Image.open(output) as image:
         assert image.size == (480, 320)
@@ -86,7 +98,10 @@ def test_two_logs_overlay_with_a_legend_entry_each(tmp_path):
     # Two training curves, and test points only for the run that had test data.
     assert len(panels["Accuracy: training and test"].lines) == 3
     legend_texts = [text.get_text() for text in panels["Training loss"].get_legend().get_texts()]
-    assert legend_texts == ["2 GPUs, batch 64, 1000 labels, lr 0.10", "1 GPU, batch 32, 10 labels, lr 0.01"]
+    assert legend_texts == [
+        "2 GPUs, batch 64, 1000 labels, lr 0.10",
+        "1 GPU, batch 32, 10 labels, lr 0.01",
+    ]
     assert figure._suptitle.get_text() == "compare"
 
 
@@ -121,17 +136,21 @@ def test_log_without_arguments_line_and_with_extra_columns(tmp_path):
     assert log.arguments is None
     assert log.num_rows == 2
     assert set(log.columns) == set(LOG_COLUMNS)
-    assert log.label == "my run.log"  # the name does not fit the pattern: the file name is the label
+    # The name does not fit the pattern: the file name is the label.
+    assert log.label == "my run.log"
 
 
 def test_runs_with_equal_parameters_are_told_apart_by_path(tmp_path):
-    for shard in ("shard0", "shard1"):  # the original wrote one log per shard, all with the same name
+    # The original wrote one log per shard, all with the same name.
+    for shard in ("shard0", "shard1"):
         (tmp_path / shard).mkdir()
     first, second = ours_log(tmp_path / "shard0"), ours_log(tmp_path / "shard1")
     figure = plot_logs([first, second], tmp_path / "out.png", dpi=20)
 
     legend_texts = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
-    assert legend_texts == [f"2 GPUs, batch 64, 1000 labels, lr 0.10 ({path})" for path in (first, second)]
+    assert legend_texts == [
+        f"2 GPUs, batch 64, 1000 labels, lr 0.10 ({path})" for path in (first, second)
+    ]
 
 
 def test_main_writes_default_output_and_says_where(tmp_path, monkeypatch, capsys):
@@ -148,7 +167,9 @@ GOOD_ROW = row(1, 6.8, 0.1, NO_TEST)
 BAD_FILES = {
     "not_a_log": ("notes.txt", "hello, this is not a run log\n", "not a run log header"),
     "wrong_header": ("wrong.log", f"# args\ntime_spent,epoch,loss\n{GOOD_ROW}\n", "line 2"),
-    "non_numeric_cell": ("nan.log", f"{HEADER}\n{row(1, 'oops', 0.1, NO_TEST)}\n", "loss is not a number"),
+    "non_numeric_cell": (
+        "nan.log", f"{HEADER}\n{row(1, 'oops', 0.1, NO_TEST)}\n", "loss is not a number"
+    ),
     "short_row": ("cut.log", f"{HEADER}\n{GOOD_ROW}\n10.0,10.0,12\n", "line 3 has 3 values"),
     "empty": ("empty.log", "", "empty file"),
     "arguments_only": ("args.log", "# Namespace(batch_size=32)\n", "no header line"),
@@ -285,12 +306,15 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
             f"resnet50-plot: error: cannot write {output}: {reason}; choose another --output"]
     assert (full / "out.png").read_bytes() == old_png  # whole, not half overwritten
     assert sorted(os.listdir(full)) == ["filler", "out.png"]
-    assert sorted(os.listdir(tmp_path)) == sorted(["a_directory.png", "full", OURS_NAME, "read_only"])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["a_directory.png", "full", OURS_NAME, "read_only"]
+    )
 
 
 def test_help_does_not_import_matplotlib():
     """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
-    probe = ("import sys\nfrom resnet50_trainer.tools.plot import main\ntry:\n    main(['--help'])\n"
+    probe = ("import sys\nfrom resnet50_trainer.tools.plot import main\n"
+             "try:\n    main(['--help'])\n"
              "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)

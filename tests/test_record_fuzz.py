@@ -7,18 +7,28 @@ from __future__ import annotations
 import random
 import tracemalloc
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 from PIL import Image
 
-from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, smooth_pixels, \
-    tensorprotos_record
+from dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    random_pixels,
+    smooth_pixels,
+    tensorprotos_record,
+)
 from resnet50_trainer.data import protos
-from resnet50_trainer.data.records import decode_image, decode_jpeg_reduced, jpeg_header, \
-    parse_record
+from resnet50_trainer.data.records import (
+    decode_image,
+    decode_jpeg_reduced,
+    jpeg_header,
+    parse_record,
+)
 from resnet50_trainer.errors import RecordError
 
 SEED = 20240611
@@ -76,7 +86,8 @@ def extra_field(value: bytes, rng: random.Random) -> bytes:
 
 
 def wrong_wire_type(value: bytes, rng: random.Random) -> bytes:
-    """The first byte (a field tag) given another wire type: a known field read as the wrong kind."""
+    """The first byte (a field tag) given another wire type: a known field read as the wrong
+    kind."""
     return bytes([value[0] & ~7 | rng.choice([0, 1, 2, 3, 4, 5, 6, 7])]) + value[1:]
 
 
@@ -155,7 +166,8 @@ def payload_damage(value: bytes, rng: random.Random) -> bytes:
 def _damaged(data: bytes, rng: random.Random) -> bytes:
     if not data:
         return data
-    if rng.random() < 0.5:  # the file header (sizes, tables, chunk lengths), where decoders trust most
+    # The file header (sizes, tables, chunk lengths), where decoders trust most.
+    if rng.random() < 0.5:
         head = min(len(data), 160)
         return flip_bytes(data[:head], rng) + data[head:]
     return rng.choice([flip_bytes, truncate, insert_junk])(data, rng)

@@ -1,5 +1,7 @@
 """Record parsing, building and decoding: Caffe Datum and Caffe2 TensorProtos."""
 
+from __future__ import annotations
+
 import io
 
 import numpy as np
@@ -7,8 +9,17 @@ import pytest
 from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, tensorprotos_record
-from resnet50_trainer.data.records import DATUM, TENSORPROTOS, Record, decode_image, \
-    decode_jpeg_reduced, decode_native, jpeg_header, parse_record, serialize_record
+from resnet50_trainer.data.records import (
+    DATUM,
+    TENSORPROTOS,
+    Record,
+    decode_image,
+    decode_jpeg_reduced,
+    decode_native,
+    jpeg_header,
+    parse_record,
+    serialize_record,
+)
 from resnet50_trainer.errors import RecordError
 
 # Two pixels: pure red, pure blue, as RGB

@@ -27,7 +27,8 @@ def crop(image, plan, size):
 
 def test_centre_crop_matches_resize_then_crop():
     image = gradient_image()
-    ours = crop(image, transforms.centre_plan(80, 60, 48, 40), 40).permute(1, 2, 0).numpy().astype(int)
+    plan = transforms.centre_plan(80, 60, 48, 40)
+    ours = crop(image, plan, 40).permute(1, 2, 0).numpy().astype(int)
     resized = image.resize((64, 48), Image.Resampling.BILINEAR)
     reference = np.asarray(resized.crop((12, 4, 52, 44))).astype(int)
     assert ours.shape == (40, 40, 3)

@@ -10,7 +10,8 @@ process would reach the user wrapped in that process's traceback.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -18,9 +19,9 @@ from resnet50_trainer.errors import UserError
 
 
 class Sample(NamedTuple):
-    image: Optional[torch.Tensor]  # CHW uint8; None when the record failed
+    image: torch.Tensor | None  # CHW uint8; None when the record failed
     label: int
-    bad_key: Optional[bytes]
+    bad_key: bytes | None
 
 
 class Batch(NamedTuple):

@@ -4,7 +4,7 @@ device. Large JPEGs are decoded by libjpeg-turbo at 1/2 to 1/8 scale; anything e
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -47,7 +47,8 @@ class CpuDecode:
         if not order:
             return Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64),
                          bad_keys)
-        return Batch(torch.stack([samples[i].image for i in order]),
+        images = [samples[i].image for i in order]  # `order` holds good samples only
+        return Batch(torch.stack([image for image in images if image is not None]),
                      torch.tensor([samples[i].label for i in order], dtype=torch.int64), bad_keys)
 
     @staticmethod
@@ -60,11 +61,11 @@ class CpuDecode:
 
         return copy
 
-    def _decode_jpeg(self, record: Record, key: bytes) -> Optional[torch.Tensor]:
+    def _decode_jpeg(self, record: Record, key: bytes) -> torch.Tensor | None:
         """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
         else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
         size = jpeg_header(record)
-        if size is None:
+        if size is None or record.encoded is None:  # a JPEG header is only read from file bytes
             return None
         try:
             pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, self.scale)

@@ -85,7 +85,7 @@ class Database(ABC):
     def close(self) -> None:
         """Release the database; closing twice is harmless."""
 
-    def __enter__(self) -> "Database":
+    def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -103,7 +103,8 @@ class LmdbDatabase(Database):
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
-            self._env = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+            self._env: lmdb.Environment | None = lmdb.open(path, readonly=True, lock=False,
+                                                           readahead=False, subdir=True)
         except lmdb.Error as exc:
             raise UserError(f"cannot open LMDB {path} ({exc}); check that it is complete "
                             "and not being written") from exc
@@ -231,7 +232,7 @@ class DatabaseWriter(ABC):
         self._commit_batch()
         self._finish()
 
-    def __enter__(self) -> "DatabaseWriter":
+    def __enter__(self) -> DatabaseWriter:
         return self
 
     def __exit__(self, *exc_info) -> None:

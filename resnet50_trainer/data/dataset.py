@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from typing import Any, Callable, Optional, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import Dataset
@@ -43,7 +44,7 @@ class ImageRecords(Dataset):
                  train: bool, decoding: DecodeStrategy):
         self.path, self.db_type, self.keys = path, db_type, keys
         self.settings, self.train, self.decoding = settings, train, decoding
-        self._database: Optional[Database] = None
+        self._database: Database | None = None
 
     def __len__(self) -> int:
         return len(self.keys)

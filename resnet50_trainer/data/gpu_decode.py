@@ -12,7 +12,8 @@ cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record.
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
@@ -27,11 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class EncodedSample(NamedTuple):
-    jpeg: Optional[torch.Tensor]  # the file's bytes, uint8; None when `image` holds a CPU crop
-    plan: Optional[transforms.CropPlan]
-    image: Optional[torch.Tensor]  # CHW uint8 crop decoded on the CPU (the fallback)
+    jpeg: torch.Tensor | None  # the file's bytes, uint8; None when `image` holds a CPU crop
+    plan: transforms.CropPlan | None
+    image: torch.Tensor | None  # CHW uint8 crop decoded on the CPU (the fallback)
     label: int
-    bad_key: Optional[bytes]
+    bad_key: bytes | None
     key: bytes
 
 
@@ -57,7 +58,7 @@ class GpuDecode:
 
     def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> EncodedSample:
         header = jpeg_header(record)
-        if header is None:
+        if header is None or record.encoded is None:  # a JPEG header is only read from file bytes
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
@@ -71,7 +72,7 @@ class GpuDecode:
     @staticmethod
     def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
         good = [sample for sample in samples if sample.bad_key is None]
-        crops = [sample.image for sample in good if sample.jpeg is None]
+        crops = [sample.image for sample in good if sample.image is not None]
         return EncodedBatch([sample.jpeg for sample in good], [sample.plan for sample in good],
                             torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
                             torch.tensor([sample.label for sample in good], dtype=torch.int64),

@@ -3,7 +3,7 @@ the prefetcher that hands the training process device Batches."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.utils.data import DataLoader

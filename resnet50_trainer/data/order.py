@@ -11,7 +11,7 @@ what an uninterrupted run would have.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from torch.utils.data import Sampler

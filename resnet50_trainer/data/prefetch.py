@@ -8,9 +8,10 @@ pass through `stage`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import torch
+from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
 
@@ -21,7 +22,7 @@ class DevicePrefetcher:
     A batch in which every record failed stops training (require_records); evaluation
     (`allow_empty`) gets it empty, with its bad keys, and counts them."""
 
-    def __init__(self, batches: Iterable, device: torch.device, stage: Callable[[object], Batch],
+    def __init__(self, batches: DataLoader, device: torch.device, stage: Callable[[object], Batch],
                  allow_empty: bool = False):
         self.batches, self.device, self.stage = batches, device, stage
         self.allow_empty = allow_empty
@@ -48,7 +49,7 @@ class DevicePrefetcher:
             yield ready  # the caller queues this step's work before the next copy is queued
             ready = self._load(iterator, side)
 
-    def _load(self, iterator: Iterator, side: "torch.cuda.Stream") -> Optional[Batch]:
+    def _load(self, iterator: Iterator, side: torch.cuda.Stream) -> Batch | None:
         try:
             batch = next(iterator)
         except StopIteration:

@@ -6,7 +6,10 @@ Fields the trainer never reads (TensorProto.device_detail = 8, segment = 11) are
 protobuf keeps them as unknown fields, so records that carry them still parse.
 """
 
+from __future__ import annotations
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 _Field = descriptor_pb2.FieldDescriptorProto
 
@@ -71,7 +74,7 @@ def _caffe2_file() -> descriptor_pb2.FileDescriptorProto:
     return file_proto
 
 
-def _message_class(pool: descriptor_pool.DescriptorPool, full_name: str) -> type:
+def _message_class(pool: descriptor_pool.DescriptorPool, full_name: str) -> type[Message]:
     descriptor = pool.FindMessageTypeByName(full_name)
     if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
         return message_factory.GetMessageClass(descriptor)

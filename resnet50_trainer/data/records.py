@@ -145,6 +145,18 @@ def _float_to_uint8(values: np.ndarray, chw_shape: tuple, source: str) -> np.nda
     return np.clip(np.rint(values), 0, 255).astype(np.uint8).reshape(chw_shape)
 
 
+def _file_bytes(record: Record) -> bytes:
+    """The encoded file of a record without pixels (a Record holds exactly one of the two)."""
+    assert record.encoded is not None, "a Record holds either encoded bytes or pixels"
+    return record.encoded
+
+
+def _pixels(record: Record) -> np.ndarray:
+    """The pixels of a record without encoded bytes (a Record holds exactly one of the two)."""
+    assert record.pixels is not None, "a Record holds either encoded bytes or pixels"
+    return record.pixels
+
+
 def _bgr_to_rgb(hwc: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(hwc[:, :, ::-1] if hwc.shape[2] == 3 else hwc)
 
@@ -160,7 +172,7 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
         return Image.fromarray(pixels[:, :, 0], "L") if pixels.shape[2] == 1 \
             else Image.fromarray(pixels, "RGB")
     try:
-        image = Image.open(io.BytesIO(record.encoded))
+        image = Image.open(io.BytesIO(_file_bytes(record)))
         if draft_size is not None and image.format == "JPEG":
             image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
         image.load()  # decode now, so a truncated file fails here and not in a later transform
@@ -174,9 +186,13 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
 def encoded_format(data: bytes) -> str:
     """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header."""
     try:
-        return Image.open(io.BytesIO(data)).format
+        file_format = Image.open(io.BytesIO(data)).format
     except (OSError, ValueError, SyntaxError) as exc:
         raise RecordError("the record's image bytes are in no format Pillow can read") from exc
+    # Pillow names the format of every file it opens (None is for images it made itself).
+    if file_format is None:
+        raise RecordError("the record's image bytes are in no format Pillow can read")
+    return file_format
 
 
 def jpeg_header(record: Record) -> tuple[int, int] | None:
@@ -260,7 +276,7 @@ def serialize_record(record: Record) -> bytes:
 def _datum_message(record: Record):
     if record.encoded is not None:  # convert_imageset sets only data, label and encoded here
         return protos.Datum(data=record.encoded, label=record.label, encoded=True)
-    bgr = _bgr_to_rgb(record.pixels)  # the swap is its own inverse
+    bgr = _bgr_to_rgb(_pixels(record))  # the swap is its own inverse
     height, width, channels = bgr.shape
     return protos.Datum(channels=channels, height=height, width=width,
                         data=bgr.transpose(2, 0, 1).tobytes(), label=record.label)
@@ -274,7 +290,7 @@ def _tensorprotos_message(record: Record):
         image.dims.append(1)
         image.string_data.append(record.encoded)
     else:
-        bgr = _bgr_to_rgb(record.pixels)
+        bgr = _bgr_to_rgb(_pixels(record))
         height, width, channels = bgr.shape
         image.data_type = protos.BYTE
         image.dims.extend([height, width, channels] if channels == 3 else [height, width])

@@ -11,21 +11,21 @@ One interface, `Board`, for every backend (contract test: tests/test_rendezvous.
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Protocol
 
 
 class Board(Protocol):
     where: str
 
-    def publish(self, entry: str, ttl_s: Optional[float]) -> None: ...
+    def publish(self, entry: str, ttl_s: float | None) -> None: ...
 
-    def read(self) -> Optional[str]: ...
+    def read(self) -> str | None: ...
 
     def withdraw(self, entry: str) -> None: ...
 
 
-def open_board(run_id: str, redis_host: Optional[str], redis_port: int,
-               redis_password: Optional[str], file_store_path: str) -> Board:
+def open_board(run_id: str, redis_host: str | None, redis_port: int,
+               redis_password: str | None, file_store_path: str) -> Board:
     """Redis when a host (or a redis:// URL) is given, else the shared directory."""
     if redis_host:
         from resnet50_trainer.rendezvous.redis_board import RedisBoard

@@ -11,7 +11,6 @@ import contextlib
 import os
 import tempfile
 import uuid
-from typing import Optional
 
 from resnet50_trainer.errors import UserError
 
@@ -27,8 +26,9 @@ class FileBoard:
             raise UserError(f"--file_store_path {directory} cannot be written ({error.strerror}): "
                             "give a directory every shard can write, e.g. on NFS") from None
 
-    def publish(self, entry: str, ttl_s: Optional[float]) -> None:
-        """No expiry in files (machines' clocks may disagree): readers prove an entry live instead."""
+    def publish(self, entry: str, ttl_s: float | None) -> None:
+        """No expiry in files (machines' clocks may disagree): readers prove an entry live
+        instead."""
         staging = f"{self.path}.{uuid.uuid4().hex}.tmp"
         try:
             with open(staging, "w") as file:
@@ -44,7 +44,7 @@ class FileBoard:
             raise UserError(f"cannot write {self.path} ({error.strerror}): remove what is there "
                             "or check --file_store_path") from None
 
-    def read(self) -> Optional[str]:
+    def read(self) -> str | None:
         try:
             # Not UTF-8: a foreign file; the meeting ignores what does not decode as an entry.
             with open(self.path, errors="replace") as file:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 from resnet50_trainer.errors import UserError
 
@@ -29,8 +29,8 @@ class Launched:
     world_size: int
     local_rank: int
     local_world_size: int  # processes on this machine; the same on every machine
-    master: Optional[tuple[str, int]]  # MASTER_ADDR:MASTER_PORT when set: the meeting point
-    job_id: Optional[str]  # SLURM_JOB_ID: the run id when none is given
+    master: tuple[str, int] | None  # MASTER_ADDR:MASTER_PORT when set: the meeting point
+    job_id: str | None  # SLURM_JOB_ID: the run id when none is given
 
     @property
     def num_machines(self) -> int:
@@ -41,7 +41,7 @@ class Launched:
         return self.rank // self.local_world_size
 
 
-def detect_launcher(environ: Mapping[str, str]) -> Optional[Launched]:
+def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
     for name, variables in _LAUNCHERS:
         present = [variable for variable in variables if variable in environ]
         if name in _ALL_OR_NONE and 0 < len(present) < len(variables):
@@ -78,14 +78,15 @@ def _check_placement(launcher: str, variables: tuple[str, ...], rank: int, world
     if world % local_world:
         raise UserError(f"{launcher} started {local_world} processes on this machine and "
                         f"{world} in all: start the same number on every machine")
-    for name, value, size, size_name in ((rank_name, rank, world, world_name),
-                                         (local_rank_name, local_rank, local_world, local_world_name)):
+    for name, value, size, size_name in (
+            (rank_name, rank, world, world_name),
+            (local_rank_name, local_rank, local_world, local_world_name)):
         if value >= size:
             raise UserError(f"{name}={value} set by {launcher} is not below {size_name}={size}: "
                             "check the launcher's command line or unset the variable")
 
 
-def _master(environ: Mapping[str, str]) -> Optional[tuple[str, int]]:
+def _master(environ: Mapping[str, str]) -> tuple[str, int] | None:
     if "MASTER_ADDR" not in environ or "MASTER_PORT" not in environ:
         return None
     if not environ["MASTER_ADDR"].strip():

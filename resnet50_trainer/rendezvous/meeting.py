@@ -4,10 +4,11 @@ Why stale entries of an earlier run with the same run id are never followed:
 - participant 0 serves a fresh TCPStore on a free port, writes a random nonce into it, and only
   then publishes {host, port, nonce} on the board (with an expiry where the board has one);
 - every other participant polls the board and accepts an entry only if a TCPStore answers at that
-  address AND holds that nonce. An entry left by a crashed run names a dead port (refused), or a port
-  since reused by someone else (no such nonce): it is ignored and polling goes on, so a participant
-  that starts before participant 0 waits for the new entry instead of joining a dead run. The live
-  store is the proof of freshness; no generation counter, and no trust in clocks, is needed;
+  address AND holds that nonce. An entry left by a crashed run names a dead port (refused), or a
+  port since reused by someone else (no such nonce): it is ignored and polling goes on, so a
+  participant that starts before participant 0 waits for the new entry instead of joining a dead
+  run. The live store is the proof of freshness; no generation counter, and no trust in clocks,
+  is needed;
 - participant 0 refuses to start if the entry it finds is live: a run with this id is still going.
 Then each participant checks in on the store ("arrived/<index>") and all wait until every one has,
 so whoever gives up at the deadline can name the missing ones. The store and the process group
@@ -25,9 +26,9 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch.distributed as dist
 
@@ -48,8 +49,8 @@ class Meeting:
     store: dist.TCPStore
     host: str
     port: int
-    board: Optional[Board] = None  # participant 0's: the entry that shows the run id in use
-    entry: Optional[str] = None
+    board: Board | None = None  # participant 0's: the entry that shows the run id in use
+    entry: str | None = None
 
     def close(self) -> None:
         """The run is over: its id is free again (a crashed run's entry is stale, and ignored)."""
@@ -152,16 +153,18 @@ def _wait_for_all(store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: 
         time.sleep(POLL_S)
 
 
-def _probe(entry: Entry) -> Optional[dist.TCPStore]:
+def _probe(entry: Entry) -> dist.TCPStore | None:
     """A client of the store the entry names, if that store is alive and holds the entry's nonce."""
     address = (entry.host, entry.port)
     try:  # a plain connect fails fast on a dead port, where TCPStore would retry until its timeout
         socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
         store = dist.TCPStore(*address, is_master=False, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S))
-        if store.check([NONCE_KEY]) and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce:
+        if (store.check([NONCE_KEY])
+                and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce):
             return store
-    except (OSError, RuntimeError):  # refused, or not a TCPStore; torch's DistError is a RuntimeError
+    # Refused, or not a TCPStore; torch's DistError is a RuntimeError.
+    except (OSError, RuntimeError):
         pass
     return None
 
@@ -176,7 +179,7 @@ class Entry:
     text: str  # as read from the board
 
     @classmethod
-    def decode(cls, text: str) -> "Entry":
+    def decode(cls, text: str) -> Entry:
         """Raises ValueError naming the bad part of an entry that is not one of ours."""
         try:
             value = json.loads(text)
@@ -194,7 +197,7 @@ class Entry:
         return cls(host, port, nonce, text)
 
 
-def _read_entry(board: Board, ignored: set[str]) -> Optional[Entry]:
+def _read_entry(board: Board, ignored: set[str]) -> Entry | None:
     """The board's entry, or None while there is none or it is malformed (a partial or foreign
     file: participant 0 replaces it). A malformed entry is named once, in one line."""
     text = board.read()

@@ -1,11 +1,12 @@
-"""The rendezvous board on a Redis server: one key per run, namespaced by the run id, with an expiry.
+"""The rendezvous board on a Redis server: one key per run, namespaced by the run id, with an
+expiry.
 
 Redis sees a handful of commands per process at the start of a run and nothing afterwards.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -15,17 +16,21 @@ from resnet50_trainer.errors import UserError
 KEY_PREFIX = "resnet50_trainer"
 CONNECT_TIMEOUT_S = 5.0
 URL_SCHEMES = ("redis://", "rediss://")
-# Delete the key only if it still holds our entry: a newer run with the same id may have replaced it.
-_WITHDRAW_IF_OURS = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+# Delete the key only if it still holds our entry: a newer run with the same id may have replaced
+# it.
+_WITHDRAW_IF_OURS = ("if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                     "return redis.call('DEL', KEYS[1]) end return 0")
 
 
 class RedisBoard:
-    def __init__(self, run_id: str, host: str, port: int, password: Optional[str]):
+    def __init__(self, run_id: str, host: str, port: int, password: str | None):
         self.key = f"{KEY_PREFIX}:{run_id}:address"
-        options = dict(socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S)
+        options: dict[str, Any] = dict(socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                       socket_timeout=CONNECT_TIMEOUT_S)
         if password:
             options["password"] = password
-        if host.startswith(URL_SCHEMES):  # redis://[:password@]host[:port][/db]; the password is never shown
+        # redis://[:password@]host[:port][/db]; the password is never shown
+        if host.startswith(URL_SCHEMES):
             url = urlsplit(host)
             self.where = f"redis {url.hostname}:{url.port or 6379}/{url.path.strip('/') or 0}"
             self.client = redis.Redis.from_url(host, **options)
@@ -34,11 +39,11 @@ class RedisBoard:
             self.client = redis.Redis(host=host, port=port, **options)
         self._call(self.client.ping)
 
-    def publish(self, entry: str, ttl_s: Optional[float]) -> None:
+    def publish(self, entry: str, ttl_s: float | None) -> None:
         expiry = None if ttl_s is None else max(1, int(ttl_s * 1000))  # None: until withdrawn
         self._call(self.client.set, self.key, entry, px=expiry)
 
-    def read(self) -> Optional[str]:
+    def read(self) -> str | None:
         value = self._call(self.client.get, self.key)
         # Not UTF-8: a foreign value; the meeting ignores what does not decode as an entry.
         return None if value is None else value.decode(errors="replace")

@@ -13,8 +13,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Optional, Sequence
-
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from resnet50_trainer.config import resolve_scale
@@ -47,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="crop size in pixels")
     parser.add_argument("--scale", type=PIXELS, help="shorter side before cropping "
                         "(default: round(image_size / 0.875), as the trainer)")
-    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3), help="colour channels")
+    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3),
+                        help="colour channels")
     parser.add_argument("--num_workers", type=INPUT_WORKERS, default=2,
                         help="input processes (0: in this one)")
     parser.add_argument("--batches", type=Number(int, 1, 1_000_000), default=20,
@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where batches end up (cuda adds the pinned copy and the prefetcher)")
     parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
-                        help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda")
+                        help="gpu: input processes only read bytes; JPEGs are decoded on "
+                        "--device cuda")
     parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the order and the crops")
 
@@ -111,7 +112,7 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
     add_arguments(parser)

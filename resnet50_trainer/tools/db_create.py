@@ -20,20 +20,27 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Iterator, Optional
 
 import lmdb
 import plyvel
 from tqdm import tqdm
 
 from resnet50_trainer.data.databases import DB_TYPES, LMDB, detect_db_type, open_writer
-from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.data.records import DATUM, RECORD_FORMATS, serialize_record
-from resnet50_trainer.tools.db_sources import CreateOptions, ImageTask, build_record, \
-    read_class_folders, read_list_file, read_regular_file, shuffled
+from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.tools.db_sources import (
+    CreateOptions,
+    ImageTask,
+    build_record,
+    read_class_folders,
+    read_list_file,
+    read_regular_file,
+    shuffled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +63,7 @@ class CreateSummary:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     seconds: float = 0.0
     labels_path: str | None = None
-    stopped_by: Optional[int] = None  # a signal that came while the finished DB was put in place
+    stopped_by: int | None = None  # a signal that came while the finished DB was put in place
 
 
 class _StopOnSignals:
@@ -66,7 +73,7 @@ class _StopOnSignals:
     finished database in place, removing the partial one)."""
 
     def __init__(self) -> None:
-        self.received: Optional[int] = None
+        self.received: int | None = None
 
     def check(self) -> None:
         if self.received is not None:
@@ -76,7 +83,7 @@ class _StopOnSignals:
         self.received = self.received or signum
 
     @contextmanager
-    def installed(self) -> Iterator["_StopOnSignals"]:
+    def installed(self) -> Iterator[_StopOnSignals]:
         if threading.current_thread() is not threading.main_thread():
             yield self  # signal handlers belong to the main thread; a caller's thread keeps its own
             return
@@ -122,10 +129,11 @@ def create_database(options: CreateOptions) -> CreateSummary:
     return summary
 
 
-def _tasks(options: CreateOptions) -> tuple[list[ImageTask], Optional[list[str]]]:
+def _tasks(options: CreateOptions) -> tuple[list[ImageTask], list[str] | None]:
     if options.list_file is not None:
         tasks, class_names = read_list_file(options.list_file, options.root), None
     else:
+        assert options.source is not None, "CreateOptions names a list file or a source folder"
         tasks, class_names = read_class_folders(options.source)
     return (shuffled(tasks, options.seed) if options.shuffle else tasks), class_names
 

@@ -14,6 +14,7 @@ def dump_record(path: str, db_type: str, out: str, index: int | None = None,
     """Write the record at key-order position `index` (or under `key`) to `out`; (key, label)."""
     with open_database(path, db_type) as database:
         if key is None:
+            assert index is not None, "dump_record takes an index or a key"
             keys = database.keys()
             if not -len(keys) <= index < len(keys):
                 raise UserError(f"--index {index} is out of range: {path} holds {len(keys)} "

@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageOps
 
 from resnet50_trainer.data.databases import DB_TYPES, LMDB, open_database
-from resnet50_trainer.data.records import Record, decode_image, decode_native, encoded_format, \
-    parse_record
+from resnet50_trainer.data.records import (
+    Record,
+    decode_image,
+    decode_native,
+    encoded_format,
+    parse_record,
+)
 from resnet50_trainer.errors import RecordError, UserError
 
 FAILED_KEYS_SHOWN = 5
@@ -52,7 +57,7 @@ class Inspection:
         self.storage["encoded" if record.is_encoded else "raw"] += 1
 
     def count_image(self, record: Record, image: Image.Image) -> None:
-        if record.is_encoded:
+        if record.encoded is not None:
             self.encodings[encoded_format(record.encoded)] += 1
         self.channels[len(image.getbands())] += 1
         self.widths.append(image.width)
@@ -175,8 +180,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_sheet_path(out: str) -> None:
     parent = os.path.dirname(os.path.abspath(out))
-    if os.path.splitext(out)[1].lower() not in Image.registered_extensions() or not os.path.isdir(parent):
-        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing directory")
+    if (os.path.splitext(out)[1].lower() not in Image.registered_extensions()
+            or not os.path.isdir(parent)):
+        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing "
+                        "directory")
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

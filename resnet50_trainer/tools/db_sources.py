@@ -193,7 +193,7 @@ def build_record(data: bytes, label: int, options: CreateOptions) -> Record:
         image = image.transpose(upright)
     mode = "L" if options.gray else "RGB"
     size = _target_size(image.size, options)
-    encode_format = _ENCODE_FORMATS.get(options.encode_type) or \
+    encode_format = (options.encode_type and _ENCODE_FORMATS.get(options.encode_type)) or \
         (file_format if file_format in ("JPEG", "PNG") else "PNG")
     unchanged = image.mode == mode and image.size == size and upright is None
     if options.encoded and unchanged and encode_format == file_format:

@@ -1,9 +1,10 @@
-"""Reading a run's CSV log: the one our trainer writes and the one Caffe2's resnet50_trainer.py wrote.
+"""Reading a run's CSV log: the one our trainer writes and the one Caffe2's resnet50_trainer.py
+wrote.
 
 Both have the same layout: an optional line 1 of `# ` + the arguments, the header line, one row per
-epoch. The original stored its learning rate as a one-element numpy array (`[-0.1]`, negative because
-Caffe2's SGD descends by adding lr x gradient); this reader takes the number out of the brackets and
-leaves the sign as written.
+epoch. The original stored its learning rate as a one-element numpy array (`[-0.1]`, negative
+because Caffe2's SGD descends by adding lr x gradient); this reader takes the number out of the
+brackets and leaves the sign as written.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Union
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.runlog import HEADER
@@ -33,8 +33,8 @@ class RunLog:
     """One run log: where it is, its arguments line, its numbers and a legend label."""
 
     path: Path
-    arguments: Optional[str]  # the text after `#` on line 1; None when the log has no such line
-    columns: Dict[str, List[float]]  # each name of LOG_COLUMNS -> one value per epoch row
+    arguments: str | None  # the text after `#` on line 1; None when the log has no such line
+    columns: dict[str, list[float]]  # each name of LOG_COLUMNS -> one value per epoch row
     label: str
 
     @property
@@ -42,8 +42,9 @@ class RunLog:
         return len(self.columns["epoch"])
 
 
-def run_label(path: Union[str, Path]) -> str:
-    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name; the file name if it does not fit."""
+def run_label(path: str | Path) -> str:
+    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name; the file name if it does
+    not fit."""
     name = Path(path).name
     match = _LOG_NAME.match(name)
     if match is None:
@@ -54,7 +55,7 @@ def run_label(path: Union[str, Path]) -> str:
     )
 
 
-def read_run_log(path: Union[str, Path]) -> RunLog:
+def read_run_log(path: str | Path) -> RunLog:
     """Parse a run log; UserError (one line naming the file) when it is not one."""
     path = Path(path)
     lines = _read_lines(path)
@@ -65,7 +66,7 @@ def read_run_log(path: Union[str, Path]) -> RunLog:
         header_index = 1
     _check_header(path, lines, header_index)
     num_cells = len(lines[header_index].split(","))
-    columns: Dict[str, List[float]] = {name: [] for name in LOG_COLUMNS}
+    columns: dict[str, list[float]] = {name: [] for name in LOG_COLUMNS}
     for index in range(header_index + 1, len(lines)):
         if lines[index].strip():
             _append_row(path, index + 1, lines[index], num_cells, columns)
@@ -76,7 +77,7 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-def _read_lines(path: Path) -> List[str]:
+def _read_lines(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -92,7 +93,7 @@ def _read_lines(path: Path) -> List[str]:
     return text.splitlines()
 
 
-def _check_header(path: Path, lines: List[str], header_index: int) -> None:
+def _check_header(path: Path, lines: list[str], header_index: int) -> None:
     if header_index >= len(lines):
         raise UserError(
             f"{path}: has the arguments line but no header line after it; the run wrote nothing yet"
@@ -106,7 +107,7 @@ def _check_header(path: Path, lines: List[str], header_index: int) -> None:
 
 
 def _append_row(
-    path: Path, line_number: int, line: str, num_cells: int, columns: Dict[str, List[float]]
+    path: Path, line_number: int, line: str, num_cells: int, columns: dict[str, list[float]]
 ) -> None:
     cells = line.strip().split(",")
     if len(cells) != num_cells:
@@ -121,7 +122,7 @@ def _append_row(
         columns[name].append(number)
 
 
-def _parse_number(cell: str) -> Optional[float]:
+def _parse_number(cell: str) -> float | None:
     bracketed = _BRACKETED_NUMBER.match(cell.strip())
     text = bracketed.group(1) if bracketed else cell
     try:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.flag_values import Number
@@ -22,18 +22,24 @@ PROG = "resnet50-plot"
 
 def _png_path(text: str) -> Path:
     if Path(text).suffix.lower() != ".png":
-        raise argparse.ArgumentTypeError(f"{text!r} does not end in .png; the plot is written as PNG")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} does not end in .png; the plot is written as PNG"
+        )
     return Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Plot training loss, training and test accuracy, learning rate and images/s against "
-        "epoch from resnet50 run logs (ours or Caffe2's resnet50_trainer.py); several logs overlay.",
+        description="Plot training loss, training and test accuracy, learning rate and images/s "
+        "against epoch from resnet50 run logs (ours or Caffe2's resnet50_trainer.py); "
+        "several logs overlay.",
     )
     parser.add_argument(
-        "logs", nargs="+", metavar="LOG", help="run log(s), e.g. resnet50_gpu2_b64_L1000_lr0.10_v2_*.log"
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="run log(s), e.g. resnet50_gpu2_b64_L1000_lr0.10_v2_*.log",
     )
     parser.add_argument(
         "-o",
@@ -46,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--dpi",
         type=Number(float, 0, 1000, above_minimum=True),
         default=DEFAULT_DPI,
-        help=f"pixels per inch; the image is {FIGURE_SIZE_INCHES[0]:g} x {FIGURE_SIZE_INCHES[1]:g} inches "
-        f"(default: {DEFAULT_DPI:g})",
+        help=f"pixels per inch; the image is {FIGURE_SIZE_INCHES[0]:g} x "
+        f"{FIGURE_SIZE_INCHES[1]:g} inches (default: {DEFAULT_DPI:g})",
     )
     parser.add_argument("--title", help="title above the panels (default: none)")
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     status = run_command(PROG, lambda: _plot(args))
     if status:

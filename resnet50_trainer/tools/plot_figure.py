@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Any, cast
 
+import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,7 +27,8 @@ from resnet50_trainer.runlog import NO_TEST_ACCURACY
 from resnet50_trainer.tools.logfile import RunLog, read_run_log
 from resnet50_trainer.tools.plot import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
-TEST_ACCURACY_STYLE = {"linestyle": "--", "marker": "o", "markersize": 3}  # dashed, points where tested
+# Dashed, points where tested.
+TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
 
 # (title, y label) of the four panels, left to right, top to bottom.
 PANELS = (
@@ -37,12 +40,13 @@ PANELS = (
 
 
 def plot_logs(
-    paths: Sequence[Union[str, Path]],
-    output: Union[str, Path],
+    paths: Sequence[str | Path],
+    output: str | Path,
     dpi: float = DEFAULT_DPI,
-    title: Optional[str] = None,
+    title: str | None = None,
 ) -> Figure:
-    """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to output."""
+    """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to
+    output."""
     logs = [read_run_log(path) for path in paths]
     # Text is drawn literally, whatever the user's matplotlibrc says about TeX.
     with rc_context({"text.usetex": False}):
@@ -51,14 +55,18 @@ def plot_logs(
     return figure
 
 
-def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: Optional[str] = None) -> Figure:
-    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the runs."""
+def build_figure(
+    logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None
+) -> Figure:
+    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the
+    runs."""
     if not logs:
         raise UserError("no run logs given; pass at least one LOG")
     for log in logs:
         if log.num_rows == 0:
             raise UserError(
-                f"{log.path}: has no epoch rows yet, nothing to plot; wait for the first epoch to end"
+                f"{log.path}: has no epoch rows yet, nothing to plot; "
+                "wait for the first epoch to end"
             )
     figure = Figure(figsize=FIGURE_SIZE_INCHES, dpi=dpi, layout="constrained")
     FigureCanvasAgg(figure)  # attaches itself to the figure
@@ -77,8 +85,9 @@ def build_figure(logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: Option
     return figure
 
 
-def legend_labels(logs: Sequence[RunLog]) -> List[str]:
-    """Each log's label; runs with the same parameters also name their file so they can be told apart."""
+def legend_labels(logs: Sequence[RunLog]) -> list[str]:
+    """Each log's label; runs with the same parameters also name their file so they can be told
+    apart."""
     counts = Counter(log.label for log in logs)
     return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
 
@@ -94,7 +103,7 @@ def _plot_test_accuracy(axes: Axes, log: RunLog, colour: str) -> None:
         axes.plot(epochs, accuracies, color=colour, **TEST_ACCURACY_STYLE)
 
 
-def _decorate(axes: List[Axes], figure: Figure, title: Optional[str]) -> None:
+def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
     for panel_axes, (panel_title, ylabel) in zip(axes, PANELS):
         panel_axes.set_title(panel_title)
         panel_axes.set_ylabel(ylabel)
@@ -104,13 +113,13 @@ def _decorate(axes: List[Axes], figure: Figure, title: Optional[str]) -> None:
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
     loss_axes, accuracy_axes, lr_axes, _ = axes
     # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
-    _literal(loss_axes.legend(loss_axes.lines, [line.get_label() for line in loss_axes.lines],
+    _literal(loss_axes.legend(loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines],
                               fontsize="small"))
     if len(accuracy_axes.lines) > len(loss_axes.lines):  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.
         styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]
         accuracy_axes.legend(styles, ["training", "test"], fontsize="small")
-    if all(rate > 0 for line in lr_axes.lines for rate in line.get_ydata()):
+    if all(rate > 0 for line in lr_axes.lines for rate in np.asarray(line.get_ydata())):
         lr_axes.set_yscale("log")  # step schedules divide the rate by 10: equal steps on a log axis
     if title:
         figure.suptitle(title, parse_math=False, usetex=False)
@@ -134,12 +143,15 @@ def _write_png(figure: Figure, output: Path) -> None:
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         created = True
         with os.fdopen(descriptor, "wb") as file:
-            # print_png renders at the figure's own dpi, untouched by the user's savefig rc settings.
-            figure.canvas.print_png(file)
+            # print_png renders at the figure's own dpi, untouched by the user's savefig rc
+            # settings.
+            cast(FigureCanvasAgg, figure.canvas).print_png(file)  # build_figure attached it
         os.replace(partial, output)
         created = False
     except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}; choose another --output") from None
+        raise UserError(
+            f"cannot write {output}: {exc.strerror or exc}; choose another --output"
+        ) from None
     finally:
         if created:
             with contextlib.suppress(OSError):
