@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 import torch.distributed as dist
 
@@ -16,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def bad_records_verdict(bad: int, images: int, bad_keys: list, epoch_number: int,
-                        config: Config, world_size: int, is_main: bool) -> Optional[UserError]:
+                        config: Config, world_size: int, is_main: bool) -> UserError | None:
     """Name the epoch's count of skipped records (global; `bad_keys`: this process's first);
     above --max_bad_records, the failure that stops the run, naming the first keys of all
     processes. Every process reaches the same verdict from the global counts."""

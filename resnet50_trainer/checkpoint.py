@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 import uuid
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -146,7 +146,7 @@ def _read_checkpoint(path: str) -> dict:
     return state
 
 
-def saved_checkpoints(directory: str, name: Optional[str] = None) -> list[Saved]:
+def saved_checkpoints(directory: str, name: str | None = None) -> list[Saved]:
     """Complete checkpoints in `directory` (of stem `name`, or any), oldest first. Temporary files
     of an interrupted write are never listed."""
     saved = []
@@ -172,7 +172,7 @@ def lineage_of(state: dict, checkpoint_dir: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, os.path.realpath(state["path"])).hex
 
 
-def read_lineage(path: str) -> Optional[str]:
+def read_lineage(path: str) -> str | None:
     """The lineage of the checkpoint at `path`, or None when it is no readable checkpoint. Cheap:
     with mmap the tensors are mapped, not read."""
     try:
@@ -185,7 +185,7 @@ def read_lineage(path: str) -> Optional[str]:
     return lineage if isinstance(lineage, str) else None
 
 
-def checkpoints_of_other_runs(directory: str, name: str, lineage: Optional[str]) -> list[Saved]:
+def checkpoints_of_other_runs(directory: str, name: str, lineage: str | None) -> list[Saved]:
     """This name's complete checkpoints in `directory` not of `lineage`; all of them for a fresh
     run (lineage None). For a resumed run a file that cannot be read is not counted: it may be
     the damaged newest one the resume skipped, and no run can continue from it."""
@@ -217,7 +217,7 @@ class CheckpointLock:
     close their copy, so that ones outliving a killed run do not keep its lock."""
 
     def __init__(self, descriptor: int):
-        self.descriptor: Optional[int] = descriptor
+        self.descriptor: int | None = descriptor
         os.register_at_fork(after_in_child=self.release)
 
     def release(self) -> None:

@@ -4,7 +4,6 @@ checkpoint barrier and learns whether the write failed, so all stop together."""
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 
@@ -26,8 +25,8 @@ class CheckpointSaver:
         self.replica, self.schedule = replica, schedule
         self.lineage = lineage  # of this run's checkpoints: retention deletes only those
 
-    def save(self, run: RunState, epoch_sums: Optional[torch.Tensor] = None,
-             epoch_seconds: float = 0.0) -> Optional[str]:
+    def save(self, run: RunState, epoch_sums: torch.Tensor | None = None,
+             epoch_seconds: float = 0.0) -> str | None:
         """The checkpoint of `run`, on every process; its path on the first. Within an epoch,
         `epoch_sums` are the epoch's global sums so far. No process runs ahead of a saved step."""
         path, failure = None, None
@@ -43,7 +42,7 @@ class CheckpointSaver:
         stop_together(failure, self.device, "the checkpoint barrier")
         return path
 
-    def _write(self, path: str, run: RunState, epoch_sums: Optional[torch.Tensor],
+    def _write(self, path: str, run: RunState, epoch_sums: torch.Tensor | None,
                epoch_seconds: float) -> None:
         """Never over good weights with diverged ones: non-finite weights end the run instead."""
         config, replica = self.config, self.replica

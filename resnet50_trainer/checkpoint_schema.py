@@ -13,7 +13,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -33,21 +33,21 @@ def new_lineage() -> str:
     return uuid.uuid4().hex
 
 
-def _named_tensors(model: dict) -> Optional[str]:
+def _named_tensors(model: dict) -> str | None:
     if all(isinstance(key, str) and isinstance(value, torch.Tensor)
            for key, value in model.items()):
         return None
     return "a model state that is not named tensors"
 
 
-def _made_by_new_lineage(lineage: str) -> Optional[str]:
+def _made_by_new_lineage(lineage: str) -> str | None:
     if _LINEAGE.fullmatch(lineage):
         return None
     return f"a lineage {lineage[:40]!r} that new_lineage() never makes"
 
 
-def _spec(types: Any, least: Optional[int] = None, optional: bool = False,
-          check: Optional[Callable[[Any], Optional[str]]] = None) -> Any:
+def _spec(types: Any, least: int | None = None, optional: bool = False,
+          check: Callable[[Any], str | None] | None = None) -> Any:
     """A field's rule for reading: its types (a bool never counts as a number), the smallest
     number it may be, whether it may be absent, and a check of its contents."""
     return dataclasses.field(metadata={"types": types, "least": least, "optional": optional,
@@ -59,7 +59,7 @@ class CheckpointFields:
     model: dict = _spec(dict, check=_named_tensors)  # torchvision's names: no `module.` prefix
     optimizer: dict = _spec(dict)
     arguments: dict = _spec(dict)  # the run's settings: a resume checks the architecture
-    scaler: Optional[dict] = _spec((dict, type(None)), optional=True)  # {} without float16
+    scaler: dict | None = _spec((dict, type(None)), optional=True)  # {} without float16
     epoch: int = _spec(int, least=0)  # epochs completed
     step: int = _spec(int, least=0)  # steps into the next epoch
     iteration: int = _spec(int, least=0)
@@ -71,7 +71,7 @@ class CheckpointFields:
     epoch_seconds: float = _spec(_NUMBER, least=0)
     total_seconds: float = _spec(_NUMBER, least=0)
     # The epoch's global sums so far (EPOCH_SUMS of them) in a mid-epoch checkpoint, else None.
-    epoch_sums: Optional[torch.Tensor] = _spec((torch.Tensor, type(None)))
+    epoch_sums: torch.Tensor | None = _spec((torch.Tensor, type(None)))
     lineage: str = _spec(str, optional=True, check=_made_by_new_lineage)
 
 
@@ -80,7 +80,7 @@ REQUIRED_KEYS = frozenset(field.name for field in fields(CheckpointFields)
 
 
 def compose(run: RunState, model: dict, optimizer: dict, scaler: dict, learning_rate: float,
-            config: Config, world_size: int, lineage: str, epoch_sums: Optional[torch.Tensor],
+            config: Config, world_size: int, lineage: str, epoch_sums: torch.Tensor | None,
             epoch_seconds: float) -> dict:
     """The checkpoint of `run` (with the epoch's global sums so far, when taken within one)."""
     written = CheckpointFields(
@@ -103,12 +103,12 @@ def run_state_of(state: dict) -> RunState:
                     state["epoch_seconds"] if mid_epoch else 0.0)
 
 
-def position(state: dict) -> tuple[int, int, int, Optional[str]]:
+def position(state: dict) -> tuple[int, int, int, str | None]:
     """(epochs done, steps into the next, iteration, lineage or None): which point of which run."""
     return state["epoch"], state["step"], state["iteration"], state.get("lineage")
 
 
-def field_problem(state: dict) -> Optional[str]:
+def field_problem(state: dict) -> str | None:
     """What is wrong with the fields of a checkpoint read back, or None: types, signs, contents."""
     specs = [(field.name, field.metadata) for field in fields(CheckpointFields)
              if field.name in state]
@@ -128,7 +128,7 @@ def field_problem(state: dict) -> Optional[str]:
     return _epoch_sums_problem(state) or _non_finite_problem(state)
 
 
-def _epoch_sums_problem(state: dict) -> Optional[str]:
+def _epoch_sums_problem(state: dict) -> str | None:
     """A mid-epoch checkpoint (step > 0) carries the epoch's sums so far, an epoch's end none; the
     sums are loss x images, correct, images, bad records: finite, not negative, consistent."""
     sums, step = state["epoch_sums"], state["step"]
@@ -145,7 +145,7 @@ def _epoch_sums_problem(state: dict) -> Optional[str]:
     return None
 
 
-def _non_finite_problem(state: dict) -> Optional[str]:
+def _non_finite_problem(state: dict) -> str | None:
     """Weights or momentum that are no longer finite: a resume would only diverge again."""
     momentum = {f"momentum of parameter {index}": entry.get("momentum_buffer")
                 for index, entry in state["optimizer"].get("state", {}).items()
@@ -172,7 +172,7 @@ def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optim
     or a momentum buffer that fails at the first step. Shapes only, so a model on the meta device
     serves as well."""
     expected, saved = model.state_dict(), state["model"]
-    problem: Optional[str]
+    problem: str | None
     unknown = sorted(saved.keys() - expected.keys()) or sorted(expected.keys() - saved.keys())
     wrong = [name for name in expected
              if name in saved and saved[name].shape != expected[name].shape]
@@ -190,7 +190,7 @@ def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optim
                         "--num_channels")
 
 
-def _optimizer_problem(saved: dict, optimizer: torch.optim.Optimizer) -> Optional[str]:
+def _optimizer_problem(saved: dict, optimizer: torch.optim.Optimizer) -> str | None:
     groups, states = saved.get("param_groups"), saved.get("state")
     if not isinstance(groups, list) or not isinstance(states, dict) or not all(
             isinstance(group, dict) and isinstance(group.get("params"), list) for group in groups):

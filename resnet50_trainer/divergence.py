@@ -3,8 +3,6 @@ reported in one line naming where it happened and which checkpoint to resume fro
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.distributed as dist
 
@@ -34,7 +32,7 @@ class DivergenceWatch:
         bad_here = torch.where(loss.detach().isfinite(), NO_BAD_LOSS, iteration)
         torch.minimum(self.first_bad_loss, bad_here, out=self.first_bad_loss)
 
-    def check(self) -> tuple[Optional[int], bool]:
+    def check(self) -> tuple[int | None, bool]:
         """(the first global iteration whose loss was not finite on any process, or None; whether
         every weight is finite). One small all-reduce and one read."""
         verdict = torch.stack([self.first_bad_loss.to(self.device),
@@ -53,7 +51,7 @@ class DivergenceWatch:
         return torch.stack(finite).all()
 
 
-def divergence_report(first_bad_loss: Optional[int], iteration: int, steps_per_epoch: int,
+def divergence_report(first_bad_loss: int | None, iteration: int, steps_per_epoch: int,
                       config: Config) -> Diverged:
     """The line for a diverged run (the first process's: it reads the checkpoint directory):
     where it diverged, and the last good checkpoint to resume from."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -50,8 +49,8 @@ class Outputs:
     """Where the first process reports the run: the run log (None on the others), the GPUs'
     utilisation on the progress bar, the profiler (every process counts its steps)."""
 
-    runlog: Optional[RunLog]
-    gpu_monitor: Optional[GpuMonitor]
+    runlog: RunLog | None
+    gpu_monitor: GpuMonitor | None
     profiler: StepProfiler
 
 
@@ -65,7 +64,7 @@ class EpochLoop:
         self.watch = DivergenceWatch(replica.model, replica.output_device, device)
         self.timeout_shortened = False
         self.rows: list[EpochRow] = []
-        self.last_saved: Optional[str] = None
+        self.last_saved: str | None = None
 
     def run_epochs(self) -> None:
         config, run = self.config, self.run
@@ -179,7 +178,7 @@ class EpochLoop:
             dist.all_reduce(epoch_sums)
         self.saver.save(self.run, epoch_sums, seconds)
 
-    def _row(self, result: EpochResult, test_accuracy: Optional[float]) -> EpochRow:
+    def _row(self, result: EpochResult, test_accuracy: float | None) -> EpochRow:
         run = self.run
         return EpochRow(
             time_spent=round(result.seconds, 3),
@@ -193,7 +192,7 @@ class EpochLoop:
             test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6))
 
 
-def _write_row(runlog: Optional[RunLog], row: EpochRow) -> Optional[UserError]:
+def _write_row(runlog: RunLog | None, row: EpochRow) -> UserError | None:
     """The row appended to the log (first process); the failure to write it, if any."""
     try:
         if runlog:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -16,8 +15,8 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(replica: Replica, test_batches: Optional[Iterable], device: torch.device,
-             is_main: bool) -> Optional[float]:
+def evaluate(replica: Replica, test_batches: Iterable | None, device: torch.device,
+             is_main: bool) -> float | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
     already); the counts are all-reduced on this process's own `device`."""
     if test_batches is None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NoReturn, Optional
+from typing import NoReturn
 
 import torch
 import torch.multiprocessing as mp
@@ -15,9 +16,17 @@ import torch.multiprocessing as mp
 from resnet50_trainer import distributed, network, preflight
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import claim_device
-from resnet50_trainer.errors import (FAILURE_EXIT_STATUS, ONE_LINE_ERRORS, TRAINER,
-                                     USAGE_EXIT_STATUS, PeerLost, RunFailed, error_line, leave,
-                                     report)
+from resnet50_trainer.errors import (
+    FAILURE_EXIT_STATUS,
+    ONE_LINE_ERRORS,
+    TRAINER,
+    USAGE_EXIT_STATUS,
+    PeerLost,
+    RunFailed,
+    error_line,
+    leave,
+    report,
+)
 from resnet50_trainer.rendezvous.launchers import Launched
 from resnet50_trainer.rendezvous.meeting import first_line
 from resnet50_trainer.train import train
@@ -28,7 +37,7 @@ log = logging.getLogger(__name__)
 GRACE_PERIOD_S = 3.0
 
 
-def launch(config: Config, launched: Optional[Launched] = None) -> int:
+def launch(config: Config, launched: Launched | None = None) -> int:
     """Start the run's processes on this machine and return the exit status of the run; an error
     of this process (a one-line one included) is raised for the command line to report."""
     lock = None
@@ -44,7 +53,7 @@ def launch(config: Config, launched: Optional[Launched] = None) -> int:
             lock.release()
 
 
-def _run(config: Config, launched: Optional[Launched]) -> int:
+def _run(config: Config, launched: Launched | None) -> int:
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None:
@@ -164,7 +173,7 @@ def _interrupt_once() -> None:
     SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
     sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
     handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
-    interrupted = []
+    interrupted: list[int] = []
 
     def interrupt(signum, frame):
         # Not SIG_IGN: Python reports a signal pending while its handler is swapped as an OSError.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -23,7 +23,7 @@ class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
     def __init__(self, config: Config, is_main: bool, epoch: int, steps: int, start_step: int = 0,
-                 gpu_monitor: Optional[GpuMonitor] = None,
+                 gpu_monitor: GpuMonitor | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
         self.gpu_monitor = gpu_monitor

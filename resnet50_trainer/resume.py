@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Optional
 
 import torch.distributed as dist
 
@@ -46,7 +45,7 @@ def resume(path: str, config: Config, placement: Placement, replica: Replica,
     return run, checkpoint.lineage_of(state, config.checkpoint_dir)
 
 
-def _resumes_differ(state: dict, world_size: int) -> Optional[UserError]:
+def _resumes_differ(state: dict, world_size: int) -> UserError | None:
     """Every process continues the same checkpoint: machines with disks of their own may hold
     different newest ones (or none), and the replicas would part silently."""
     everyone: list = [None] * world_size

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -19,7 +18,7 @@ class RunState:
     total_images: int = 0
     # What a mid-epoch checkpoint had counted of the epoch it was taken in (global sums: loss x
     # images, correct, images, bad records; and seconds); None and 0 once that epoch has ended.
-    resumed_sums: Optional[torch.Tensor] = None
+    resumed_sums: torch.Tensor | None = None
     resumed_seconds: float = 0.0
 
     def step_done(self) -> None:

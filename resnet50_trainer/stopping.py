@@ -4,7 +4,7 @@ return a failure; the epoch loop stops the run with it; train() decides how a pr
 
 from __future__ import annotations
 
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,7 @@ def exit_status(failure: Exception) -> int:
     return DIVERGED_EXIT_STATUS if isinstance(failure, Diverged) else USAGE_EXIT_STATUS
 
 
-def stop_run(failure: Optional[Exception], status: int) -> NoReturn:
+def stop_run(failure: Exception | None, status: int) -> NoReturn:
     """A stop every process reaches together: the first process raises `failure`, the others
     (given None) raise StoppedByFirst."""
     if failure is not None:
@@ -37,7 +37,7 @@ def stop_run(failure: Optional[Exception], status: int) -> NoReturn:
     raise StoppedByFirst(status)
 
 
-def stop_together(failure: Optional[Exception], device: torch.device,
+def stop_together(failure: Exception | None, device: torch.device,
                   what: str = "the first process's report on its writes") -> None:
     """The first process alone writes the run log, the trace and checkpoints: it says whether
     that failed (`failure`, None on the others), and if so every process stops (stop_run)."""

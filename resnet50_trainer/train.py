@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Optional
 
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -91,7 +90,7 @@ def _open_outputs(config: Config, placement: Placement, device: torch.device,
 
 
 def _log_start(config: Config, placement: Placement, steps_per_epoch: int,
-               runlog: Optional[RunLog]) -> None:
+               runlog: RunLog | None) -> None:
     log.info("ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
              "(base %g x %d / 256), %d iterations per epoch%s",
              config.num_layers, placement.world_size, config.device_batch_size,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dbfactory import write_db
-from trainer_runs import files, refused_in_process
 
+from dbfactory import write_db
 from resnet50_trainer import checkpoint
 from resnet50_trainer.model import build_model
+from trainer_runs import files, refused_in_process
 
 
 @pytest.fixture

@@ -17,16 +17,24 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from dbfactory import write_image_db
-from trainer_runs import (SMALL_RUN, files, one_error_line, pause_before_rename,
-                          refused_in_process, run_trainer, start_trainer, wait_for)
 
+from dbfactory import write_image_db
 from resnet50_trainer import checkpoint, checkpoint_schema, cli, distributed
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.optim import LearningRateSchedule
 from resnet50_trainer.replica import build_replica
 from resnet50_trainer.run_state import RunState
+from trainer_runs import (
+    SMALL_RUN,
+    files,
+    one_error_line,
+    pause_before_rename,
+    refused_in_process,
+    run_trainer,
+    start_trainer,
+    wait_for,
+)
 
 NAME = "resnet50_model"
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from dbfactory import write_image_db
 from test_precision import config_of
-from trainer_runs import one_error_line, run_trainer
 
+from dbfactory import write_image_db
+from resnet50_trainer.divergence import DivergenceWatch
 from resnet50_trainer.model import build_model
 from resnet50_trainer.precision import Precision
-from resnet50_trainer.divergence import DivergenceWatch
+from trainer_runs import one_error_line, run_trainer
 
 HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blows the weights up
 

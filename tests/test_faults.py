@@ -14,11 +14,27 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from dbfactory import (caffe_key, datum_record, make_jpeg, tensorprotos_record, write_db,
-                       write_image_db)
-from trainer_runs import (RUN_TIMEOUT_S, SMALL_RUN, log_rows, pause_before_rename, run_trainer,
-                          start_trainer, trainer_command, trainer_env, training_processes,
-                          wait_for)
+
+from dbfactory import (
+    caffe_key,
+    datum_record,
+    make_jpeg,
+    tensorprotos_record,
+    write_db,
+    write_image_db,
+)
+from trainer_runs import (
+    RUN_TIMEOUT_S,
+    SMALL_RUN,
+    log_rows,
+    pause_before_rename,
+    run_trainer,
+    start_trainer,
+    trainer_command,
+    trainer_env,
+    training_processes,
+    wait_for,
+)
 
 TIMEOUT_S = 5  # --timeout of the runs below
 BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 import torchvision
-
 from test_train import read_log, run_trainer
 
 

@@ -15,11 +15,17 @@ import time
 
 import pytest
 import torch
-from dbfactory import write_image_db
-from trainer_runs import (log_rows, model_state, pause_before_rename, run_trainer, start_trainer,
-                          wait_for)
 
+from dbfactory import write_image_db
 from resnet50_trainer import checkpoint
+from trainer_runs import (
+    log_rows,
+    model_state,
+    pause_before_rename,
+    run_trainer,
+    start_trainer,
+    wait_for,
+)
 
 # 32 records, global batch 8: 4 steps an epoch. Every 3 iterations a checkpoint: iteration 9 is
 # step 1 of epoch 3.
@@ -138,8 +144,8 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
 
 
 def test_a_new_global_batch_continues_from_the_position_reached(caplog):
-    from resnet50_trainer.resume import continue_with_global_batch
     from resnet50_trainer.cli import build_parser, config_from_args
+    from resnet50_trainer.resume import continue_with_global_batch
 
     def settings(batch):
         argv = ["--train_data", "null", "--use_cpu", "--batch_size", str(batch)]

@@ -11,10 +11,10 @@ from dataclasses import astuple
 
 import pytest
 from test_runlog import config
-from trainer_runs import fill_up, one_error_line, run_trainer
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.runlog import EpochRow, RunLog
+from trainer_runs import fill_up, one_error_line, run_trainer
 
 SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]  # 8 steps
 EARLIER = b"an earlier run's log\n"
