@@ -38,8 +38,9 @@ TEMPORARY_PREFIX = ".tmp-"
 _NAME = re.compile(r"(?P<stem>.+)_(?P<epoch>\d+)(?:_step(?P<step>\d+))?" + re.escape(SUFFIX))
 # A checkpoint's temporary file, `.tmp-{checkpoint's file name}-{mkstemp's 8 of [a-z0-9_]}.pt`:
 # written by _temporary_affixes, read by this.
-_TEMPORARY = re.compile(re.escape(TEMPORARY_PREFIX) + r"(?P<checkpoint>.+)-[a-z0-9_]{8}"
-                        + re.escape(SUFFIX))
+_TEMPORARY = re.compile(
+    re.escape(TEMPORARY_PREFIX) + r"(?P<checkpoint>.+)-[a-z0-9_]{8}" + re.escape(SUFFIX)
+)
 
 
 class Saved(NamedTuple):
@@ -85,9 +86,11 @@ def save_checkpoint(state: dict, path: str) -> None:
         temporary = None
         _fsync_directory(directory)
     except OSError as error:
-        raise UserError(f"writing checkpoint {path} failed ({error.strerror or error}): make "
-                        "--checkpoint_dir writable, with room for a checkpoint, or choose another; "
-                        "the checkpoints already there are intact") from error
+        raise UserError(
+            f"writing checkpoint {path} failed ({error.strerror or error}): make "
+            "--checkpoint_dir writable, with room for a checkpoint, or choose another; "
+            "the checkpoints already there are intact"
+        ) from error
     finally:
         if temporary is not None:  # also on KeyboardInterrupt: the write is abandoned
             _remove_if_possible(temporary)
@@ -104,9 +107,11 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
             raise UserError(f"--load_model_path {path} {problem.reason}: {problem.fix}") from None
     saved = saved_checkpoints(path, name)
     if not saved:
-        raise UserError(f"--load_model_path {path} is a directory without checkpoints named "
-                        f"{name}_<epoch>{SUFFIX}: give a checkpoint file, or the --checkpoint_dir "
-                        "and --save_model_name of an earlier run")
+        raise UserError(
+            f"--load_model_path {path} is a directory without checkpoints named "
+            f"{name}_<epoch>{SUFFIX}: give a checkpoint file, or the --checkpoint_dir "
+            "and --save_model_name of an earlier run"
+        )
     skipped = []
     for candidate in reversed(saved):
         try:
@@ -115,33 +120,48 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
             skipped.append((candidate.path, problem.reason))
             continue
         for newer, reason in skipped if warn else ():
-            log.warning("Checkpoint %s %s: resuming from %s instead, the newest usable one in %s",
-                        newer, reason, candidate.path, path)
+            log.warning(
+                "Checkpoint %s %s: resuming from %s instead, the newest usable one in %s",
+                newer,
+                reason,
+                candidate.path,
+                path,
+            )
         return state
     newest, reason = skipped[0]
-    raise UserError(f"--load_model_path {path}: none of its {len(saved)} checkpoints can be "
-                    f"resumed (the newest, {newest}, {reason}): give a checkpoint written by "
-                    "resnet50-trainer")
+    raise UserError(
+        f"--load_model_path {path}: none of its {len(saved)} checkpoints can be "
+        f"resumed (the newest, {newest}, {reason}): give a checkpoint written by "
+        "resnet50-trainer"
+    )
 
 
 def _read_checkpoint(path: str) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise _Unusable("does not exist",
-                        "give a checkpoint file written by resnet50-trainer") from None
+        raise _Unusable(
+            "does not exist", "give a checkpoint file written by resnet50-trainer"
+        ) from None
     except Exception as error:  # torch raises several types for a file that is not a checkpoint
-        raise _Unusable(f"is not a readable checkpoint ({describe_error(error)})",
-                        "give a .pt file written by resnet50-trainer") from None
+        raise _Unusable(
+            f"is not a readable checkpoint ({describe_error(error)})",
+            "give a .pt file written by resnet50-trainer",
+        ) from None
     missing = REQUIRED_KEYS - state.keys() if isinstance(state, dict) else REQUIRED_KEYS
     if missing:
-        raise _Unusable(f"lacks {', '.join(sorted(missing))}",
-                        "it is no resnet50-trainer checkpoint, or one too old to resume exactly; "
-                        "give a checkpoint written by this version")
+        raise _Unusable(
+            f"lacks {', '.join(sorted(missing))}",
+            "it is no resnet50-trainer checkpoint, or one too old to resume exactly; "
+            "give a checkpoint written by this version",
+        )
     problem = field_problem(state)
     if problem:
-        raise _Unusable(f"has {problem}", "it was not written by resnet50-trainer or was altered; "
-                        "give a checkpoint written by resnet50-trainer")
+        raise _Unusable(
+            f"has {problem}",
+            "it was not written by resnet50-trainer or was altered; "
+            "give a checkpoint written by resnet50-trainer",
+        )
     state["path"] = path
     return state
 
@@ -153,8 +173,9 @@ def saved_checkpoints(directory: str, name: str | None = None) -> list[Saved]:
     for entry in os.listdir(directory):
         match = _NAME.fullmatch(entry)
         if match and not entry.startswith(TEMPORARY_PREFIX) and name in (None, match["stem"]):
-            saved.append(Saved(int(match["epoch"]), int(match["step"] or 0),
-                               os.path.join(directory, entry)))
+            saved.append(
+                Saved(int(match["epoch"]), int(match["step"] or 0), os.path.join(directory, entry))
+            )
     return sorted(saved)
 
 
@@ -189,8 +210,11 @@ def checkpoints_of_other_runs(directory: str, name: str, lineage: str | None) ->
     """This name's complete checkpoints in `directory` not of `lineage`; all of them for a fresh
     run (lineage None). For a resumed run a file that cannot be read is not counted: it may be
     the damaged newest one the resume skipped, and no run can continue from it."""
-    return [saved for saved in saved_checkpoints(directory, name)
-            if lineage is None or read_lineage(saved.path) not in (lineage, None)]
+    return [
+        saved
+        for saved in saved_checkpoints(directory, name)
+        if lineage is None or read_lineage(saved.path) not in (lineage, None)
+    ]
 
 
 def remove_older(directory: str, name: str, keep: int, lineage: str, written: str) -> None:
@@ -198,17 +222,23 @@ def remove_older(directory: str, name: str, keep: int, lineage: str, written: st
     newest, and delete the rest of that lineage. Another run's checkpoints, and files that
     cannot be read, are never deleted. A deletion that fails is warned of: the run has its
     checkpoint."""
-    ours = [saved.path for saved in saved_checkpoints(directory, name)
-            if os.path.basename(saved.path) != os.path.basename(written)
-            and read_lineage(saved.path) == lineage]
-    for path in ours[:max(0, len(ours) - (keep - 1))]:
+    ours = [
+        saved.path
+        for saved in saved_checkpoints(directory, name)
+        if os.path.basename(saved.path) != os.path.basename(written)
+        and read_lineage(saved.path) == lineage
+    ]
+    for path in ours[: max(0, len(ours) - (keep - 1))]:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as error:
-            log.warning("Could not delete the older checkpoint %s (%s): delete it yourself",
-                        path, error.strerror)
+            log.warning(
+                "Could not delete the older checkpoint %s (%s): delete it yourself",
+                path,
+                error.strerror,
+            )
 
 
 class CheckpointLock:
@@ -233,18 +263,24 @@ def lock_checkpoints(directory: str, name: str) -> CheckpointLock:
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: no write-open file
     except OSError as error:
-        raise UserError(f"cannot create the lock file {path} ({error.strerror}): choose a "
-                        "writable --checkpoint_dir") from None
+        raise UserError(
+            f"cannot create the lock file {path} ({error.strerror}): choose a "
+            "writable --checkpoint_dir"
+        ) from None
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
         os.close(descriptor)
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise UserError(f"another run is writing checkpoints {name}_*{SUFFIX} in {directory} "
-                            f"(it holds {path}): wait for it to end, or give this run another "
-                            "--checkpoint_dir or --save_model_name") from None
-        raise UserError(f"cannot lock {path} ({error.strerror}): choose a --checkpoint_dir on a "
-                        "file system with file locks") from None
+            raise UserError(
+                f"another run is writing checkpoints {name}_*{SUFFIX} in {directory} "
+                f"(it holds {path}): wait for it to end, or give this run another "
+                "--checkpoint_dir or --save_model_name"
+            ) from None
+        raise UserError(
+            f"cannot lock {path} ({error.strerror}): choose a --checkpoint_dir on a "
+            "file system with file locks"
+        ) from None
     return CheckpointLock(descriptor)
 
 

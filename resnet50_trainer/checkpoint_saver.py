@@ -19,21 +19,30 @@ from resnet50_trainer.stopping import stop_together
 
 
 class CheckpointSaver:
-    def __init__(self, config: Config, placement: Placement, device: torch.device,
-                 replica: Replica, schedule: LearningRateSchedule, lineage: str):
+    def __init__(
+        self,
+        config: Config,
+        placement: Placement,
+        device: torch.device,
+        replica: Replica,
+        schedule: LearningRateSchedule,
+        lineage: str,
+    ):
         self.config, self.placement, self.device = config, placement, device
         self.replica, self.schedule = replica, schedule
         self.lineage = lineage  # of this run's checkpoints: retention deletes only those
 
-    def save(self, run: RunState, epoch_sums: torch.Tensor | None = None,
-             epoch_seconds: float = 0.0) -> str | None:
+    def save(
+        self, run: RunState, epoch_sums: torch.Tensor | None = None, epoch_seconds: float = 0.0
+    ) -> str | None:
         """The checkpoint of `run`, on every process; its path on the first. Within an epoch,
         `epoch_sums` are the epoch's global sums so far. No process runs ahead of a saved step."""
         path, failure = None, None
         if self.placement.is_main:
             config = self.config
-            path = checkpoint.checkpoint_path(config.checkpoint_dir, config.save_model_name,
-                                              run.epochs_done, run.steps_into_epoch)
+            path = checkpoint.checkpoint_path(
+                config.checkpoint_dir, config.save_model_name, run.epochs_done, run.steps_into_epoch
+            )
             try:
                 self._write(path, run, epoch_sums, epoch_seconds)
             except (UserError, Diverged) as error:
@@ -42,22 +51,41 @@ class CheckpointSaver:
         stop_together(failure, self.device, "the checkpoint barrier")
         return path
 
-    def _write(self, path: str, run: RunState, epoch_sums: torch.Tensor | None,
-               epoch_seconds: float) -> None:
+    def _write(
+        self, path: str, run: RunState, epoch_sums: torch.Tensor | None, epoch_seconds: float
+    ) -> None:
         """Never over good weights with diverged ones: non-finite weights end the run instead."""
         config, replica = self.config, self.replica
         weights = replica.model.state_dict()
         diverged = non_finite_tensors(weights)
         if diverged:
             more = f" and {len(diverged) - 1} more" if len(diverged) > 1 else ""
-            raise Diverged(f"the weights are no longer finite at epoch "
-                           f"{run.epochs_done + (1 if run.steps_into_epoch else 0)}, iteration "
-                           f"{run.iteration} ({diverged[0]}{more}): {os.path.basename(path)} was "
-                           f"not written and the checkpoints in {config.checkpoint_dir} are "
-                           "intact; resume from the last one with a lower --base_learning_rate")
-        checkpoint.save_checkpoint(checkpoint_schema.compose(
-            run, weights, replica.optimizer.state_dict(), replica.precision.scaler.state_dict(),
-            self.schedule(run.iteration),  # the LR of the next step
-            config, self.placement.world_size, self.lineage, epoch_sums, epoch_seconds), path)
-        checkpoint.remove_older(config.checkpoint_dir, config.save_model_name,
-                                config.keep_checkpoints, self.lineage, path)
+            raise Diverged(
+                f"the weights are no longer finite at epoch "
+                f"{run.epochs_done + (1 if run.steps_into_epoch else 0)}, iteration "
+                f"{run.iteration} ({diverged[0]}{more}): {os.path.basename(path)} was "
+                f"not written and the checkpoints in {config.checkpoint_dir} are "
+                "intact; resume from the last one with a lower --base_learning_rate"
+            )
+        checkpoint.save_checkpoint(
+            checkpoint_schema.compose(
+                run,
+                weights,
+                replica.optimizer.state_dict(),
+                replica.precision.scaler.state_dict(),
+                self.schedule(run.iteration),  # the LR of the next step
+                config,
+                self.placement.world_size,
+                self.lineage,
+                epoch_sums,
+                epoch_seconds,
+            ),
+            path,
+        )
+        checkpoint.remove_older(
+            config.checkpoint_dir,
+            config.save_model_name,
+            config.keep_checkpoints,
+            self.lineage,
+            path,
+        )

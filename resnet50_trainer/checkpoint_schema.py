@@ -34,8 +34,9 @@ def new_lineage() -> str:
 
 
 def _named_tensors(model: dict) -> str | None:
-    if all(isinstance(key, str) and isinstance(value, torch.Tensor)
-           for key, value in model.items()):
+    if all(
+        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in model.items()
+    ):
         return None
     return "a model state that is not named tensors"
 
@@ -46,12 +47,17 @@ def _made_by_new_lineage(lineage: str) -> str | None:
     return f"a lineage {lineage[:40]!r} that new_lineage() never makes"
 
 
-def _spec(types: Any, least: int | None = None, optional: bool = False,
-          check: Callable[[Any], str | None] | None = None) -> Any:
+def _spec(
+    types: Any,
+    least: int | None = None,
+    optional: bool = False,
+    check: Callable[[Any], str | None] | None = None,
+) -> Any:
     """A field's rule for reading: its types (a bool never counts as a number), the smallest
     number it may be, whether it may be absent, and a check of its contents."""
-    return dataclasses.field(metadata={"types": types, "least": least, "optional": optional,
-                                       "check": check})
+    return dataclasses.field(
+        metadata={"types": types, "least": least, "optional": optional, "check": check}
+    )
 
 
 @dataclass(frozen=True)
@@ -75,22 +81,42 @@ class CheckpointFields:
     lineage: str = _spec(str, optional=True, check=_made_by_new_lineage)
 
 
-REQUIRED_KEYS = frozenset(field.name for field in fields(CheckpointFields)
-                          if not field.metadata["optional"])
+REQUIRED_KEYS = frozenset(
+    field.name for field in fields(CheckpointFields) if not field.metadata["optional"]
+)
 
 
-def compose(run: RunState, model: dict, optimizer: dict, scaler: dict, learning_rate: float,
-            config: Config, world_size: int, lineage: str, epoch_sums: torch.Tensor | None,
-            epoch_seconds: float) -> dict:
+def compose(
+    run: RunState,
+    model: dict,
+    optimizer: dict,
+    scaler: dict,
+    learning_rate: float,
+    config: Config,
+    world_size: int,
+    lineage: str,
+    epoch_sums: torch.Tensor | None,
+    epoch_seconds: float,
+) -> dict:
     """The checkpoint of `run` (with the epoch's global sums so far, when taken within one)."""
     written = CheckpointFields(
-        model=model, optimizer=optimizer, arguments=config.to_dict(), scaler=scaler,
-        epoch=run.epochs_done, step=run.steps_into_epoch, iteration=run.iteration,
-        seed=config.seed, total_images=run.total_images,
-        global_batch_size=config.global_batch_size, world_size=world_size,
-        learning_rate=learning_rate, epoch_seconds=epoch_seconds,
+        model=model,
+        optimizer=optimizer,
+        arguments=config.to_dict(),
+        scaler=scaler,
+        epoch=run.epochs_done,
+        step=run.steps_into_epoch,
+        iteration=run.iteration,
+        seed=config.seed,
+        total_images=run.total_images,
+        global_batch_size=config.global_batch_size,
+        world_size=world_size,
+        learning_rate=learning_rate,
+        epoch_seconds=epoch_seconds,
         total_seconds=run.total_seconds,
-        epoch_sums=None if epoch_sums is None else epoch_sums.cpu(), lineage=lineage)
+        epoch_sums=None if epoch_sums is None else epoch_sums.cpu(),
+        lineage=lineage,
+    )
     # Not dataclasses.asdict: it would deep-copy the state dicts.
     return {field.name: getattr(written, field.name) for field in fields(written)}
 
@@ -98,9 +124,15 @@ def compose(run: RunState, model: dict, optimizer: dict, scaler: dict, learning_
 def run_state_of(state: dict) -> RunState:
     """The run's position and totals as the checkpoint left them."""
     mid_epoch = bool(state["step"])
-    return RunState(state["epoch"], state["step"], state["iteration"], state["total_seconds"],
-                    state["total_images"], state["epoch_sums"] if mid_epoch else None,
-                    state["epoch_seconds"] if mid_epoch else 0.0)
+    return RunState(
+        state["epoch"],
+        state["step"],
+        state["iteration"],
+        state["total_seconds"],
+        state["total_images"],
+        state["epoch_sums"] if mid_epoch else None,
+        state["epoch_seconds"] if mid_epoch else 0.0,
+    )
 
 
 def position(state: dict) -> tuple[int, int, int, str | None]:
@@ -110,16 +142,18 @@ def position(state: dict) -> tuple[int, int, int, str | None]:
 
 def field_problem(state: dict) -> str | None:
     """What is wrong with the fields of a checkpoint read back, or None: types, signs, contents."""
-    specs = [(field.name, field.metadata) for field in fields(CheckpointFields)
-             if field.name in state]
+    specs = [
+        (field.name, field.metadata) for field in fields(CheckpointFields) if field.name in state
+    ]
     for name, spec in specs:
         value = state[name]
         if isinstance(value, bool) or not isinstance(value, spec["types"]):
             return f"field {name} of type {type(value).__name__}"
     for name, spec in specs:
         value, least = state[name], spec["least"]
-        if least is not None and (value < least or isinstance(value, float)
-                                  and not math.isfinite(value)):
+        if least is not None and (
+            value < least or isinstance(value, float) and not math.isfinite(value)
+        ):
             return f"field {name} = {value}, not a number of at least {least}"
     for name, spec in specs:
         problem = spec["check"] and spec["check"](state[name])
@@ -139,22 +173,33 @@ def _epoch_sums_problem(state: dict) -> str | None:
     if sums.shape != (EPOCH_SUMS,):
         return f"epoch_sums of shape {tuple(sums.shape)}, not ({EPOCH_SUMS},)"
     loss, correct, images, bad = sums.tolist()
-    if not all(math.isfinite(value) and value >= 0 for value in (loss, correct, images, bad)) \
-            or not 1 <= images or correct > images or bad > images:
+    if (
+        not all(math.isfinite(value) and value >= 0 for value in (loss, correct, images, bad))
+        or not 1 <= images
+        or correct > images
+        or bad > images
+    ):
         return f"epoch_sums {[loss, correct, images, bad]} that no epoch adds up to"
     return None
 
 
 def _non_finite_problem(state: dict) -> str | None:
     """Weights or momentum that are no longer finite: a resume would only diverge again."""
-    momentum = {f"momentum of parameter {index}": entry.get("momentum_buffer")
-                for index, entry in state["optimizer"].get("state", {}).items()
-                if isinstance(entry, dict)}
-    tensors = {**state["model"], **{name: buffer for name, buffer in momentum.items()
-                                    if isinstance(buffer, torch.Tensor)}}
+    momentum = {
+        f"momentum of parameter {index}": entry.get("momentum_buffer")
+        for index, entry in state["optimizer"].get("state", {}).items()
+        if isinstance(entry, dict)
+    }
+    tensors = {
+        **state["model"],
+        **{name: buffer for name, buffer in momentum.items() if isinstance(buffer, torch.Tensor)},
+    }
     bad = non_finite_tensors(tensors)
-    return f"non-finite values in {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}" \
-        if bad else None
+    return (
+        f"non-finite values in {bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}"
+        if bad
+        else None
+    )
 
 
 def check_matches(state: dict, config: Config) -> None:
@@ -162,9 +207,11 @@ def check_matches(state: dict, config: Config) -> None:
     saved = state.get("arguments", {})
     for name in ("num_layers", "num_labels", "num_channels"):
         if saved.get(name) != getattr(config, name):
-            raise UserError(f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
-                            f"this run has {getattr(config, name)}: use the same value or another "
-                            "checkpoint")
+            raise UserError(
+                f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
+                f"this run has {getattr(config, name)}: use the same value or another "
+                "checkpoint"
+            )
 
 
 def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -174,26 +221,36 @@ def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optim
     expected, saved = model.state_dict(), state["model"]
     problem: str | None
     unknown = sorted(saved.keys() - expected.keys()) or sorted(expected.keys() - saved.keys())
-    wrong = [name for name in expected
-             if name in saved and saved[name].shape != expected[name].shape]
+    wrong = [
+        name for name in expected if name in saved and saved[name].shape != expected[name].shape
+    ]
     if unknown:
         relation = "unknown to" if unknown[0] in saved else "missing for"
         problem = f"model tensor {unknown[0]} {relation} this model"
     elif wrong:
-        problem = (f"model tensor {wrong[0]} of shape {tuple(saved[wrong[0]].shape)}, this "
-                   f"model's is {tuple(expected[wrong[0]].shape)}")
+        problem = (
+            f"model tensor {wrong[0]} of shape {tuple(saved[wrong[0]].shape)}, this "
+            f"model's is {tuple(expected[wrong[0]].shape)}"
+        )
     else:
         problem = _optimizer_problem(state["optimizer"], optimizer)
     if problem:
-        raise UserError(f"checkpoint {state['path']} has {problem}: it was not made for this "
-                        "model; give a checkpoint of this run's --num_layers, --num_labels and "
-                        "--num_channels")
+        raise UserError(
+            f"checkpoint {state['path']} has {problem}: it was not made for this "
+            "model; give a checkpoint of this run's --num_layers, --num_labels and "
+            "--num_channels"
+        )
 
 
 def _optimizer_problem(saved: dict, optimizer: torch.optim.Optimizer) -> str | None:
     groups, states = saved.get("param_groups"), saved.get("state")
-    if not isinstance(groups, list) or not isinstance(states, dict) or not all(
-            isinstance(group, dict) and isinstance(group.get("params"), list) for group in groups):
+    if (
+        not isinstance(groups, list)
+        or not isinstance(states, dict)
+        or not all(
+            isinstance(group, dict) and isinstance(group.get("params"), list) for group in groups
+        )
+    ):
         return "an optimizer state without param_groups and state"
     ours = optimizer.param_groups
     if [len(group["params"]) for group in groups] != [len(group["params"]) for group in ours]:
@@ -201,9 +258,15 @@ def _optimizer_problem(saved: dict, optimizer: torch.optim.Optimizer) -> str | N
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
     for index, entry in states.items():
         buffer = entry.get("momentum_buffer") if isinstance(entry, dict) else "not a dict"
-        fits = (isinstance(index, int) and 0 <= index < len(parameters)
-                and (buffer is None or isinstance(buffer, torch.Tensor)
-                     and buffer.shape == parameters[index].shape))
+        fits = (
+            isinstance(index, int)
+            and 0 <= index < len(parameters)
+            and (
+                buffer is None
+                or isinstance(buffer, torch.Tensor)
+                and buffer.shape == parameters[index].shape
+            )
+        )
         if not fits:
             return f"an optimizer state (entry {index}) that fits no parameter of this model"
     return None

@@ -42,8 +42,10 @@ def resolve_scale(image_size: int, scale: int | None) -> int:
 
 def _check_crop_fits(image_size: int, scale: int) -> None:
     if image_size > scale:
-        raise UserError(f"--image_size {image_size} is above --scale {scale}: the crop must fit "
-                        "in the resized image; raise --scale or lower --image_size")
+        raise UserError(
+            f"--image_size {image_size} is above --scale {scale}: the crop must fit "
+            "in the resized image; raise --scale or lower --image_size"
+        )
 
 
 def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
@@ -152,42 +154,62 @@ def check_settings(config: Config) -> None:
     """The settings against each other, with no look at the machine; UserError on the first
     problem (the GPU choice and the run id are checked as they are worked out, in cli.py)."""
     if config.pipeline_chunks != 1 and not config.model_parallel:
-        raise UserError("--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
-                        "add --model_parallel or leave it out")
+        raise UserError(
+            "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
+            "add --model_parallel or leave it out"
+        )
     if config.batch_size % config.num_gpus:
-        raise UserError(f"--batch_size {config.batch_size} does not divide by the "
-                        f"{config.num_gpus} devices of this machine: use a multiple of "
-                        f"{config.num_gpus}")
+        raise UserError(
+            f"--batch_size {config.batch_size} does not divide by the "
+            f"{config.num_gpus} devices of this machine: use a multiple of "
+            f"{config.num_gpus}"
+        )
     if not 0 <= config.shard_id < config.num_shards:
-        raise UserError(f"--shard_id {config.shard_id} is not below --num_shards "
-                        f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}")
+        raise UserError(
+            f"--shard_id {config.shard_id} is not below --num_shards "
+            f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}"
+        )
     _check_crop_fits(config.image_size, config.scale)
     # Each flag is finite on its own; their product, the LR the run uses, must be too.
     if not math.isfinite(config.effective_learning_rate):
-        raise UserError(f"--base_learning_rate {config.base_learning_rate:g} scaled to the global "
-                        f"batch of {config.global_batch_size} overflows to infinity: lower "
-                        "--base_learning_rate")
+        raise UserError(
+            f"--base_learning_rate {config.base_learning_rate:g} scaled to the global "
+            f"batch of {config.global_batch_size} overflows to infinity: lower "
+            "--base_learning_rate"
+        )
     _check_precision_and_decoding(config)
 
 
 def _check_precision_and_decoding(config: Config) -> None:
     if config.float16_compute and config.dtype == "bfloat16":
-        raise UserError("--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
-                        "bfloat16: drop one of them")
+        raise UserError(
+            "--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
+            "bfloat16: drop one of them"
+        )
     if config.decode_device == "gpu" and config.synthetic:
-        raise UserError("--decode_device gpu has nothing to decode with --train_data null: leave "
-                        "it out")
+        raise UserError(
+            "--decode_device gpu has nothing to decode with --train_data null: leave it out"
+        )
     if not config.use_cpu:
         return
     gpu_only = {
-        "--dtype float16": (config.dtype == "float16", "float16 training needs a GPU (CPU float16 "
-                            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU"),
-        "--float16_compute": (config.float16_compute, "float16 arithmetic needs a GPU: use --dtype "
-                              "bfloat16 on the CPU"),
-        "--enable_tensor_core": (config.enable_tensor_core, "tensor cores (TF32, channels_last) "
-                                 "are GPU hardware: leave it out with --use_cpu"),
-        "--decode_device gpu": (config.decode_device == "gpu", "decoding on the GPU needs a GPU: "
-                                "leave it out with --use_cpu"),
+        "--dtype float16": (
+            config.dtype == "float16",
+            "float16 training needs a GPU (CPU float16 "
+            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU",
+        ),
+        "--float16_compute": (
+            config.float16_compute,
+            "float16 arithmetic needs a GPU: use --dtype bfloat16 on the CPU",
+        ),
+        "--enable_tensor_core": (
+            config.enable_tensor_core,
+            "tensor cores (TF32, channels_last) are GPU hardware: leave it out with --use_cpu",
+        ),
+        "--decode_device gpu": (
+            config.decode_device == "gpu",
+            "decoding on the GPU needs a GPU: leave it out with --use_cpu",
+        ),
     }
     for flag, (given, reason) in gpu_only.items():
         if given:

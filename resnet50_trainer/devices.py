@@ -48,5 +48,7 @@ def replica_devices(config: Config, local_index: int) -> tuple[torch.device, tor
 
 def model_parallel_devices(gpu_ids: Sequence[int]) -> list[tuple[torch.device, torch.device]]:
     """The device pairs of --model_parallel's replicas: (cuda:0, cuda:1), (cuda:2, cuda:3), ..."""
-    return [(torch.device("cuda", first), torch.device("cuda", second))
-            for first, second in gpu_pairs(gpu_ids)]
+    return [
+        (torch.device("cuda", first), torch.device("cuda", second))
+        for first, second in gpu_pairs(gpu_ids)
+    ]

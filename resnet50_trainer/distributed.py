@@ -69,11 +69,17 @@ def meet_shards(config: Config) -> Meeting:
     """The launching process's meeting: a local store for one shard, else the shards' rendezvous.
     Keep the result for the whole run: shard 0's launching process serves the run's store."""
     if config.num_shards == 1:
-        store = dist.TCPStore(LOCALHOST, 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=config.first_iter_timeout))
+        store = dist.TCPStore(
+            LOCALHOST,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+        )
         return Meeting(store, LOCALHOST, store.port)
-    return _meet_through_board(config, Seat(config.shard_id, config.num_shards, "shard",
-                                            _board_run_id(config)))
+    return _meet_through_board(
+        config, Seat(config.shard_id, config.num_shards, "shard", _board_run_id(config))
+    )
 
 
 def join_process_group(config: Config, placement: Placement, host: str, port: int) -> None:
@@ -83,59 +89,95 @@ def join_process_group(config: Config, placement: Placement, host: str, port: in
         socket.create_connection((host, port), timeout=STORE_CONNECT_TIMEOUT_S).close()
         store = dist.TCPStore(host, port, is_master=False, timeout=first)
     except (OSError, RuntimeError) as error:
-        raise UserError(f"could not reach the run's store at {host}:{port} ({first_line(error)}); "
-                        "check that shard 0's launching process is alive") from error
-    _form_group(config, store, f"{host}:{port}", placement.rank, placement.world_size,
-                placement.local_world_size)
+        raise UserError(
+            f"could not reach the run's store at {host}:{port} ({first_line(error)}); "
+            "check that shard 0's launching process is alive"
+        ) from error
+    _form_group(
+        config,
+        store,
+        f"{host}:{port}",
+        placement.rank,
+        placement.world_size,
+        placement.local_world_size,
+    )
 
 
 def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
     """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
     if launched.master is not None:
         try:
-            dist.init_process_group(_backend(config), init_method="env://", rank=launched.rank,
-                                    world_size=launched.world_size,
-                                    timeout=datetime.timedelta(seconds=config.first_iter_timeout))
+            dist.init_process_group(
+                _backend(config),
+                init_method="env://",
+                rank=launched.rank,
+                world_size=launched.world_size,
+                timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+            )
         except (dist.DistError, RuntimeError) as error:
-            raise UserError(f"rank {launched.rank} could not form the process group at "
-                            f"MASTER_ADDR:MASTER_PORT {launched.master[0]}:{launched.master[1]} "
-                            f"({first_line(error)}): check that every rank was started and "
-                            "reaches that address") from None
+            raise UserError(
+                f"rank {launched.rank} could not form the process group at "
+                f"MASTER_ADDR:MASTER_PORT {launched.master[0]}:{launched.master[1]} "
+                f"({first_line(error)}): check that every rank was started and "
+                "reaches that address"
+            ) from None
         return None
-    meeting = _meet_through_board(config, Seat(launched.rank, launched.world_size, "rank",
-                                               _board_run_id(config)))
-    _form_group(config, meeting.store, f"{meeting.host}:{meeting.port}", launched.rank,
-                launched.world_size, launched.local_world_size)
+    meeting = _meet_through_board(
+        config, Seat(launched.rank, launched.world_size, "rank", _board_run_id(config))
+    )
+    _form_group(
+        config,
+        meeting.store,
+        f"{meeting.host}:{meeting.port}",
+        launched.rank,
+        launched.world_size,
+        launched.local_world_size,
+    )
     return meeting
 
 
-def _form_group(config: Config, store: dist.Store, where: str, rank: int, world_size: int,
-                per_machine: int) -> None:
+def _form_group(
+    config: Config, store: dist.Store, where: str, rank: int, world_size: int, per_machine: int
+) -> None:
     """init_process_group on the run's store. Each rank checks in first, so that a failure (a peer
     that never came, or died while the group formed) names the ranks that did not join."""
     try:
         store.add(f"{JOINED_KEY}/{rank}", 1)
-        dist.init_process_group(_backend(config), store=store, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=config.first_iter_timeout))
+        dist.init_process_group(
+            _backend(config),
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+        )
     except (dist.DistError, RuntimeError) as error:
         try:
             missing = [r for r in range(world_size) if not store.check([f"{JOINED_KEY}/{r}"])]
         except (dist.DistError, RuntimeError):
-            raise UserError(f"rank {rank} lost the run's store at {where} while the process group "
-                            f"formed ({first_line(error)}): shard 0's launching process, which "
-                            "serves it, is gone; start the run again") from None
-        who = (f"{_ranks(missing, per_machine)} of {world_size} did not join" if missing
-               else "a peer was lost")
-        raise UserError(f"rank {rank} could not form the process group: {who} "
-                        f"({first_line(error)}; store {where}): start every process of the run, "
-                        "or raise --first_iter_timeout") from None
+            raise UserError(
+                f"rank {rank} lost the run's store at {where} while the process group "
+                f"formed ({first_line(error)}): shard 0's launching process, which "
+                "serves it, is gone; start the run again"
+            ) from None
+        who = (
+            f"{_ranks(missing, per_machine)} of {world_size} did not join"
+            if missing
+            else "a peer was lost"
+        )
+        raise UserError(
+            f"rank {rank} could not form the process group: {who} "
+            f"({first_line(error)}; store {where}): start every process of the run, "
+            "or raise --first_iter_timeout"
+        ) from None
 
 
 def _ranks(ranks: list[int], per_machine: int) -> str:
-    """"rank 3 (shard 1)", "ranks 2, 3 (shard 1)": shard = rank // processes per machine."""
+    """ "rank 3 (shard 1)", "ranks 2, 3 (shard 1)": shard = rank // processes per machine."""
     shards = sorted({rank // per_machine for rank in ranks})
-    return (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-            f"(shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))})")
+    return (
+        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+        f"(shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))})"
+    )
 
 
 def _board_run_id(config: Config) -> str:
@@ -146,12 +188,24 @@ def _board_run_id(config: Config) -> str:
 
 
 def _meet_through_board(config: Config, seat: Seat) -> Meeting:
-    board = rendezvous.open_board(seat.run_id, config.redis_host, config.redis_port,
-                                  config.redis_password, config.file_store_path)
-    host = network.advertised_host(config.distributed_interfaces, config.distributed_transport,
-                                   config.redis_host)
-    log.info("%s %d of %d: meeting the others of run %s via %s", seat.noun.capitalize(), seat.index,
-             seat.count, seat.run_id, board.where)
+    board = rendezvous.open_board(
+        seat.run_id,
+        config.redis_host,
+        config.redis_port,
+        config.redis_password,
+        config.file_store_path,
+    )
+    host = network.advertised_host(
+        config.distributed_interfaces, config.distributed_transport, config.redis_host
+    )
+    log.info(
+        "%s %d of %d: meeting the others of run %s via %s",
+        seat.noun.capitalize(),
+        seat.index,
+        seat.count,
+        seat.run_id,
+        board.where,
+    )
     return meet(board, seat, host, config.first_iter_timeout)
 
 
@@ -165,6 +219,7 @@ def shorten_timeout(config: Config) -> None:
     set_timeout = getattr(dist, "set_timeout", None)  # torch >= 2.12; earlier: the private setter
     if set_timeout is None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
+
         set_timeout = _set_pg_timeout
     set_timeout(timeout)
 
@@ -182,12 +237,13 @@ def waiting_for_peers(what: str) -> Iterator[None]:
     try:
         yield
     except (dist.DistError, RuntimeError) as error:
-        if not isinstance(error, dist.DistError) and (type(error) is not RuntimeError
-                                                      or raised_by_input_processes(error)
-                                                      or _alone()):
+        if not isinstance(error, dist.DistError) and (
+            type(error) is not RuntimeError or raised_by_input_processes(error) or _alone()
+        ):
             raise
-        raise PeerLost(f"a peer was lost or stopped answering during {what} "
-                       f"({first_line(error)})") from error
+        raise PeerLost(
+            f"a peer was lost or stopped answering during {what} ({first_line(error)})"
+        ) from error
 
 
 def _alone() -> bool:
@@ -207,8 +263,11 @@ def raised_by_input_processes(error: BaseException) -> bool:
     innermost = frames[-1].filename
     if innermost.startswith(_DATALOADER_CODE):
         return True
-    return (isinstance(error, (OSError, EOFError)) and innermost.startswith(_MULTIPROCESSING_CODE)
-            and any(frame.filename.startswith(_DATALOADER_CODE) for frame in frames))
+    return (
+        isinstance(error, (OSError, EOFError))
+        and innermost.startswith(_MULTIPROCESSING_CODE)
+        and any(frame.filename.startswith(_DATALOADER_CODE) for frame in frames)
+    )
 
 
 def parameters_digest_everywhere(module: torch.nn.Module) -> str:
@@ -219,15 +278,18 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for parameter in module.parameters():
         digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
-    mine = torch.tensor(list(digest.digest()[:16]), dtype=torch.uint8,
-                        device=next(module.parameters()).device)
+    mine = torch.tensor(
+        list(digest.digest()[:16]), dtype=torch.uint8, device=next(module.parameters()).device
+    )
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     with waiting_for_peers("the all-gather of the parameters' digest"):
         dist.all_gather(everyone, mine)
         differing = [rank for rank, other in enumerate(everyone) if not torch.equal(other, mine)]
     if differing:
-        raise RuntimeError(f"replicas diverged: ranks {differing} hold other parameters than "
-                           f"rank {dist.get_rank()}")
+        raise RuntimeError(
+            f"replicas diverged: ranks {differing} hold other parameters than "
+            f"rank {dist.get_rank()}"
+        )
     return digest.hexdigest()
 
 

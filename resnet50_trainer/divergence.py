@@ -35,8 +35,12 @@ class DivergenceWatch:
     def check(self) -> tuple[int | None, bool]:
         """(the first global iteration whose loss was not finite on any process, or None; whether
         every weight is finite). One small all-reduce and one read."""
-        verdict = torch.stack([self.first_bad_loss.to(self.device),
-                               self.weights_finite().to(self.device, torch.int64)])
+        verdict = torch.stack(
+            [
+                self.first_bad_loss.to(self.device),
+                self.weights_finite().to(self.device, torch.int64),
+            ]
+        )
         with distributed.waiting_for_peers("the divergence check"):
             dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
             first_bad_loss, weights_finite = verdict.tolist()  # NCCL: the wait is here
@@ -46,29 +50,41 @@ class DivergenceWatch:
         """The 2-norm of each weight (the clip_grad_norm_ kernel), not the max-abs one: a NaN or
         inf weight makes it NaN or inf, and so do finite weights whose squares overflow float32
         (around 1e16 to 1e19), a run as lost as one with NaNs."""
-        finite = [group.all().to(self.device)
-                  for _, group in finite_by_device(self.parameters, 2.0)]
+        finite = [
+            group.all().to(self.device) for _, group in finite_by_device(self.parameters, 2.0)
+        ]
         return torch.stack(finite).all()
 
 
-def divergence_report(first_bad_loss: int | None, iteration: int, steps_per_epoch: int,
-                      config: Config) -> Diverged:
+def divergence_report(
+    first_bad_loss: int | None, iteration: int, steps_per_epoch: int, config: Config
+) -> Diverged:
     """The line for a diverged run (the first process's: it reads the checkpoint directory):
     where it diverged, and the last good checkpoint to resume from."""
     if first_bad_loss is not None:
-        what = ("the loss was no longer finite (inf or nan) at "
-                f"{_position(first_bad_loss, steps_per_epoch)}")
+        what = (
+            "the loss was no longer finite (inf or nan) at "
+            f"{_position(first_bad_loss, steps_per_epoch)}"
+        )
     else:
-        what = ("the weights were no longer finite (inf, nan, or too large to square in float32) "
-                f"by {_position(iteration, steps_per_epoch)}")
+        what = (
+            "the weights were no longer finite (inf, nan, or too large to square in float32) "
+            f"by {_position(iteration, steps_per_epoch)}"
+        )
     saved = checkpoint.saved_checkpoints(config.checkpoint_dir, config.save_model_name)
     # The newest checkpoint of this run's directory, else the one this run started from.
-    last_good, resume_from = ((saved[-1].path, config.checkpoint_dir) if saved else
-                              (config.load_model_path, config.load_model_path))
+    last_good, resume_from = (
+        (saved[-1].path, config.checkpoint_dir)
+        if saved
+        else (config.load_model_path, config.load_model_path)
+    )
     fix = "lower --base_learning_rate or add --warmup_epochs"
-    advice = (f"the last good checkpoint {last_good} is kept: {fix}, then resume with "
-              f"--load_model_path {resume_from}" if last_good else
-              f"no checkpoint was written: {fix} and start again")
+    advice = (
+        f"the last good checkpoint {last_good} is kept: {fix}, then resume with "
+        f"--load_model_path {resume_from}"
+        if last_good
+        else f"no checkpoint was written: {fix} and start again"
+    )
     return Diverged(f"training diverged: {what}; {advice}")
 
 

@@ -55,9 +55,19 @@ class Outputs:
 
 
 class EpochLoop:
-    def __init__(self, config: Config, placement: Placement, device: torch.device,
-                 replica: Replica, schedule: LearningRateSchedule, train_input: TrainInput,
-                 test_batches, run: RunState, saver: CheckpointSaver, outputs: Outputs):
+    def __init__(
+        self,
+        config: Config,
+        placement: Placement,
+        device: torch.device,
+        replica: Replica,
+        schedule: LearningRateSchedule,
+        train_input: TrainInput,
+        test_batches,
+        run: RunState,
+        saver: CheckpointSaver,
+        outputs: Outputs,
+    ):
         self.config, self.placement, self.device = config, placement, device
         self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
         self.input, self.test_batches, self.run = train_input, test_batches, run
@@ -70,32 +80,54 @@ class EpochLoop:
         config, run = self.config, self.run
         while run.epochs_done < config.num_epochs:
             result = self.train_epoch()
-            failure = bad_records_verdict(result.bad_records, result.images, result.bad_keys,
-                                          run.epochs_done + 1, config,
-                                          self.placement.world_size, self.placement.is_main)
+            failure = bad_records_verdict(
+                result.bad_records,
+                result.images,
+                result.bad_keys,
+                run.epochs_done + 1,
+                config,
+                self.placement.world_size,
+                self.placement.is_main,
+            )
             if failure is not None:
                 stop_run(failure if self.placement.is_main else None, exit_status(failure))
             run.epoch_done(result.seconds, result.images)
             # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
             self.last_saved = self.saver.save(run)
-            test_accuracy = evaluate(self.replica, self.test_batches, self.device,
-                                     self.placement.is_main)
+            test_accuracy = evaluate(
+                self.replica, self.test_batches, self.device, self.placement.is_main
+            )
             self.rows.append(self._row(result, test_accuracy))
             stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
-            log.info("Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
-                     run.epochs_done, result.loss, result.accuracy, self.rows[-1].test_accuracy,
-                     result.images / result.seconds, _peak_memory(self.device))
+            log.info(
+                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
+                run.epochs_done,
+                result.loss,
+                result.accuracy,
+                self.rows[-1].test_accuracy,
+                result.images / result.seconds,
+                _peak_memory(self.device),
+            )
 
     def train_epoch(self) -> EpochResult:
         config, run, steps = self.config, self.run, self.input.steps_per_epoch
         self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
         self.replica.ddp.train()
         # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
-        device_sums = torch.zeros(2, dtype=torch.float64,  # loss x images, correct
-                                  device=self.replica.output_device)
+        device_sums = torch.zeros(
+            2,
+            dtype=torch.float64,  # loss x images, correct
+            device=self.replica.output_device,
+        )
         images = bad = 0
-        progress = EpochProgress(config, self.placement.is_main, run.epochs_done, steps,
-                                 run.steps_into_epoch, self.outputs.gpu_monitor)
+        progress = EpochProgress(
+            config,
+            self.placement.is_main,
+            run.epochs_done,
+            steps,
+            run.steps_into_epoch,
+            self.outputs.gpu_monitor,
+        )
         started = time.perf_counter() - run.resumed_seconds
         bad_keys: list = []
         try:
@@ -103,15 +135,16 @@ class EpochLoop:
                 loss, correct, labels = self._train_step(batch)
                 device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
                 images, bad = images + len(labels), bad + len(batch.bad_keys)
-                bad_keys += batch.bad_keys[:BAD_KEYS_NAMED - len(bad_keys)]
+                bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
                 progress.step(run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys)
                 checkpoint_due = self._checkpoint_due()
                 # Where the loop reads the device anyway, and before any save: never NaN weights.
                 if checkpoint_due or run.steps_into_epoch % config.print_every == 0:
                     self._stop_if_diverged()
                 if checkpoint_due:
-                    self._save_mid_epoch(self._epoch_sums(device_sums, images, bad),
-                                         time.perf_counter() - started)
+                    self._save_mid_epoch(
+                        self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
+                    )
         finally:
             progress.close()
         self._stop_if_diverged()
@@ -120,8 +153,9 @@ class EpochLoop:
             dist.all_reduce(totals)
             loss_sum, correct, images, bad = totals.tolist()  # the last step, peers too
         seconds = time.perf_counter() - started
-        return EpochResult(loss_sum / images, correct / images, int(images), seconds, int(bad),
-                           bad_keys)
+        return EpochResult(
+            loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys
+        )
 
     def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step; (loss, correct, labels), still on the device."""
@@ -150,17 +184,25 @@ class EpochLoop:
         first_bad_loss, weights_finite = self.watch.check()
         if first_bad_loss is None and weights_finite:
             return
-        report = (divergence_report(first_bad_loss, self.run.iteration,
-                                    self.input.steps_per_epoch, self.config)
-                  if self.placement.is_main else None)
+        report = (
+            divergence_report(
+                first_bad_loss, self.run.iteration, self.input.steps_per_epoch, self.config
+            )
+            if self.placement.is_main
+            else None
+        )
         stop_run(report, DIVERGED_EXIT_STATUS)
 
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.
         The first process also carries what a mid-epoch checkpoint had counted (globally)."""
         # Collectives run on this process's own device (the first of a model-parallel pair).
-        sums = torch.cat([device_sums.to(self.device),
-                          torch.tensor([images, bad], dtype=torch.float64, device=self.device)])
+        sums = torch.cat(
+            [
+                device_sums.to(self.device),
+                torch.tensor([images, bad], dtype=torch.float64, device=self.device),
+            ]
+        )
         if self.run.resumed_sums is not None and self.placement.is_main:
             sums += self.run.resumed_sums.to(sums)
         return sums
@@ -169,8 +211,11 @@ class EpochLoop:
         """Within an epoch, every --checkpoint_every_iters iterations (the epoch's end saves
         anyway)."""
         every = self.config.checkpoint_every_iters
-        return (bool(every) and self.run.iteration % every == 0
-                and self.run.steps_into_epoch < self.input.steps_per_epoch)
+        return (
+            bool(every)
+            and self.run.iteration % every == 0
+            and self.run.steps_into_epoch < self.input.steps_per_epoch
+        )
 
     def _save_mid_epoch(self, epoch_sums: torch.Tensor, seconds: float) -> None:
         """The checkpoint holds the epoch's global sums so far."""
@@ -187,9 +232,12 @@ class EpochLoop:
             cumulative_input_count=run.total_images,
             cumulative_batch_count=run.iteration,
             inputs_per_sec=round(result.images / result.seconds, 2),
-            accuracy=round(result.accuracy, 6), epoch=run.epochs_done,
-            learning_rate=self.schedule(run.iteration - 1), loss=round(result.loss, 6),
-            test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6))
+            accuracy=round(result.accuracy, 6),
+            epoch=run.epochs_done,
+            learning_rate=self.schedule(run.iteration - 1),
+            loss=round(result.loss, 6),
+            test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6),
+        )
 
 
 def _write_row(runlog: RunLog | None, row: EpochRow) -> UserError | None:

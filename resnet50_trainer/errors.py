@@ -44,8 +44,11 @@ class RunFailed(Exception):
 # The errors a command ends on in one line, and its exit status for each: bad input (the flags,
 # the data) is 2, as argparse's refusals; a run that started and could not go on is 1.
 EXIT_STATUS: dict[type[Exception], int] = {
-    UserError: USAGE_EXIT_STATUS, RecordError: USAGE_EXIT_STATUS,
-    Diverged: FAILURE_EXIT_STATUS, PeerLost: FAILURE_EXIT_STATUS, RunFailed: FAILURE_EXIT_STATUS,
+    UserError: USAGE_EXIT_STATUS,
+    RecordError: USAGE_EXIT_STATUS,
+    Diverged: FAILURE_EXIT_STATUS,
+    PeerLost: FAILURE_EXIT_STATUS,
+    RunFailed: FAILURE_EXIT_STATUS,
 }
 ONE_LINE_ERRORS = tuple(EXIT_STATUS)
 

@@ -15,8 +15,9 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(replica: Replica, test_batches: Iterable | None, device: torch.device,
-             is_main: bool) -> float | None:
+def evaluate(
+    replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
+) -> float | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
     already); the counts are all-reduced on this process's own `device`."""
     if test_batches is None:
@@ -35,12 +36,17 @@ def evaluate(replica: Replica, test_batches: Iterable | None, device: torch.devi
         correct += (predictions == batch.labels[:good].to(replica.output_device)).sum()
         images, bad = images + good, bad + len(batch.bad_keys)
     model.train()
-    counts = torch.cat([correct.to(device),
-                        torch.tensor([images, bad], dtype=torch.float64, device=device)])
+    counts = torch.cat(
+        [correct.to(device), torch.tensor([images, bad], dtype=torch.float64, device=device)]
+    )
     with distributed.waiting_for_peers("the all-reduce of the test counts"):
         dist.all_reduce(counts)
         correct, images, bad = counts.tolist()  # NCCL: the wait is here
     if bad and is_main:
-        log.warning("Test accuracy over %d records: %d of the test DB's records could not be "
-                    "read and were left out (resnet50-db inspect names them)", images, bad)
+        log.warning(
+            "Test accuracy over %d records: %d of the test DB's records could not be "
+            "read and were left out (resnet50-db inspect names them)",
+            images,
+            bad,
+        )
     return correct / max(images, 1)

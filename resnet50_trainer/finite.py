@@ -8,16 +8,22 @@ import math
 import torch
 
 
-def finite_by_device(tensors: list[torch.Tensor], ord: float
-                     ) -> list[tuple[list[int], torch.Tensor]]:
+def finite_by_device(
+    tensors: list[torch.Tensor], ord: float
+) -> list[tuple[list[int], torch.Tensor]]:
     """Per device: the indices (into `tensors`) of its tensors, and on that device whether each
     one's `ord`-norm is finite. The max-abs norm (inf) is finite exactly when the tensor is; the
     2-norm also overflows for finite values whose squares do not fit the dtype."""
     by_device: dict[torch.device, list[int]] = {}
     for index, tensor in enumerate(tensors):
         by_device.setdefault(tensor.device, []).append(index)
-    return [(indices, torch.stack(torch._foreach_norm([tensors[i] for i in indices], ord=ord))
-             .isfinite()) for indices in by_device.values()]
+    return [
+        (
+            indices,
+            torch.stack(torch._foreach_norm([tensors[i] for i in indices], ord=ord)).isfinite(),
+        )
+        for indices in by_device.values()
+    ]
 
 
 def non_finite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:

@@ -22,8 +22,9 @@ NO_TIME_LIMIT_S = 10 * 365 * 24 * 3600
 REDIS_SCHEMES = ("redis", "rediss")
 _DIGITS = re.compile(r"[0-9]+")
 _REDIS_DB_PATH = re.compile(r"/?|/[0-9]+")
-_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
-                              re.IGNORECASE)
+_NEGATIVE_NUMBER = re.compile(
+    r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE
+)
 _HOST_WITH_PORT = re.compile(r"[^:]+:[^:]*")  # "host:6379"; IPv6 literals hold two colons or more
 
 
@@ -33,6 +34,7 @@ class Number:
 
     NaN is never valid, nor is an infinite float, except that where `infinity` is set "inf" is
     valid and stands for that finite value (e.g. a timeout with no practical limit)."""
+
     kind: type  # int or float
     minimum: float | None = None
     maximum: float | None = None
@@ -54,19 +56,23 @@ class Number:
     def holds(self, value: int | float) -> bool:
         if isinstance(value, float) and not math.isfinite(value):
             return False
-        if self.minimum is not None and (value <= self.minimum if self.above_minimum
-                                         else value < self.minimum):
+        if self.minimum is not None and (
+            value <= self.minimum if self.above_minimum else value < self.minimum
+        ):
             return False
-        return self.maximum is None or (value < self.maximum if self.below_maximum
-                                        else value <= self.maximum)
+        return self.maximum is None or (
+            value < self.maximum if self.below_maximum else value <= self.maximum
+        )
 
     def describe(self) -> str:
         """The valid values in words, e.g. "an integer from 1 to 65535"."""
         noun = "an integer" if self.kind is int else "a number"
         low, high = _plain(self.minimum), _plain(self.maximum)
         if self.minimum is not None and self.maximum is not None:
-            words = (f"{noun} {'above' if self.above_minimum else 'from'} {low} "
-                     f"{'up to (not including)' if self.below_maximum else 'to'} {high}")
+            words = (
+                f"{noun} {'above' if self.above_minimum else 'from'} {low} "
+                f"{'up to (not including)' if self.below_maximum else 'to'} {high}"
+            )
         elif self.minimum is not None:
             words = f"{noun} above {low}" if self.above_minimum else f"{noun}, {low} or more"
         else:
@@ -94,13 +100,15 @@ def gpu_list(text: str) -> tuple[int, ...]:
     machine's GPUs)."""
     parts = text.split(",")
     if not all(_DIGITS.fullmatch(part) for part in parts):
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: use GPU ids (0, 1, ...) "
-                                         "separated by commas, e.g. 0,1")
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: use GPU ids (0, 1, ...) separated by commas, e.g. 0,1"
+        )
     ids = [int(part) for part in parts]
     repeated = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
     if repeated:
-        raise argparse.ArgumentTypeError(f"{text!r} lists GPU {repeated[0]} more than once: "
-                                         "list each GPU once")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} lists GPU {repeated[0]} more than once: list each GPU once"
+        )
     return tuple(ids)
 
 
@@ -112,24 +120,30 @@ def redis_address(text: str) -> str:
         raise argparse.ArgumentTypeError("empty value: give a host name or a redis:// URL")
     if "://" not in text:
         if _HOST_WITH_PORT.fullmatch(text):
-            raise argparse.ArgumentTypeError(f"{text!r} holds a port: give it with --redis_port, "
-                                             "or write a redis://host:port URL")
+            raise argparse.ArgumentTypeError(
+                f"{text!r} holds a port: give it with --redis_port, "
+                "or write a redis://host:port URL"
+            )
         return text
     try:
         url = urlsplit(text)
     except ValueError as error:  # e.g. an unclosed [IPv6 bracket
         raise argparse.ArgumentTypeError(f"not a valid URL ({error})") from None
     if url.scheme not in REDIS_SCHEMES:
-        raise argparse.ArgumentTypeError(f"a URL must start with redis:// or rediss://, not "
-                                         f"{url.scheme}://")
+        raise argparse.ArgumentTypeError(
+            f"a URL must start with redis:// or rediss://, not {url.scheme}://"
+        )
     if not url.hostname:
         raise argparse.ArgumentTypeError("the URL names no host: write redis://host[:port][/db]")
     if not _REDIS_DB_PATH.fullmatch(url.path):
-        raise argparse.ArgumentTypeError(f"the URL's database {url.path[1:]!r} is not a number: "
-                                         "end the URL with /0, /1, ... or with the host[:port]")
+        raise argparse.ArgumentTypeError(
+            f"the URL's database {url.path[1:]!r} is not a number: "
+            "end the URL with /0, /1, ... or with the host[:port]"
+        )
     if url.query or url.fragment:
-        raise argparse.ArgumentTypeError("the URL has a '?' or '#' part: write only "
-                                         "redis://[:password@]host[:port][/db]")
+        raise argparse.ArgumentTypeError(
+            "the URL has a '?' or '#' part: write only redis://[:password@]host[:port][/db]"
+        )
     _check_url_port(url)
     return text
 
@@ -138,8 +152,9 @@ def _check_url_port(url) -> None:
     """The port as written (urllib's .port takes "+5", raises on "abc" and lets 0 through)."""
     port_text = url.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
     if port_text and not (_DIGITS.fullmatch(port_text) and REDIS_PORT.holds(int(port_text))):
-        raise argparse.ArgumentTypeError(f"the URL's port {port_text!r} is not a port: use "
-                                         f"{REDIS_PORT.describe()}")
+        raise argparse.ArgumentTypeError(
+            f"the URL's port {port_text!r} is not a port: use {REDIS_PORT.describe()}"
+        )
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -166,8 +181,9 @@ class FlagHelpFormatter(argparse.HelpFormatter):
         # A help text that names its default itself knows better (and $REDIS_PASSWORD's value
         # must never be shown).
         stated = "default" in (action.help or "")
-        if not stated and all(action.default is not no_value
-                              for no_value in (None, False, argparse.SUPPRESS)):
+        if not stated and all(
+            action.default is not no_value for no_value in (None, False, argparse.SUPPRESS)
+        ):
             notes.append("default: %(default)s")
         if isinstance(action.type, Number) and not action.choices:
             notes.append(f"valid: {action.type.describe()}")

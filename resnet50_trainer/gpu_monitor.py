@@ -56,8 +56,9 @@ class GpuMonitor:
                 return
             used = sum(m.used for m in memory) / GIB
             total = sum(m.total for m in memory) / GIB
-            self._summary = (f"util {' '.join(f'{u}%' for u in utilisation)}, "
-                             f"mem {used:.1f}/{total:.1f} GiB")
+            self._summary = (
+                f"util {' '.join(f'{u}%' for u in utilisation)}, mem {used:.1f}/{total:.1f} GiB"
+            )
             self._stopped.wait(self._interval_s)
 
 

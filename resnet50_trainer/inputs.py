@@ -28,8 +28,15 @@ class TrainInput:
 
 
 def input_settings(config: Config) -> InputSettings:
-    return InputSettings(config.num_labels, config.num_channels, config.scale, config.image_size,
-                         config.seed, config.num_workers, config.decode_device == "gpu")
+    return InputSettings(
+        config.num_labels,
+        config.num_channels,
+        config.scale,
+        config.image_size,
+        config.seed,
+        config.num_workers,
+        config.decode_device == "gpu",
+    )
 
 
 def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
@@ -40,28 +47,39 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
         return TrainInput(synthetic, synthetic, steps)
     keys = read_keys(config.train_data, config.db_type)
     steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
-    sampler = ShardBatchSampler(RecordOrder(len(keys), config.seed), steps,
-                                config.global_batch_size, config.device_batch_size, placement.rank)
-    batches = device_batches(config.train_data, config.db_type, keys, sampler, device, settings,
-                             train=True)
+    sampler = ShardBatchSampler(
+        RecordOrder(len(keys), config.seed),
+        steps,
+        config.global_batch_size,
+        config.device_batch_size,
+        placement.rank,
+    )
+    batches = device_batches(
+        config.train_data, config.db_type, keys, sampler, device, settings, train=True
+    )
     return TrainInput(batches, sampler, steps)
 
 
-def build_test_input(config: Config, placement: Placement,
-                     device: torch.device) -> DevicePrefetcher | None:
+def build_test_input(
+    config: Config, placement: Placement, device: torch.device
+) -> DevicePrefetcher | None:
     """This process's share of the whole test DB, or None without --test_data."""
     if config.test_data is None:
         return None
     keys = read_keys(config.test_data, config.db_type)
-    batches = evaluation_batches(len(keys), config.device_batch_size, placement.rank,
-                                 placement.world_size)
-    return device_batches(config.test_data, config.db_type, keys, batches, device,
-                          input_settings(config), train=False)
+    batches = evaluation_batches(
+        len(keys), config.device_batch_size, placement.rank, placement.world_size
+    )
+    return device_batches(
+        config.test_data, config.db_type, keys, batches, device, input_settings(config), train=False
+    )
 
 
 def _require_steps(config: Config, num_records: int, what: str) -> int:
     steps = config.iterations_per_epoch(num_records)
     if steps == 0:
-        raise UserError(f"the {what} has {num_records} images, fewer than one global batch of "
-                        f"{config.global_batch_size}: lower --batch_size or raise --epoch_size")
+        raise UserError(
+            f"the {what} has {num_records} images, fewer than one global batch of "
+            f"{config.global_batch_size}: lower --batch_size or raise --epoch_size"
+        )
     return steps

@@ -72,8 +72,13 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         run_process(0, config, store_host, store_port)
         return 0
     # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-    context = mp.start_processes(_run_spawned, args=(config, store_host, store_port),
-                                 nprocs=config.num_gpus, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _run_spawned,
+        args=(config, store_host, store_port),
+        nprocs=config.num_gpus,
+        join=False,
+        start_method="spawn",
+    )
     try:
         while not context.join(grace_period=GRACE_PERIOD_S):
             pass
@@ -83,9 +88,15 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
             rank = config.shard_id * config.num_gpus + failure.error_index
-            print(error_line(TRAINER, f"training process of rank {rank} (pid {failure.error_pid}) "
-                             f"was killed by {failure.signal_name}; the run stopped: resume it "
-                             "with --load_model_path " + config.checkpoint_dir), file=sys.stderr)
+            print(
+                error_line(
+                    TRAINER,
+                    f"training process of rank {rank} (pid {failure.error_pid}) "
+                    f"was killed by {failure.signal_name}; the run stopped: resume it "
+                    "with --load_model_path " + config.checkpoint_dir,
+                ),
+                file=sys.stderr,
+            )
         # Otherwise the failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
     except mp.ProcessRaisedException as failure:
@@ -105,8 +116,9 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
 
 def _run_launched(launched: Launched, config: Config) -> None:
     """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
-    placement = distributed.Placement(launched.rank, launched.world_size, launched.local_rank,
-                                      launched.local_world_size)
+    placement = distributed.Placement(
+        launched.rank, launched.world_size, launched.local_rank, launched.local_world_size
+    )
     device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
         meeting = distributed.join_under_launcher(config, launched)  # held for the run
@@ -120,8 +132,11 @@ def _run_launched(launched: Launched, config: Config) -> None:
 def _set_up(config: Config, placement: distributed.Placement) -> torch.device:
     """Logging (the first process speaks), the seed (the same initial weights, run after run) and
     the device of this training process."""
-    logging.basicConfig(level=logging.INFO if placement.is_main else logging.WARNING,
-                        format="%(message)s", force=True)
+    logging.basicConfig(
+        level=logging.INFO if placement.is_main else logging.WARNING,
+        format="%(message)s",
+        force=True,
+    )
     torch.manual_seed(config.seed)
     return claim_device(config, placement.local_rank)
 
@@ -133,20 +148,24 @@ def _one_line_if_lost(config: Config, placement: distributed.Placement) -> Itera
     try:
         yield
     except PeerLost as failure:
-        raise RunFailed(f"rank {placement.rank} stopped: {failure}; "
-                        f"{_cannot_go_on(config)}") from failure
+        raise RunFailed(
+            f"rank {placement.rank} stopped: {failure}; {_cannot_go_on(config)}"
+        ) from failure
     except (RuntimeError, OSError, EOFError) as error:
         if not distributed.raised_by_input_processes(error):
             raise
-        raise RunFailed(f"rank {placement.rank} stopped: {first_line(error)}; "
-                        f"{_cannot_go_on(config)}") from error
+        raise RunFailed(
+            f"rank {placement.rank} stopped: {first_line(error)}; {_cannot_go_on(config)}"
+        ) from error
     finally:
         distributed.leave_process_group()
 
 
 def _cannot_go_on(config: Config) -> str:
-    return ("the run cannot go on without every process: resume it with --load_model_path "
-            + config.checkpoint_dir)
+    return (
+        "the run cannot go on without every process: resume it with --load_model_path "
+        + config.checkpoint_dir
+    )
 
 
 def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> NoReturn:
@@ -154,7 +173,8 @@ def _run_spawned(local_index: int, config: Config, store_host: str, store_port: 
     launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C.
     It leaves as the command does (errors.leave), never through the interpreter's teardown; only
     a bug's traceback goes back to the launcher through torch's spawn."""
-    _interrupt_once()  # a killed launcher sends SIGINT: torch's spawn sets that as parent-death signal
+    # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
+    _interrupt_once()
     try:
         run_process(local_index, config, store_host, store_port)
         status = 0
@@ -186,7 +206,7 @@ def _interrupt_once() -> None:
 
 
 def _stop_all(processes) -> None:
-    """Ctrl-C or SIGTERM on the launcher: SIGTERM every training process, then SIGKILL stragglers."""
+    """Ctrl-C or SIGTERM on the launcher: SIGTERM each training process, then SIGKILL stragglers."""
     for process in processes:
         if process.is_alive():
             process.terminate()

@@ -28,8 +28,18 @@ RESNET_BUILDERS: dict[int, Callable[..., models.ResNet]] = {
 }
 
 # torchvision's ResNet.forward, as an ordered list of its child modules (flatten comes before fc).
-STAGE_ORDER = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
-               "avgpool", "fc")
+STAGE_ORDER = (
+    "conv1",
+    "bn1",
+    "relu",
+    "maxpool",
+    "layer1",
+    "layer2",
+    "layer3",
+    "layer4",
+    "avgpool",
+    "fc",
+)
 SPLIT_POINTS = ("layer1", "layer2", "layer3", "layer4")
 
 # The default split balances forward FLOPs (not measured time) of the two halves. FLOPs per stage
@@ -54,8 +64,12 @@ def build_model(num_layers: int, num_labels: int, num_channels: int) -> models.R
     if num_channels != 3:
         stock = model.conv1
         model.conv1 = nn.Conv2d(
-            num_channels, stock.out_channels, kernel_size=stock.kernel_size,
-            stride=stock.stride, padding=stock.padding, bias=False,
+            num_channels,
+            stock.out_channels,
+            kernel_size=stock.kernel_size,
+            stride=stock.stride,
+            padding=stock.padding,
+            bias=False,
         )
         # The same initialisation torchvision gives every conv of a ResNet.
         nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
@@ -115,8 +129,9 @@ class SplitResNet(nn.Module):
         for half, device in zip(self._halves, self.devices):
             for name in half:
                 setattr(self, name, getattr(model, name).to(device))
-        logger.info("model split at %s: first half on %s, second half on %s",
-                    split_at, *self.devices)
+        logger.info(
+            "model split at %s: first half on %s, second half on %s", split_at, *self.devices
+        )
 
     @property
     def output_device(self) -> torch.device:
@@ -152,5 +167,9 @@ def build_split_model(
     pipeline_chunks: int = 1,
 ) -> SplitResNet:
     """build_model, split at DEFAULT_SPLIT_AT over the two devices."""
-    return SplitResNet(build_model(num_layers, num_labels, num_channels), devices,
-                       DEFAULT_SPLIT_AT, pipeline_chunks)
+    return SplitResNet(
+        build_model(num_layers, num_labels, num_channels),
+        devices,
+        DEFAULT_SPLIT_AT,
+        pipeline_chunks,
+    )

@@ -21,22 +21,29 @@ def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
     names = [name for name in interfaces.split(",") if name]
     if transport == "ibverbs":
         if use_cpu:
-            raise UserError("--distributed_transport ibverbs needs GPUs (NCCL): PyTorch's Gloo "
-                            "has no InfiniBand transport; use --distributed_transport tcp "
-                            "with --use_cpu")
-        present = (sorted(os.listdir(INFINIBAND_DEVICES)) if os.path.isdir(INFINIBAND_DEVICES)
-                   else [])
+            raise UserError(
+                "--distributed_transport ibverbs needs GPUs (NCCL): PyTorch's Gloo "
+                "has no InfiniBand transport; use --distributed_transport tcp "
+                "with --use_cpu"
+            )
+        present = (
+            sorted(os.listdir(INFINIBAND_DEVICES)) if os.path.isdir(INFINIBAND_DEVICES) else []
+        )
         kind = "InfiniBand device"
     else:
         present = sorted(name for _, name in socket.if_nameindex())
         kind = "network interface"
     if transport == "ibverbs" and not present:
-        raise UserError("--distributed_transport ibverbs: this machine has no InfiniBand device "
-                        f"(nothing in {INFINIBAND_DEVICES}); use --distributed_transport tcp")
+        raise UserError(
+            "--distributed_transport ibverbs: this machine has no InfiniBand device "
+            f"(nothing in {INFINIBAND_DEVICES}); use --distributed_transport tcp"
+        )
     unknown = [name for name in names if name not in present]
     if unknown:
-        raise UserError(f"--distributed_interfaces names {', '.join(unknown)}, not a {kind} of "
-                        f"this machine (it has: {', '.join(present) or 'none'})")
+        raise UserError(
+            f"--distributed_interfaces names {', '.join(unknown)}, not a {kind} of "
+            f"this machine (it has: {', '.join(present) or 'none'})"
+        )
 
 
 def configure_transport(transport: str, interfaces: str) -> None:
@@ -54,8 +61,12 @@ def configure_transport(transport: str, interfaces: str) -> None:
         settings["NCCL_IB_HCA"] = interfaces
     for name, value in settings.items():
         if os.environ.get(name, value) != value:
-            log.info("%s=%s replaces %s from the environment (--distributed_transport/interfaces)",
-                     name, value, os.environ[name])
+            log.info(
+                "%s=%s replaces %s from the environment (--distributed_transport/interfaces)",
+                name,
+                value,
+                os.environ[name],
+            )
         os.environ[name] = value
 
 
@@ -67,8 +78,10 @@ def advertised_host(interfaces: str, transport: str, redis_host: str | None) -> 
         addresses = psutil.net_if_addrs().get(first, [])
         ipv4 = [address.address for address in addresses if address.family == socket.AF_INET]
         if not ipv4:
-            raise UserError(f"--distributed_interfaces {first} has no IPv4 address: name an "
-                            "interface the other machines can reach")
+            raise UserError(
+                f"--distributed_interfaces {first} has no IPv4 address: name an "
+                "interface the other machines can reach"
+            )
         return ipv4[0]
     redis_name = urlsplit(redis_host).hostname if redis_host and "://" in redis_host else redis_host
     if redis_name:

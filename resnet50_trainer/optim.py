@@ -15,8 +15,13 @@ MOMENTUM = 0.9
 
 
 def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
-    return torch.optim.SGD(weight_decay_groups(model), lr=config.effective_learning_rate,
-                           momentum=MOMENTUM, nesterov=True, weight_decay=config.weight_decay)
+    return torch.optim.SGD(
+        weight_decay_groups(model),
+        lr=config.effective_learning_rate,
+        momentum=MOMENTUM,
+        nesterov=True,
+        weight_decay=config.weight_decay,
+    )
 
 
 class LearningRateSchedule:

@@ -21,11 +21,12 @@ from resnet50_trainer.optim import build_optimizer
 # with a few bad records passes (they are skipped while training); one where all fail does not.
 RECORDS_SAMPLED = 16
 # A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
-LARGEST_STEP = 10 ** 12
+LARGEST_STEP = 10**12
 
 
-def check_inputs(config: Config, writes_checkpoints: bool = True
-                 ) -> checkpoint.CheckpointLock | None:
+def check_inputs(
+    config: Config, writes_checkpoints: bool = True
+) -> checkpoint.CheckpointLock | None:
     """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
     checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
     run ends."""
@@ -37,8 +38,9 @@ def check_inputs(config: Config, writes_checkpoints: bool = True
         _check_test_labels(config, config.test_data)
     resumed = None
     if config.load_model_path:
-        resumed = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name,
-                                             warn=False)
+        resumed = checkpoint.load_checkpoint(
+            config.load_model_path, config.save_model_name, warn=False
+        )
         checkpoint_schema.check_matches(resumed, config)
         with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
             model = build_model(config.num_layers, config.num_labels, config.num_channels)
@@ -49,19 +51,24 @@ def check_inputs(config: Config, writes_checkpoints: bool = True
 def check_checkpoint_name(name: str) -> None:
     """A name that is no plain file name would write elsewhere, or fail after an epoch."""
     separators = {separator for separator in ("/", os.sep, os.altsep) if separator is not None}
-    problems = ((not name, "is empty"),
-                (any(separator in name for separator in separators), "has a directory part"),
-                ("\0" in name, "holds a NUL character"),
-                (any(not character.isprintable() for character in name),
-                 "holds a control character"),
-                (name.startswith(checkpoint.TEMPORARY_PREFIX),
-                 f"starts with {checkpoint.TEMPORARY_PREFIX}, which marks temporary files"),
-                # "." and ".." would name hidden files ("._1.pt", ".._1.pt").
-                (name.startswith("."), "starts with '.', which hides files"))
+    problems = (
+        (not name, "is empty"),
+        (any(separator in name for separator in separators), "has a directory part"),
+        ("\0" in name, "holds a NUL character"),
+        (any(not character.isprintable() for character in name), "holds a control character"),
+        (
+            name.startswith(checkpoint.TEMPORARY_PREFIX),
+            f"starts with {checkpoint.TEMPORARY_PREFIX}, which marks temporary files",
+        ),
+        # "." and ".." would name hidden files ("._1.pt", ".._1.pt").
+        (name.startswith("."), "starts with '.', which hides files"),
+    )
     problem = next((problem for found, problem in problems if found), None)
     if problem:
-        raise UserError(f"--save_model_name {_shown(name)} {problem}: give a plain file name "
-                        "stem, and the directory as --checkpoint_dir")
+        raise UserError(
+            f"--save_model_name {_shown(name)} {problem}: give a plain file name "
+            "stem, and the directory as --checkpoint_dir"
+        )
 
 
 def _check_checkpoint_names_fit(config: Config) -> None:
@@ -69,22 +76,27 @@ def _check_checkpoint_names_fit(config: Config) -> None:
     step count no epoch reaches): a name too long for the file system fails here, not after an
     epoch. The probe's random part holds a capital letter, which mkstemp never writes: no run's
     clean-up of temporary files takes it for one, and its process id sets it apart."""
-    longest = checkpoint.temporary_name(config.save_model_name, config.num_epochs, LARGEST_STEP,
-                                        f"P{os.getpid() % 10 ** 7:07d}")
+    longest = checkpoint.temporary_name(
+        config.save_model_name, config.num_epochs, LARGEST_STEP, f"P{os.getpid() % 10**7:07d}"
+    )
     probe = os.path.join(config.checkpoint_dir, longest)
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.unlink(probe)
     except OSError as error:
-        fix = ("choose a shorter name" if error.errno == errno.ENAMETOOLONG else
-               "make --checkpoint_dir writable, with room for a file, or choose another")
-        raise UserError(f"--save_model_name {_shown(config.save_model_name)} cannot name "
-                        f"checkpoints in --checkpoint_dir {config.checkpoint_dir} "
-                        f"({error.strerror}): {fix}") from None
+        fix = (
+            "choose a shorter name"
+            if error.errno == errno.ENAMETOOLONG
+            else "make --checkpoint_dir writable, with room for a file, or choose another"
+        )
+        raise UserError(
+            f"--save_model_name {_shown(config.save_model_name)} cannot name "
+            f"checkpoints in --checkpoint_dir {config.checkpoint_dir} "
+            f"({error.strerror}): {fix}"
+        ) from None
 
 
-def _claim_checkpoint_names(config: Config, resumed: dict | None
-                            ) -> checkpoint.CheckpointLock:
+def _claim_checkpoint_names(config: Config, resumed: dict | None) -> checkpoint.CheckpointLock:
     """This run's checkpoint names are its own: take their lock (a second live run refuses), make
     sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed
     one: none of another lineage), then clear the temporary files killed writers left."""
@@ -96,10 +108,12 @@ def _claim_checkpoint_names(config: Config, resumed: dict | None
         others = checkpoint.checkpoints_of_other_runs(directory, name, lineage)
         if others:
             whose = "another run" if resumed is None else f"another run than {resumed['path']}'s"
-            raise UserError(f"--checkpoint_dir {directory} holds checkpoints of {whose} (newest: "
-                            f"{others[-1].path}), which this run would replace or delete: resume "
-                            f"that run with --load_model_path {directory}, or give this run "
-                            "another --checkpoint_dir or --save_model_name")
+            raise UserError(
+                f"--checkpoint_dir {directory} holds checkpoints of {whose} (newest: "
+                f"{others[-1].path}), which this run would replace or delete: resume "
+                f"that run with --load_model_path {directory}, or give this run "
+                "another --checkpoint_dir or --save_model_name"
+            )
         checkpoint.remove_temporary_files(directory, name)
     except BaseException:
         lock.release()
@@ -109,15 +123,19 @@ def _claim_checkpoint_names(config: Config, resumed: dict | None
 
 def check_outputs_writable(config: Config) -> None:
     """Fail before any work if the log or checkpoint directory cannot take files."""
-    for flag, directory in (("--log_dir", config.log_dir),
-                            ("--checkpoint_dir", config.checkpoint_dir)):
+    for flag, directory in (
+        ("--log_dir", config.log_dir),
+        ("--checkpoint_dir", config.checkpoint_dir),
+    ):
         try:
             os.makedirs(directory, exist_ok=True)
             with tempfile.TemporaryFile(dir=directory):
                 pass
         except OSError as error:
-            raise UserError(f"{flag} {directory} cannot be written ({error.strerror}): "
-                            "choose a writable directory") from None
+            raise UserError(
+                f"{flag} {directory} cannot be written ({error.strerror}): "
+                "choose a writable directory"
+            ) from None
 
 
 def _shown(name: str) -> str:
@@ -127,7 +145,7 @@ def _shown(name: str) -> str:
 def _check_holds_images(config: Config) -> None:
     with open_database(config.train_data, config.db_type) as database:
         keys = database.keys()
-        sampled = keys[::max(1, len(keys) // RECORDS_SAMPLED)][:RECORDS_SAMPLED]
+        sampled = keys[:: max(1, len(keys) // RECORDS_SAMPLED)][:RECORDS_SAMPLED]
         problems = []
         for key in sampled:
             try:
@@ -136,9 +154,11 @@ def _check_holds_images(config: Config) -> None:
             except RecordError as error:
                 problems.append((key, error))
     key, first_error = problems[0]
-    raise UserError(f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
-                    f"an image (e.g. key {key.decode(errors='replace')}: {first_error}): "
-                    "give a DB of Caffe Datum or Caffe2 TensorProtos image records")
+    raise UserError(
+        f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
+        f"an image (e.g. key {key.decode(errors='replace')}: {first_error}): "
+        "give a DB of Caffe Datum or Caffe2 TensorProtos image records"
+    )
 
 
 def _check_test_labels(config: Config, test_data: str) -> None:
@@ -150,8 +170,10 @@ def _check_test_labels(config: Config, test_data: str) -> None:
             except RecordError:
                 continue  # skipped and not scored during evaluation, like a bad training record
             if not 0 <= label < config.num_labels:
-                raise UserError(f"--test_data {test_data} holds label {label} (key "
-                                f"{key.decode(errors='replace')}), "
-                                f"outside 0..{config.num_labels - 1}: "
-                                f"set --num_labels to at least {label + 1} or use a test DB of "
-                                "this model's classes")
+                raise UserError(
+                    f"--test_data {test_data} holds label {label} (key "
+                    f"{key.decode(errors='replace')}), "
+                    f"outside 0..{config.num_labels - 1}: "
+                    f"set --num_labels to at least {label + 1} or use a test DB of "
+                    "this model's classes"
+                )

@@ -29,7 +29,10 @@ def _check_databases_exist(config: Config) -> None:
         paths.insert(0, ("--train_data", config.train_data))
     for flag, path in paths:
         if path is not None and not os.path.exists(path):
-            synthetic = (" (or --train_data null for synthetic data)" if flag == "--train_data"
-                         else "")
-            raise UserError(f"{flag} {path} does not exist: give the path of an existing "
-                            f"{config.db_type} database{synthetic}")
+            synthetic = (
+                " (or --train_data null for synthetic data)" if flag == "--train_data" else ""
+            )
+            raise UserError(
+                f"{flag} {path} does not exist: give the path of an existing "
+                f"{config.db_type} database{synthetic}"
+            )

@@ -69,11 +69,16 @@ class StepProfiler:
             except UserError as failure:
                 self.failure = failure
             else:
-                sort_by = ("self_cuda_time_total" if torch.cuda.is_available()
-                           else "self_cpu_time_total")
+                sort_by = (
+                    "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+                )
                 table = self._profile.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
-                log.info("Profile of %d steps written to %s; top operators:\n%s",
-                         self.steps_seen - self.warmup_steps, self.trace_path, table)
+                log.info(
+                    "Profile of %d steps written to %s; top operators:\n%s",
+                    self.steps_seen - self.warmup_steps,
+                    self.trace_path,
+                    table,
+                )
             self._profile = None
         self.num_steps = 0
         return True
@@ -89,14 +94,18 @@ def write_trace(finished: profile, path: str) -> None:
             exported = os.path.join(scratch, os.path.basename(path))
             finished.export_chrome_trace(exported)
             if not _is_complete(exported):
-                raise UserError(f"the profiler could not write its trace in {scratch} (the file "
-                                "came out missing or incomplete: is that disk full?): free space "
-                                "there, or point TMPDIR at a directory with room")
+                raise UserError(
+                    f"the profiler could not write its trace in {scratch} (the file "
+                    "came out missing or incomplete: is that disk full?): free space "
+                    "there, or point TMPDIR at a directory with room"
+                )
             copy_to_new_file(exported, path, "the profiler trace")
     except OSError as error:  # the scratch directory itself
-        raise UserError(f"the profiler could not write its trace in {tempfile.gettempdir()} "
-                        f"({error.strerror}): free space there, or point TMPDIR at a directory "
-                        "with room") from error
+        raise UserError(
+            f"the profiler could not write its trace in {tempfile.gettempdir()} "
+            f"({error.strerror}): free space there, or point TMPDIR at a directory "
+            "with room"
+        ) from error
 
 
 def _is_complete(trace_path: str) -> bool:
@@ -118,12 +127,14 @@ def copy_to_new_file(source: str, target: str, what: str) -> None:
             writer.flush()
             os.fsync(writer.fileno())
     except FileExistsError:
-        raise UserError(f"{what} {target} already exists: move it away or choose another "
-                        "--log_dir") from None
+        raise UserError(
+            f"{what} {target} already exists: move it away or choose another --log_dir"
+        ) from None
     except OSError as error:
         if created:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.unlink(target)
-        raise UserError(f"writing {what} {target} failed ({error.strerror}): free space in "
-                        "--log_dir or choose another; the files already there are intact"
-                        ) from error
+        raise UserError(
+            f"writing {what} {target} failed ({error.strerror}): free space in "
+            "--log_dir or choose another; the files already there are intact"
+        ) from error

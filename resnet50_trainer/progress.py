@@ -22,14 +22,28 @@ PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once 
 class EpochProgress:
     """Reads device values at most once a second or every --print_every steps, never per step."""
 
-    def __init__(self, config: Config, is_main: bool, epoch: int, steps: int, start_step: int = 0,
-                 gpu_monitor: GpuMonitor | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        config: Config,
+        is_main: bool,
+        epoch: int,
+        steps: int,
+        start_step: int = 0,
+        gpu_monitor: GpuMonitor | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.config, self.is_main, self.epoch, self.steps = config, is_main, epoch, steps
         self.gpu_monitor = gpu_monitor
         self.clock = clock
-        self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}/{config.num_epochs}",
-                        unit="step", disable=not is_main or None, dynamic_ncols=True, leave=False)
+        self.bar = tqdm(
+            total=steps,
+            initial=start_step,
+            desc=f"epoch {epoch + 1}/{config.num_epochs}",
+            unit="step",
+            disable=not is_main or None,
+            dynamic_ncols=True,
+            leave=False,
+        )
         self.bad_named = 0
         self.waited = 0.0
         self.started = self.last_refresh = clock()
@@ -51,7 +65,9 @@ class EpochProgress:
         """Share of the epoch's time so far spent waiting for the next batch."""
         return self.waited / max(self.clock() - self.started, 1e-9)
 
-    def step(self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys) -> None:
+    def step(
+        self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys
+    ) -> None:
         for key in bad_keys:
             self.bad_named += 1
             if self.bad_named <= BAD_KEYS_NAMED:
@@ -64,16 +80,24 @@ class EpochProgress:
         config = self.config
         if (step + 1) % config.print_every == 0 or step + 1 == self.steps:
             rate = self.interval_steps * config.global_batch_size / (now - self.interval_started)
-            log.info("Finished iteration %d/%d of epoch %d (%.2f images/sec)",
-                     step + 1, self.steps, self.epoch + 1, rate)
+            log.info(
+                "Finished iteration %d/%d of epoch %d (%.2f images/sec)",
+                step + 1,
+                self.steps,
+                self.epoch + 1,
+                rate,
+            )
             log.info("Training loss: %.4f, accuracy: %.4f", loss.item(), correct.item() / images)
             self.interval_started, self.interval_steps = now, 0
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
             # Images since this process (re)started the epoch, not since a resumed epoch began.
             images = (self.bar.n - self.bar.initial) * config.global_batch_size
-            postfix = {"loss": f"{loss.item():.3f}", "img_s": f"{images / elapsed:.0f}",
-                       "input_wait": f"{self.input_wait_share:.0%}"}
+            postfix = {
+                "loss": f"{loss.item():.3f}",
+                "img_s": f"{images / elapsed:.0f}",
+                "input_wait": f"{self.input_wait_share:.0%}",
+            }
             gpus = self.gpu_monitor.summary() if self.gpu_monitor else None
             if gpus:
                 postfix["gpu"] = gpus

@@ -34,9 +34,11 @@ def build_replica(config: Config, local_rank: int, device: torch.device) -> Repl
     precision = Precision(config, device)
     model = precision.prepare_model(_build_model(config, devices))
     ddp = DistributedDataParallel(
-        model, gradient_as_bucket_view=True,
+        model,
+        gradient_as_bucket_view=True,
         # A model-parallel replica spans two devices: DDP then takes no device_ids.
-        device_ids=[device] if device.type == "cuda" and not config.model_parallel else None)
+        device_ids=[device] if device.type == "cuda" and not config.model_parallel else None,
+    )
     # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
     train_model = torch.compile(ddp) if config.compile else ddp
     return Replica(model, ddp, train_model, build_optimizer(model, config), precision, devices[1])
@@ -45,5 +47,6 @@ def build_replica(config: Config, local_rank: int, device: torch.device) -> Repl
 def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:
     if not config.model_parallel:
         return build_model(config.num_layers, config.num_labels, config.num_channels).to(devices[0])
-    return build_split_model(config.num_layers, config.num_labels, config.num_channels, devices,
-                             config.pipeline_chunks)
+    return build_split_model(
+        config.num_layers, config.num_labels, config.num_channels, devices, config.pipeline_chunks
+    )

@@ -22,8 +22,14 @@ from resnet50_trainer.stopping import exit_status, stop_run
 log = logging.getLogger(__name__)
 
 
-def resume(path: str, config: Config, placement: Placement, replica: Replica,
-           schedule: LearningRateSchedule, steps_per_epoch: int) -> tuple[RunState, str]:
+def resume(
+    path: str,
+    config: Config,
+    placement: Placement,
+    replica: Replica,
+    schedule: LearningRateSchedule,
+    steps_per_epoch: int,
+) -> tuple[RunState, str]:
     """Load the checkpoint at `path` (or the newest usable one in that directory) into `replica`;
     returns the run's state to continue from and the lineage the run goes on with."""
     state = checkpoint.load_checkpoint(path, config.save_model_name, warn=placement.is_main)
@@ -35,13 +41,20 @@ def resume(path: str, config: Config, placement: Placement, replica: Replica,
     _load_into(replica, state)
     run = checkpoint_schema.run_state_of(state)
     run.steps_into_epoch, run.iteration = continue_with_global_batch(
-        state, config, placement.world_size, steps_per_epoch, warn=placement.is_main)
+        state, config, placement.world_size, steps_per_epoch, warn=placement.is_main
+    )
     _end_epoch_beyond_its_steps(run, steps_per_epoch, state["path"], placement.is_main)
     if placement.is_main:
         warn_of_changes(state, config, schedule(run.iteration))
-    log.info("Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
-             state["path"], run.epochs_done, run.steps_into_epoch, run.epochs_done + 1,
-             run.iteration, schedule(run.iteration))
+    log.info(
+        "Resumed from %s: epoch %d done, %d steps into epoch %d, iteration %d, next LR %.5g",
+        state["path"],
+        run.epochs_done,
+        run.steps_into_epoch,
+        run.epochs_done + 1,
+        run.iteration,
+        schedule(run.iteration),
+    )
     return run, checkpoint.lineage_of(state, config.checkpoint_dir)
 
 
@@ -55,11 +68,13 @@ def _resumes_differ(state: dict, world_size: int) -> UserError | None:
     if not differing:
         return None
     epoch, step, _, _ = everyone[differing[0]]
-    return UserError(f"the processes would resume different checkpoints (rank 0: "
-                     f"{state['path']}, {state['epoch']} epochs and {state['step']} steps "
-                     f"done; rank {differing[0]}: {epoch} epochs and {step} steps done): give "
-                     "every machine the same checkpoint, e.g. a --load_model_path file on "
-                     "shared storage")
+    return UserError(
+        f"the processes would resume different checkpoints (rank 0: "
+        f"{state['path']}, {state['epoch']} epochs and {state['step']} steps "
+        f"done; rank {differing[0]}: {epoch} epochs and {step} steps done): give "
+        "every machine the same checkpoint, e.g. a --load_model_path file on "
+        "shared storage"
+    )
 
 
 def _load_into(replica: Replica, state: dict) -> None:
@@ -69,9 +84,11 @@ def _load_into(replica: Replica, state: dict) -> None:
         if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
             replica.precision.scaler.load_state_dict(state["scaler"])
     except (RuntimeError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"checkpoint {state['path']} cannot be loaded into this run "
-                        f"({checkpoint.describe_error(error)}): give a checkpoint written by "
-                        "resnet50-trainer for this model") from error
+        raise UserError(
+            f"checkpoint {state['path']} cannot be loaded into this run "
+            f"({checkpoint.describe_error(error)}): give a checkpoint written by "
+            "resnet50-trainer for this model"
+        ) from error
 
 
 def _end_epoch_beyond_its_steps(run: RunState, steps: int, path: str, warn: bool) -> None:
@@ -80,23 +97,36 @@ def _end_epoch_beyond_its_steps(run: RunState, steps: int, path: str, warn: bool
     if run.steps_into_epoch < steps:
         return
     if warn:
-        log.warning("Checkpoint %s is %d steps into epoch %d, but this run's epochs have %d "
-                    "steps (--epoch_size or the DB changed): epoch %d ends without another "
-                    "step and the run goes on with epoch %d", path, run.steps_into_epoch,
-                    run.epochs_done + 1, steps, run.epochs_done + 1, run.epochs_done + 2)
+        log.warning(
+            "Checkpoint %s is %d steps into epoch %d, but this run's epochs have %d "
+            "steps (--epoch_size or the DB changed): epoch %d ends without another "
+            "step and the run goes on with epoch %d",
+            path,
+            run.steps_into_epoch,
+            run.epochs_done + 1,
+            steps,
+            run.epochs_done + 1,
+            run.epochs_done + 2,
+        )
     run.steps_into_epoch = steps
 
 
-def continue_with_global_batch(state: dict, config: Config, world_size: int,
-                               steps_per_epoch: int, warn: bool = True) -> tuple[int, int]:
+def continue_with_global_batch(
+    state: dict, config: Config, world_size: int, steps_per_epoch: int, warn: bool = True
+) -> tuple[int, int]:
     """(step in the epoch, global iteration) to continue from. A checkpoint made with another
     global batch continues with this run's: the record stream is the same, cut into this run's
     batches from the position reached. `warn`: say so (the first process does)."""
     saved_world, saved_batch = state["world_size"], state["global_batch_size"]
     if saved_world != world_size and warn:
-        log.warning("Checkpoint made with %d processes, resuming on %d: each process now takes "
-                    "%d of every global batch of %d", saved_world, world_size,
-                    config.device_batch_size, config.global_batch_size)
+        log.warning(
+            "Checkpoint made with %d processes, resuming on %d: each process now takes "
+            "%d of every global batch of %d",
+            saved_world,
+            world_size,
+            config.device_batch_size,
+            config.global_batch_size,
+        )
     if saved_batch == config.global_batch_size:
         return state["step"], state["iteration"]
     position = state["step"] * saved_batch
@@ -104,19 +134,33 @@ def continue_with_global_batch(state: dict, config: Config, world_size: int,
     iteration = state["epoch"] * steps_per_epoch + step
     reread = position % config.global_batch_size
     if warn:
-        log.warning("Global batch changes from %d to %d: the record order follows the new "
-                    "batch from epoch %d step %d (iteration %d)%s", saved_batch,
-                    config.global_batch_size, state["epoch"] + 1, step, iteration,
-                    f"; {reread} records of the interrupted step are read again" if reread else "")
+        log.warning(
+            "Global batch changes from %d to %d: the record order follows the new "
+            "batch from epoch %d step %d (iteration %d)%s",
+            saved_batch,
+            config.global_batch_size,
+            state["epoch"] + 1,
+            step,
+            iteration,
+            f"; {reread} records of the interrupted step are read again" if reread else "",
+        )
     return step, iteration
 
 
 def warn_of_changes(state: dict, config: Config, learning_rate: float) -> None:
     """A resume never changes the LR or the data order silently."""
     if state["seed"] != config.seed:
-        log.warning("--seed %d differs from the checkpoint's %d: the record order and crops "
-                    "from here on differ from the interrupted run's", config.seed, state["seed"])
+        log.warning(
+            "--seed %d differs from the checkpoint's %d: the record order and crops "
+            "from here on differ from the interrupted run's",
+            config.seed,
+            state["seed"],
+        )
     if not math.isclose(learning_rate, state["learning_rate"], rel_tol=1e-9):
-        log.warning("The learning rate changes on resume from %.6g to %.6g: this run's "
-                    "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
-                    "checkpoint's", state["learning_rate"], learning_rate)
+        log.warning(
+            "The learning rate changes on resume from %.6g to %.6g: this run's "
+            "--base_learning_rate, --batch_size or --warmup_epochs differ from the "
+            "checkpoint's",
+            state["learning_rate"],
+            learning_rate,
+        )

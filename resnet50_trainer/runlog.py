@@ -38,8 +38,10 @@ NO_TEST_ACCURACY = -1
 
 def log_file_name(config: Config, started: float) -> str:
     stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(started))
-    return (f"resnet50_gpu{config.num_gpus}_b{config.batch_size}_L{config.num_labels}"
-            f"_lr{config.base_learning_rate:.2f}_v2_{stamp}.log")
+    return (
+        f"resnet50_gpu{config.num_gpus}_b{config.batch_size}_L{config.num_labels}"
+        f"_lr{config.base_learning_rate:.2f}_v2_{stamp}.log"
+    )
 
 
 class RunLog:
@@ -56,7 +58,8 @@ class RunLog:
         while True:
             try:
                 self._descriptor = os.open(
-                    self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
+                )
                 break
             except FileExistsError:  # another run started in the same second
                 attempt += 1
@@ -87,20 +90,24 @@ class RunLog:
         size = os.fstat(self._descriptor).st_size
         try:
             while remaining:
-                remaining = remaining[os.write(self._descriptor, remaining):]
+                remaining = remaining[os.write(self._descriptor, remaining) :]
             os.fsync(self._descriptor)
             if os.fstat(self._descriptor).st_nlink == 0:
                 # Writes to a log whose name is gone succeed and vanish with it: every row lost.
                 raise FileNotFoundError(errno.ENOENT, "the log was removed while the run wrote it")
         except FileNotFoundError as error:
-            raise UserError(f"the run log {self.path} is gone ({error.strerror}): its directory "
-                            "or the file was removed during the run; resume from the last "
-                            "checkpoint with a --log_dir that stays") from error
+            raise UserError(
+                f"the run log {self.path} is gone ({error.strerror}): its directory "
+                "or the file was removed during the run; resume from the last "
+                "checkpoint with a --log_dir that stays"
+            ) from error
         except OSError as error:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.ftruncate(self._descriptor, size)
             raise self._failed(error, "; the rows already written are intact") from error
 
     def _failed(self, error: OSError, kept: str) -> UserError:
-        return UserError(f"writing the run log {self.path} failed ({error.strerror}): "
-                         f"free space in --log_dir or choose another{kept}")
+        return UserError(
+            f"writing the run log {self.path} failed ({error.strerror}): "
+            f"free space in --log_dir or choose another{kept}"
+        )

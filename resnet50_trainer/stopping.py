@@ -37,8 +37,11 @@ def stop_run(failure: Exception | None, status: int) -> NoReturn:
     raise StoppedByFirst(status)
 
 
-def stop_together(failure: Exception | None, device: torch.device,
-                  what: str = "the first process's report on its writes") -> None:
+def stop_together(
+    failure: Exception | None,
+    device: torch.device,
+    what: str = "the first process's report on its writes",
+) -> None:
     """The first process alone writes the run log, the trace and checkpoints: it says whether
     that failed (`failure`, None on the others), and if so every process stops (stop_run)."""
     outcome = torch.tensor([0 if failure is None else exit_status(failure)], device=device)

@@ -45,20 +45,28 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     train_input = build_train_input(config, placement, device)
     test_batches = build_test_input(config, placement, device)
     replica = build_replica(config, placement.local_rank, device)
-    schedule = LearningRateSchedule(config.effective_learning_rate, train_input.steps_per_epoch,
-                                    config.warmup_epochs)
+    schedule = LearningRateSchedule(
+        config.effective_learning_rate, train_input.steps_per_epoch, config.warmup_epochs
+    )
     run, lineage = RunState(), checkpoint_schema.new_lineage()
     if config.load_model_path:
-        run, lineage = resume(config.load_model_path, config, placement, replica, schedule,
-                              train_input.steps_per_epoch)
+        run, lineage = resume(
+            config.load_model_path,
+            config,
+            placement,
+            replica,
+            schedule,
+            train_input.steps_per_epoch,
+        )
     if run.epochs_done >= config.num_epochs:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     outputs = _open_outputs(config, placement, device, started)
     _log_start(config, placement, train_input.steps_per_epoch, outputs.runlog)
     saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
-    loop = EpochLoop(config, placement, device, replica, schedule, train_input, test_batches,
-                     run, saver, outputs)
+    loop = EpochLoop(
+        config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
+    )
     with logging_redirect_tqdm():
         loop.run_epochs()
     if outputs.profiler.close():  # the run was shorter than the profile
@@ -69,12 +77,14 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     if outputs.runlog:
         outputs.runlog.close()
         _summarise(loop, outputs.runlog.path, time.time() - started)
-        log.info("Parameters identical on all %d processes (sha256 %s)", placement.world_size,
-                 digest)
+        log.info(
+            "Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest
+        )
 
 
-def _open_outputs(config: Config, placement: Placement, device: torch.device,
-                  started: float) -> Outputs:
+def _open_outputs(
+    config: Config, placement: Placement, device: torch.device, started: float
+) -> Outputs:
     """The first process's new run log (if it cannot be made, all stop), its trace beside it and
     the GPU monitor; every process counts its steps for the profiler."""
     runlog, failure = None, None
@@ -85,24 +95,41 @@ def _open_outputs(config: Config, placement: Placement, device: torch.device,
             failure = error
     stop_together(failure, device)
     trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
-    return Outputs(runlog, GpuMonitor(config.gpus).start() if runlog else None,
-                   StepProfiler(config.profile_iters, trace_path))
+    return Outputs(
+        runlog,
+        GpuMonitor(config.gpus).start() if runlog else None,
+        StepProfiler(config.profile_iters, trace_path),
+    )
 
 
-def _log_start(config: Config, placement: Placement, steps_per_epoch: int,
-               runlog: RunLog | None) -> None:
-    log.info("ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
-             "(base %g x %d / 256), %d iterations per epoch%s",
-             config.num_layers, placement.world_size, config.device_batch_size,
-             config.global_batch_size, config.effective_learning_rate, config.base_learning_rate,
-             config.global_batch_size, steps_per_epoch, f"; log {runlog.path}" if runlog else "")
+def _log_start(
+    config: Config, placement: Placement, steps_per_epoch: int, runlog: RunLog | None
+) -> None:
+    log.info(
+        "ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
+        "(base %g x %d / 256), %d iterations per epoch%s",
+        config.num_layers,
+        placement.world_size,
+        config.device_batch_size,
+        config.global_batch_size,
+        config.effective_learning_rate,
+        config.base_learning_rate,
+        config.global_batch_size,
+        steps_per_epoch,
+        f"; log {runlog.path}" if runlog else "",
+    )
 
 
 def _summarise(loop: EpochLoop, log_path: str, seconds: float) -> None:
     rows = loop.rows
     mean_rate = sum(row.inputs_per_sec for row in rows) / len(rows)
     best = max(rows, key=lambda row: row.test_accuracy)
-    log.info("Done in %.1f s: %.1f images/sec on average per epoch; best test accuracy %s; log %s; "
-             "checkpoint %s", seconds, mean_rate,
-             f"{best.test_accuracy:.4f} (epoch {best.epoch})" if best.test_accuracy >= 0 else "n/a",
-             log_path, loop.last_saved)
+    log.info(
+        "Done in %.1f s: %.1f images/sec on average per epoch; best test accuracy %s; log %s; "
+        "checkpoint %s",
+        seconds,
+        mean_rate,
+        f"{best.test_accuracy:.4f} (epoch {best.epoch})" if best.test_accuracy >= 0 else "n/a",
+        log_path,
+        loop.last_saved,
+    )

@@ -40,8 +40,11 @@ def make_photo(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
         if x0 >= x1 or y0 >= y1:
             continue
         bx, by = x[y0:y1, x0:x1], y[y0:y1, x0:x1]
-        inside = (((bx - cx) / rx) ** 2 + ((by - cy) / ry) ** 2 <= 1) if rng.random() < 0.6 \
+        inside = (
+            (((bx - cx) / rx) ** 2 + ((by - cy) / ry) ** 2 <= 1)
+            if rng.random() < 0.6
             else np.ones_like(bx, dtype=bool)
+        )
         period, angle = rng.uniform(3, 25), rng.uniform(0, np.pi)
         stripes = np.sin((np.cos(angle) * bx + np.sin(angle) * by) * 2 * np.pi / period)
         patch = rng.uniform(0, 255, 3) + stripes[:, :, None] * rng.uniform(5, 45)
@@ -85,6 +88,9 @@ def build(out_dir: str, count: int, seed: int = 0) -> tuple[str, str]:
 
 
 def describe(folders: str) -> str:
-    sizes = [os.path.getsize(os.path.join(root, name))
-             for root, _, names in os.walk(folders) for name in names]
+    sizes = [
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(folders)
+        for name in names
+    ]
     return f"{len(sizes)} JPEGs, mean {np.mean(sizes) / 1024:.0f} KB, quality {JPEG_QUALITY}"

@@ -30,11 +30,25 @@ IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
 def baseline_rate(root: str, batch_size: int, batches: int, workers: int, image_size: int) -> float:
-    dataset = datasets.ImageFolder(root, transforms.Compose([
-        transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]))
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                        pin_memory=torch.cuda.is_available(), drop_last=True)
+    dataset = datasets.ImageFolder(
+        root,
+        transforms.Compose(
+            [
+                transforms.RandomResizedCrop(image_size),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ]
+        ),
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=torch.cuda.is_available(),
+        drop_last=True,
+    )
     iterator = iter(loader)
     next(iterator)
     started = time.perf_counter()
@@ -42,12 +56,22 @@ def baseline_rate(root: str, batch_size: int, batches: int, workers: int, image_
     return images / (time.perf_counter() - started)
 
 
-def ours_rate(lmdb_path: str, batch_size: int, batches: int, workers: int,
-              image_size: int) -> float:
-    args = argparse.Namespace(db=lmdb_path, db_type="lmdb", batch_size=batch_size,
-                              image_size=image_size, scale=None, num_channels=3,
-                              num_workers=workers, batches=batches, device="cpu",
-                              decode_device="cpu", seed=0)
+def ours_rate(
+    lmdb_path: str, batch_size: int, batches: int, workers: int, image_size: int
+) -> float:
+    args = argparse.Namespace(
+        db=lmdb_path,
+        db_type="lmdb",
+        batch_size=batch_size,
+        image_size=image_size,
+        scale=None,
+        num_channels=3,
+        num_workers=workers,
+        batches=batches,
+        device="cpu",
+        decode_device="cpu",
+        seed=0,
+    )
     return db_bench.bench(args)
 
 
@@ -56,8 +80,9 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--batches", type=int, default=7,
-                        help="timed batches (images >= (batches+1) x batch)")
+    parser.add_argument(
+        "--batches", type=int, default=7, help="timed batches (images >= (batches+1) x batch)"
+    )
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--workers", default="0,2", help="comma-separated input process counts")
     parser.add_argument("--repeats", type=int, default=3)
@@ -65,17 +90,24 @@ def main() -> None:
     if args.images < (args.batches + 1) * args.batch_size:
         parser.error("--images must hold the warm-up batch and --batches batches")
     root, lmdb_path = bench_data.build(args.out, args.images)
-    print(f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}"
+    )
     torch.set_num_threads(1)  # as in DataLoader workers: one core per decoding process
     for workers in (int(part) for part in args.workers.split(",")):
         cores = max(1, workers)
-        base = max(baseline_rate(root, args.batch_size, args.batches, workers, args.image_size)
-                   for _ in range(args.repeats))
-        ours = max(ours_rate(lmdb_path, args.batch_size, args.batches, workers, args.image_size)
-                   for _ in range(args.repeats))
-        print(f"workers {workers}: baseline {base:.1f} images/s ({base / cores:.1f} per core), "
-              f"ours {ours:.1f} images/s ({ours / cores:.1f} per core), ratio {ours / base:.2f}x")
+        base = max(
+            baseline_rate(root, args.batch_size, args.batches, workers, args.image_size)
+            for _ in range(args.repeats)
+        )
+        ours = max(
+            ours_rate(lmdb_path, args.batch_size, args.batches, workers, args.image_size)
+            for _ in range(args.repeats)
+        )
+        print(
+            f"workers {workers}: baseline {base:.1f} images/s ({base / cores:.1f} per core), "
+            f"ours {ours:.1f} images/s ({ours / cores:.1f} per core), ratio {ours / base:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,12 @@ import bench_data  # noqa: E402
 
 from resnet50_trainer.data import transforms  # noqa: E402
 
-FAST_MODES = {"accurate": {}, "fastdct": {"fastdct": True}, "fastupsample": {"fastupsample": True},
-              "both fast": {"fastdct": True, "fastupsample": True}}
+FAST_MODES = {
+    "accurate": {},
+    "fastdct": {"fastdct": True},
+    "fastupsample": {"fastupsample": True},
+    "both fast": {"fastdct": True, "fastupsample": True},
+}
 
 
 def best_ms(decode, jpegs: list, repeats: int) -> float:
@@ -44,24 +48,32 @@ def centre_crop(pixels: np.ndarray, scale: int, size: int) -> torch.Tensor:
 
 def psnr(crop: torch.Tensor, reference: torch.Tensor) -> float:
     mse = float(((crop - reference) ** 2).mean())
-    return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
 
 
 def report(width: int, height: int, jpegs: list, args) -> None:
     timings = []
     for eighths in range(8, 0, -1):  # min_height = the height at M/8 makes simplejpeg pick M/8
         rows = -(-height * eighths // 8)
-        ms = best_ms(functools.partial(simplejpeg.decode_jpeg, min_height=rows, min_width=1), jpegs,
-                     args.repeats)
+        ms = best_ms(
+            functools.partial(simplejpeg.decode_jpeg, min_height=rows, min_width=1),
+            jpegs,
+            args.repeats,
+        )
         timings.append(f"{eighths}/8 {ms:.2f}")
     print(f"{width}x{height} ms a decode at each scale: " + " | ".join(timings))
-    references = [centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size)
-                  for j in jpegs]
+    references = [
+        centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size) for j in jpegs
+    ]
     for name, options in FAST_MODES.items():
         ms = best_ms(functools.partial(simplejpeg.decode_jpeg, **options), jpegs, args.repeats)
-        quality = min(psnr(centre_crop(simplejpeg.decode_jpeg(j, **options), args.scale,
-                                       args.image_size), reference)
-                      for j, reference in zip(jpegs, references))
+        quality = min(
+            psnr(
+                centre_crop(simplejpeg.decode_jpeg(j, **options), args.scale, args.image_size),
+                reference,
+            )
+            for j, reference in zip(jpegs, references)
+        )
         print(f"{width}x{height} full size, {name}: {ms:.3f} ms, worst crop PSNR {quality:.1f} dB")
 
 
@@ -77,8 +89,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for size in args.sizes.split(","):
         width, height = (int(part) for part in size.split("x"))
-        jpegs = [bench_data.jpeg_bytes(bench_data.make_photo(rng, width, height))
-                 for _ in range(args.images)]
+        jpegs = [
+            bench_data.jpeg_bytes(bench_data.make_photo(rng, width, height))
+            for _ in range(args.images)
+        ]
         report(width, height, jpegs, args)
 
 

@@ -42,11 +42,26 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def baseline(args, device: torch.device, root: str) -> float:
     """The ImageNet example's train() loop, float32, timed after --warmup steps."""
-    dataset = datasets.ImageFolder(root, transforms.Compose([
-        transforms.RandomResizedCrop(args.image_size), transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]))
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        pin_memory=device.type == "cuda", drop_last=True, persistent_workers=True)
+    dataset = datasets.ImageFolder(
+        root,
+        transforms.Compose(
+            [
+                transforms.RandomResizedCrop(args.image_size),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ]
+        ),
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        drop_last=True,
+        persistent_workers=True,
+    )
     model = models.__dict__[f"resnet{args.num_layers}"]().to(device)
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
     model.train()
@@ -72,11 +87,28 @@ def baseline(args, device: torch.device, root: str) -> float:
 def ours(args, device: torch.device, train_data: str, out: str) -> float:
     """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess."""
     log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
-    flags = ["--train_data", train_data, "--num_layers", str(args.num_layers),
-             "--image_size", str(args.image_size), "--batch_size", str(args.batch_size),
-             "--epoch_size", str(args.steps * args.batch_size), "--num_epochs", "2",
-             "--num_workers", str(args.workers), "--log_dir", log_dir, "--num_labels", "1000",
-             "--print_every", str(10 * args.steps)]
+    flags = [
+        "--train_data",
+        train_data,
+        "--num_layers",
+        str(args.num_layers),
+        "--image_size",
+        str(args.image_size),
+        "--batch_size",
+        str(args.batch_size),
+        "--epoch_size",
+        str(args.steps * args.batch_size),
+        "--num_epochs",
+        "2",
+        "--num_workers",
+        str(args.workers),
+        "--log_dir",
+        log_dir,
+        "--num_labels",
+        "1000",
+        "--print_every",
+        str(10 * args.steps),
+    ]
     if device.type == "cuda":
         flags += ["--dtype", args.dtype, "--enable_tensor_core"]
         if train_data != "null" and not args.cpu_decode:
@@ -84,10 +116,16 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
     else:  # float32 like the baseline: CPUs without bfloat16 units run autocast slower
         flags += ["--use_cpu"]
     print("  ours:", " ".join(flags), flush=True)
-    run = subprocess.run([sys.executable, "-m", "resnet50_trainer", *flags], cwd=REPO,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
-    peaks = [line for line in run.stderr.splitlines() + run.stdout.splitlines()
-             if "peak GPU" in line]
+    run = subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    peaks = [
+        line for line in run.stderr.splitlines() + run.stdout.splitlines() if "peak GPU" in line
+    ]
     if run.returncode:
         raise SystemExit(f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}")
     if peaks:
@@ -107,8 +145,9 @@ def ddp_cost(args, device: torch.device) -> tuple[float, float]:
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
     labels = torch.randint(0, 1000, (args.batch_size,), device=device)
     model = models.__dict__[f"resnet{args.num_layers}"]().to(device)
-    wrapped = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                      gradient_as_bucket_view=True)
+    wrapped = DistributedDataParallel(
+        model, device_ids=[device] if device.type == "cuda" else None, gradient_as_bucket_view=True
+    )
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
 
     def rate(module) -> float:
@@ -124,8 +163,10 @@ def ddp_cost(args, device: torch.device) -> tuple[float, float]:
         return args.steps * args.batch_size / (time.perf_counter() - started)
 
     # Alternate so that drift (a shared machine, clocks) hits both alike; the median round wins.
-    results = sorted(((rate(model), rate(wrapped)) for _ in range(args.ddp_rounds)),
-                     key=lambda pair: pair[1] / pair[0])
+    results = sorted(
+        ((rate(model), rate(wrapped)) for _ in range(args.ddp_rounds)),
+        key=lambda pair: pair[1] / pair[0],
+    )
     dist.destroy_process_group()
     return results[len(results) // 2]
 
@@ -156,39 +197,50 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     parser.add_argument("--ddp_rounds", type=int, default=5, help="alternations without/with DDP")
     parser.add_argument("--cpu_decode", action="store_true", help="ours decodes on the CPU")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: "
-                        "baseline,end_to_end,compute,ddp")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: baseline,end_to_end,compute,ddp"
+    )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     root, lmdb_path = bench_data.build(args.out, args.images)
-    print(f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}; "
-          f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; "
-          f"data {bench_data.describe(root)}; "
-          f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}", flush=True)
+    print(
+        f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}; "
+        f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; "
+        f"data {bench_data.describe(root)}; "
+        f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}",
+        flush=True,
+    )
     figures = {}
     if "baseline" not in skip:
         figures["baseline"] = baseline(args, device, root)
-        print(f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
-              f"{_peak(device)}", flush=True)
+        print(
+            f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
+            f"{_peak(device)}",
+            flush=True,
+        )
     if "end_to_end" not in skip:
         figures["end_to_end"] = ours(args, device, lmdb_path, args.out)
         print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
     if "compute" not in skip:
         figures["compute"] = ours(args, device, "null", args.out)
-        print(f"ours compute only (--train_data null): {figures['compute']:.1f} images/s",
-              flush=True)
+        print(
+            f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True
+        )
     if {"baseline", "end_to_end"} <= figures.keys():
-        print("ratio ours end to end / baseline: "
-              f"{figures['end_to_end'] / figures['baseline']:.2f}x")
+        print(
+            f"ratio ours end to end / baseline: {figures['end_to_end'] / figures['baseline']:.2f}x"
+        )
     if {"compute", "end_to_end"} <= figures.keys():
         print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
     if "ddp" not in skip:
         plain, wrapped = ddp_cost(args, device)
-        print(f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
-              f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}")
+        print(
+            f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
+            f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}"
+        )
 
 
 if __name__ == "__main__":

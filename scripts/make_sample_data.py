@@ -19,8 +19,13 @@ from PIL import Image
 
 from resnet50_trainer.tools.db_create import CreateOptions, create_database
 
-COLOURS = {"red": (200, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 200),
-           "yellow": (210, 190, 40), "magenta": (190, 50, 180)}
+COLOURS = {
+    "red": (200, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 70, 200),
+    "yellow": (210, 190, 40),
+    "magenta": (190, 50, 180),
+}
 ORIENTATIONS = ("horizontal", "vertical")
 CLASS_NAMES = [f"{colour}_{orientation}" for colour in COLOURS for orientation in ORIENTATIONS]
 IMAGE_SIZE = 64
@@ -44,7 +49,7 @@ def make_image(colour: str, orientation: str, rng: np.random.Generator) -> Image
     stripe = ((along + phase) % period) < period // 2
     base = np.array(COLOURS[colour], dtype=np.float32) + rng.normal(0, 15, 3)
     patch = np.where(stripe[:, :, None], base, base * 0.35)
-    image[top:top + height, left:left + width] = patch + rng.normal(0, 6, (height, width, 3))
+    image[top : top + height, left : left + width] = patch + rng.normal(0, 6, (height, width, 3))
     return Image.fromarray(np.clip(np.rint(image), 0, 255).astype(np.uint8))
 
 
@@ -68,9 +73,14 @@ def main() -> None:
             source = os.path.join(images, split)
             write_images(source, per_class, seed)
             for db_type in ("lmdb", "leveldb"):
-                summary = create_database(CreateOptions(
-                    db_path=os.path.join(out, f"{split}_{db_type}"), source=source,
-                    db_type=db_type, overwrite=True))
+                summary = create_database(
+                    CreateOptions(
+                        db_path=os.path.join(out, f"{split}_{db_type}"),
+                        source=source,
+                        db_type=db_type,
+                        overwrite=True,
+                    )
+                )
                 print(f"{summary.db_path}: {summary.written} records")
 
 

@@ -20,12 +20,17 @@ def image_db(tmp_path):
     Record i has label i % num_labels and key "%08d_img{i}.jpg", so tests can count what was read.
     """
 
-    def make(name: str, num_records: int, num_labels: int, db_type: str = "lmdb",
-             height: int = 40, width: int = 48) -> str:
+    def make(
+        name: str,
+        num_records: int,
+        num_labels: int,
+        db_type: str = "lmdb",
+        height: int = 40,
+        width: int = 48,
+    ) -> str:
         return write_image_db(str(tmp_path / name), num_records, num_labels, db_type, height, width)
 
     return make
-
 
 
 @pytest.fixture
@@ -37,8 +42,10 @@ def tmpfs(tmp_path):
     def mount(name: str, size: str) -> str:
         directory = tmp_path / name
         directory.mkdir()
-        refused = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                                  str(directory)], capture_output=True)
+        refused = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+            capture_output=True,
+        )
         if refused.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {refused.stderr.decode().strip()}")
         mounted.append(directory)

@@ -27,8 +27,11 @@ def random_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> 
 def smooth_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
     """HxWxC uint8 gradients plus a little noise: compresses like a photo, unlike pure noise."""
     rows, columns = np.mgrid[0:height, 0:width]
-    planes = [rows * 255 // max(1, height - 1), columns * 255 // max(1, width - 1),
-              (rows + columns) * 127 // max(1, height + width - 2)]
+    planes = [
+        rows * 255 // max(1, height - 1),
+        columns * 255 // max(1, width - 1),
+        (rows + columns) * 127 // max(1, height + width - 2),
+    ]
     base = np.stack(planes, axis=2)[:, :, :channels]
     noise = np.random.default_rng(seed).integers(-8, 9, base.shape)
     return np.clip(base + noise, 0, 255).astype(np.uint8)
@@ -42,13 +45,18 @@ def encode_image(pixels: np.ndarray, image_format: str = "JPEG", quality: int = 
     return buffer.getvalue()
 
 
-def make_jpeg(height: int = 32, width: int = 48, channels: int = 3, seed: int = 0,
-              quality: int = 90) -> bytes:
+def make_jpeg(
+    height: int = 32, width: int = 48, channels: int = 3, seed: int = 0, quality: int = 90
+) -> bytes:
     return encode_image(smooth_pixels(height, width, channels, seed), "JPEG", quality)
 
 
-def datum_record(label: int, pixels: np.ndarray | None = None, encoded: bytes | None = None,
-                 as_float: bool = False) -> bytes:
+def datum_record(
+    label: int,
+    pixels: np.ndarray | None = None,
+    encoded: bytes | None = None,
+    as_float: bool = False,
+) -> bytes:
     """A Datum: encoded -> data + label + encoded=true (convert_imageset keeping the file);
     pixels -> channels/height/width + CHW BGR bytes in data (or float_data when as_float)."""
     datum = protos.Datum()
@@ -70,9 +78,13 @@ def datum_record(label: int, pixels: np.ndarray | None = None, encoded: bytes | 
     return datum.SerializeToString()
 
 
-def tensorprotos_record(label: int, pixels: np.ndarray | None = None,
-                        encoded: bytes | None = None, as_float: bool = False,
-                        bbox: list[int] | None = None) -> bytes:
+def tensorprotos_record(
+    label: int,
+    pixels: np.ndarray | None = None,
+    encoded: bytes | None = None,
+    as_float: bool = False,
+    bbox: list[int] | None = None,
+) -> bytes:
     """TensorProtos [image, INT32 label(, INT32 bbox)]: encoded -> STRING, dims [1] (make_image_db);
     pixels -> BYTE HWC BGR, dims [H, W, 3] or [H, W] for gray (make_image_db --raw);
     as_float -> FLOAT CHW BGR, dims [C, H, W] (lmdb_create_example.py)."""
@@ -125,8 +137,9 @@ def caffe_key(index: int, relative_path: str) -> bytes:
     return f"{index:08d}_{relative_path}".encode()
 
 
-def write_class_folders(root: str, class_count: int = 2, per_class: int = 3, size: int = 32,
-                        image_format: str = "JPEG") -> list[np.ndarray]:
+def write_class_folders(
+    root: str, class_count: int = 2, per_class: int = 3, size: int = 32, image_format: str = "JPEG"
+) -> list[np.ndarray]:
     """root/class_<k>/img_<i>.<ext> images; returns their pixels in the sorted order `create`
     reads them (class by class, file names sorted)."""
     extension = {"JPEG": "jpg", "PNG": "png"}[image_format]
@@ -142,10 +155,20 @@ def write_class_folders(root: str, class_count: int = 2, per_class: int = 3, siz
     return written
 
 
-def write_image_db(path: str, num_records: int, num_labels: int, db_type: str = "lmdb",
-                   height: int = 40, width: int = 48) -> str:
+def write_image_db(
+    path: str,
+    num_records: int,
+    num_labels: int,
+    db_type: str = "lmdb",
+    height: int = 40,
+    width: int = 48,
+) -> str:
     """JPEG Datum records; record i has label i % num_labels and key "%08d_img{i}.jpg"."""
-    records = [(caffe_key(i, f"img{i}.jpg"),
-                datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)))
-               for i in range(num_records)]
+    records = [
+        (
+            caffe_key(i, f"img{i}.jpg"),
+            datum_record(i % num_labels, encoded=make_jpeg(height, width, seed=i)),
+        )
+        for i in range(num_records)
+    ]
     return write_db(path, db_type, records)

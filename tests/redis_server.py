@@ -24,9 +24,22 @@ def free_port() -> int:
 def running_redis(*extra_args: str):
     """Yields the port of a fresh, empty, non-persistent redis-server; stops it afterwards."""
     port = free_port()
-    server = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", *extra_args],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            REDIS_SERVER,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *extra_args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:

@@ -1,5 +1,6 @@
 """Bad input at start: one line naming the problem and the fix, exit 2, no traceback, and no file
-of an earlier run touched. The command line runs in-process; nothing is spawned before the checks."""
+of an earlier run touched. The command line runs in-process; nothing is spawned before the
+checks."""
 
 from __future__ import annotations
 
@@ -68,26 +69,37 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
     model = build_model(layers, labels, 3)
     arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
     state = dict.fromkeys(checkpoint.REQUIRED_KEYS, 0)
-    state.update(model=model.state_dict(), arguments=arguments, global_batch_size=8, world_size=1,
-                 optimizer={"state": {}, "param_groups": []}, torch_rng_state=torch.get_rng_state(),
-                 epoch_sums=None)
+    state.update(
+        model=model.state_dict(),
+        arguments=arguments,
+        global_batch_size=8,
+        world_size=1,
+        optimizer={"state": {}, "param_groups": []},
+        torch_rng_state=torch.get_rng_state(),
+        epoch_sums=None,
+    )
     checkpoint.save_checkpoint(state, path)
-    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
+    line = start(
+        capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path
+    )
     assert f"was made with --{flag}" in line
 
 
 def test_not_a_checkpoint(capsys, earlier_run, image_db, tmp_path):
     path = tmp_path / "junk.pt"
     path.write_bytes(b"not a checkpoint")
-    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path",
-                 str(path))
+    line = start(
+        capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", str(path)
+    )
     assert "not a readable checkpoint" in line
 
 
 def test_checkpoint_without_resume_state(capsys, earlier_run, image_db, tmp_path):
     path = str(tmp_path / "weights_only.pt")
     torch.save({"model": build_model(18, 4, 3).state_dict()}, path)
-    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path)
+    line = start(
+        capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path
+    )
     assert "lacks arguments, epoch, epoch_seconds" in line and "too old to resume" in line
 
 
@@ -96,6 +108,7 @@ def test_directory_that_cannot_be_written(capsys, earlier_run, image_db, tmp_pat
     # Root may write anywhere, so the directory is made impossible: its parent is a file.
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    line = start(capsys, earlier_run, "--train_data", image_db("db", 16, 4), flag,
-                 str(blocker / "logs"))
+    line = start(
+        capsys, earlier_run, "--train_data", image_db("db", 16, 4), flag, str(blocker / "logs")
+    )
     assert f"{flag} {blocker / 'logs'} cannot be written" in line

@@ -34,15 +34,23 @@ def jpeg_of(image, **options):
 
 
 def records_of(decoding, path, train=True, size=32, scale=40):
-    settings = InputSettings(num_labels=4, num_channels=3, scale=scale, image_size=size, seed=7,
-                             num_workers=0, decode_on_gpu=decoding is GpuDecode)
+    settings = InputSettings(
+        num_labels=4,
+        num_channels=3,
+        scale=scale,
+        image_size=size,
+        seed=7,
+        num_workers=0,
+        decode_on_gpu=decoding is GpuDecode,
+    )
     return ImageRecords(path, "lmdb", read_keys(path, "lmdb"), settings, train, decoding(settings))
 
 
 def test_bench_prints_images_per_second_last(image_db, capsys):
     db = image_db("bench", 12, 4)
-    status = db_bench.main([db, "--batch_size", "4", "--image_size", "32", "--num_workers", "1",
-                            "--batches", "5"])
+    status = db_bench.main(
+        [db, "--batch_size", "4", "--image_size", "32", "--num_workers", "1", "--batches", "5"]
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert status == 0 and last.startswith("images/sec: ") and float(last.split()[-1]) > 0
 
@@ -77,9 +85,14 @@ def cpu_and_gpu_path_batches(db, count):
 
 def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
     # Shorter side below 2 x scale (40), so the CPU path decodes at full size too.
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
-        for i in range(8)])
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [
+            (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
+            for i in range(8)
+        ],
+    )
     for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
         # Both decoders are libjpeg-turbo and both resizes PyTorch's: the same pixels.
         assert torch.equal(decoded.images, cpu.images) and torch.equal(decoded.labels, cpu.labels)
@@ -90,9 +103,14 @@ def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path):
     # size, and the same plan cuts both (each in its own pixels). Tolerance: mean absolute
     # difference under 3 levels a crop (here 0.3 to 1.9: the DCT's filter against PyTorch's
     # antialiased bilinear; a crop shifted by a pixel would be off by about the noise, 4 levels).
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(80 + 9 * i, 90 + 13 * i, seed=i)))
-        for i in range(8)])
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [
+            (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(80 + 9 * i, 90 + 13 * i, seed=i)))
+            for i in range(8)
+        ],
+    )
     for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
         difference = (cpu.images.float() - decoded.images.float()).abs()
         assert difference.mean(dim=(1, 2, 3)).max() < 3 and torch.equal(decoded.labels, cpu.labels)
@@ -102,15 +120,20 @@ def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path):
 def test_cpu_path_reads_gray_and_cmyk_jpegs_and_counts_a_truncated_one_as_bad(tmp_path):
     colour = Image.fromarray(smooth_pixels(96, 120, seed=4))  # 1/2 scale at --scale 40
     truncated = jpeg_of(colour)
-    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"0_rgb", datum_record(0, encoded=jpeg_of(colour))),
-        (b"1_gray", datum_record(1, encoded=jpeg_of(colour.convert("L")))),
-        (b"2_cmyk", datum_record(2, encoded=jpeg_of(colour.convert("CMYK")))),  # Pillow decodes
-        (b"3_bad", datum_record(3, encoded=truncated)),
-    ])
-    batch = next(iter(make_loader(records_of(CpuDecode, db, train=False), [list(range(4))], 0,
-                                  False)))
+    truncated = truncated[: len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [
+            (b"0_rgb", datum_record(0, encoded=jpeg_of(colour))),
+            (b"1_gray", datum_record(1, encoded=jpeg_of(colour.convert("L")))),
+            (b"2_cmyk", datum_record(2, encoded=jpeg_of(colour.convert("CMYK")))),  # Pillow decodes
+            (b"3_bad", datum_record(3, encoded=truncated)),
+        ],
+    )
+    batch = next(
+        iter(make_loader(records_of(CpuDecode, db, train=False), [list(range(4))], 0, False))
+    )
     assert batch.bad_keys == [b"3_bad"] and batch.labels.tolist() == [0, 1, 2, 0]
     rgb, gray, cmyk = batch.images[:3].float()
     assert (gray[0] == gray[1]).all() and (gray[1] == gray[2]).all()
@@ -122,13 +145,17 @@ def test_cpu_path_reads_gray_and_cmyk_jpegs_and_counts_a_truncated_one_as_bad(tm
 def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_path, caplog):
     pixels = smooth_pixels(48, 56, seed=3)
     truncated = make_jpeg(160, 200, seed=1)
-    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"0_jpeg", datum_record(0, encoded=make_jpeg(48, 56, seed=3))),
-        (b"1_png", datum_record(1, encoded=encode_image(pixels, "PNG"))),
-        (b"2_raw", datum_record(2, pixels=pixels)),
-        (b"3_bad", datum_record(3, encoded=truncated)),
-    ])
+    truncated = truncated[: len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [
+            (b"0_jpeg", datum_record(0, encoded=make_jpeg(48, 56, seed=3))),
+            (b"1_png", datum_record(1, encoded=encode_image(pixels, "PNG"))),
+            (b"2_raw", datum_record(2, pixels=pixels)),
+            (b"3_bad", datum_record(3, encoded=truncated)),
+        ],
+    )
     items = [[(p, p) for p in range(4)]]
     cpu = next(iter(make_loader(records_of(CpuDecode, db), items, 0, False)))
     encoded = next(iter(make_loader(records_of(GpuDecode, db), items, 0, False)))
@@ -146,13 +173,17 @@ def test_both_paths_fill_a_batch_alike_when_input_and_device_failures_meet(tmp_p
     """A record the device fails on, beside one the input process failed on: each is named once,
     and both paths put the two decoded records first, then copies of them."""
     truncated = make_jpeg(160, 200, seed=1)
-    truncated = truncated[:len(truncated) * 3 // 5]  # the header parses, the body fails
-    db = write_db(str(tmp_path / "db"), "lmdb", [
-        (b"0_bad_jpeg", datum_record(0, encoded=truncated)),
-        (b"1_garbage", b"\x08\x01 not a record"),
-        (b"2_jpeg", datum_record(2, encoded=make_jpeg(48, 56, seed=2))),
-        (b"3_jpeg", datum_record(3, encoded=make_jpeg(50, 60, seed=3))),
-    ])
+    truncated = truncated[: len(truncated) * 3 // 5]  # the header parses, the body fails
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [
+            (b"0_bad_jpeg", datum_record(0, encoded=truncated)),
+            (b"1_garbage", b"\x08\x01 not a record"),
+            (b"2_jpeg", datum_record(2, encoded=make_jpeg(48, 56, seed=2))),
+            (b"3_jpeg", datum_record(3, encoded=make_jpeg(50, 60, seed=3))),
+        ],
+    )
     items = [[(p, p) for p in range(4)]]
     cpu = next(iter(make_loader(records_of(CpuDecode, db), items, 0, False)))
     encoded = next(iter(make_loader(records_of(GpuDecode, db), items, 0, False)))
@@ -189,8 +220,11 @@ def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
 def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_path):
     """Raised in an input process, the error would reach the user inside its traceback. Evaluation
     (allow_empty) gets the batch empty, with its keys, to count them."""
-    db = write_db(str(tmp_path / "garbage"), "lmdb",
-                  [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)])
+    db = write_db(
+        str(tmp_path / "garbage"),
+        "lmdb",
+        [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)],
+    )
     for decoding in (CpuDecode, GpuDecode):
         records = records_of(decoding, db)
         loader = make_loader(records, [[(p, p) for p in range(4)]], 1, False)

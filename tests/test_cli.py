@@ -26,13 +26,41 @@ from resnet50_trainer.tools import db
 from trainer_runs import REPOSITORY
 
 ORIGINAL_FLAGS = [
-    "--train_data", "--test_data", "--db_type", "--gpus", "--num_gpus", "--model_parallel",
-    "--num_channels", "--image_size", "--num_labels", "--batch_size", "--epoch_size",
-    "--num_epochs", "--base_learning_rate", "--weight_decay", "--cudnn_workspace_limit_mb",
-    "--num_shards", "--shard_id", "--run_id", "--redis_host", "--redis_port", "--file_store_path",
-    "--save_model_name", "--load_model_path", "--use_cpu", "--dtype", "--float16_compute",
-    "--enable_tensor_core", "--distributed_transport", "--distributed_interfaces",
-    "--num_layers", "--first_iter_timeout", "--timeout", "--log_dir", "--num_workers", "--scale",
+    "--train_data",
+    "--test_data",
+    "--db_type",
+    "--gpus",
+    "--num_gpus",
+    "--model_parallel",
+    "--num_channels",
+    "--image_size",
+    "--num_labels",
+    "--batch_size",
+    "--epoch_size",
+    "--num_epochs",
+    "--base_learning_rate",
+    "--weight_decay",
+    "--cudnn_workspace_limit_mb",
+    "--num_shards",
+    "--shard_id",
+    "--run_id",
+    "--redis_host",
+    "--redis_port",
+    "--file_store_path",
+    "--save_model_name",
+    "--load_model_path",
+    "--use_cpu",
+    "--dtype",
+    "--float16_compute",
+    "--enable_tensor_core",
+    "--distributed_transport",
+    "--distributed_interfaces",
+    "--num_layers",
+    "--first_iter_timeout",
+    "--timeout",
+    "--log_dir",
+    "--num_workers",
+    "--scale",
 ]
 
 
@@ -41,15 +69,20 @@ def parse(argv, gpus_present=0):
 
 
 def test_every_original_flag_is_accepted_by_the_parser():
-    option_strings = {option for action in build_parser()._actions
-                      for option in action.option_strings}
+    option_strings = {
+        option for action in build_parser()._actions for option in action.option_strings
+    }
     assert set(ORIGINAL_FLAGS) <= option_strings
 
 
 def test_defaults_follow_the_original(tmp_path):
     config = parse(["--train_data", "null", "--use_cpu"])
     assert (config.db_type, config.num_gpus, config.num_channels, config.image_size) == (
-        "lmdb", 1, 3, 227)
+        "lmdb",
+        1,
+        3,
+        227,
+    )
     assert (config.num_labels, config.batch_size, config.num_epochs) == (1000, 32, 1000)
     assert (config.base_learning_rate, config.weight_decay, config.redis_port) == (0.1, 1e-4, 6379)
     assert config.save_model_name == "resnet50_model" and config.file_store_path == "/tmp"
@@ -57,35 +90,55 @@ def test_defaults_follow_the_original(tmp_path):
 
 
 def test_derived_values():
-    config = parse(["--train_data", "null", "--use_cpu", "--num_gpus", "2", "--batch_size", "64",
-                    "--image_size", "224"])
+    config = parse(
+        [
+            "--train_data",
+            "null",
+            "--use_cpu",
+            "--num_gpus",
+            "2",
+            "--batch_size",
+            "64",
+            "--image_size",
+            "224",
+        ]
+    )
     assert config.scale == 256
     assert (config.device_batch_size, config.global_batch_size, config.world_size) == (32, 64, 2)
     assert config.effective_learning_rate == pytest.approx(0.1 * 64 / 256)
     assert config.iterations_per_epoch(1000) == 15  # one pass over the DB without --epoch_size
 
 
-@pytest.mark.parametrize("argv, gpus, message", [
-    (["--use_cpu", "--num_gpus", "3", "--batch_size", "16"], 0, "does not divide by the 3 devices"),
-    (["--gpus", "0,1", "--num_gpus", "3"], 4, "give one of the two"),
-    (["--num_gpus", "4"], 2, "this machine has 2"),
-    (["--num_gpus", "1"], 0, "add --use_cpu"),
-    (["--use_cpu", "--gpus", "0"], 0, "drop one of them"),
-    (["--use_cpu", "--shard_id", "1"], 0, "not below --num_shards"),
-    (["--use_cpu", "--image_size", "300", "--scale", "256"], 0, "above --scale"),
-    (["--model_parallel", "--num_gpus", "1"], 1, "2 GPUs, so 2 GPUs are needed"),
-    (["--model_parallel", "--gpus", "0,1,2"], 4, "even number of GPUs"),
-    (["--model_parallel", "--gpus", "0,1", "--num_gpus", "2"], 4, "give one of the two"),
-    (["--use_cpu", "--pipeline_chunks", "2"], 0, "add --model_parallel"),
-])
+@pytest.mark.parametrize(
+    "argv, gpus, message",
+    [
+        (
+            ["--use_cpu", "--num_gpus", "3", "--batch_size", "16"],
+            0,
+            "does not divide by the 3 devices",
+        ),
+        (["--gpus", "0,1", "--num_gpus", "3"], 4, "give one of the two"),
+        (["--num_gpus", "4"], 2, "this machine has 2"),
+        (["--num_gpus", "1"], 0, "add --use_cpu"),
+        (["--use_cpu", "--gpus", "0"], 0, "drop one of them"),
+        (["--use_cpu", "--shard_id", "1"], 0, "not below --num_shards"),
+        (["--use_cpu", "--image_size", "300", "--scale", "256"], 0, "above --scale"),
+        (["--model_parallel", "--num_gpus", "1"], 1, "2 GPUs, so 2 GPUs are needed"),
+        (["--model_parallel", "--gpus", "0,1,2"], 4, "even number of GPUs"),
+        (["--model_parallel", "--gpus", "0,1", "--num_gpus", "2"], 4, "give one of the two"),
+        (["--use_cpu", "--pipeline_chunks", "2"], 0, "add --model_parallel"),
+    ],
+)
 def test_contradictory_settings_are_refused(argv, gpus, message):
     with pytest.raises(UserError, match=message):
         parse(["--train_data", "null", *argv], gpus)
 
 
 def test_model_parallel_takes_gpus_in_pairs():
-    config = parse(["--train_data", "null", "--model_parallel", "--num_gpus", "2",
-                    "--batch_size", "64"], gpus_present=4)
+    config = parse(
+        ["--train_data", "null", "--model_parallel", "--num_gpus", "2", "--batch_size", "64"],
+        gpus_present=4,
+    )
     assert config.gpus == (0, 1, 2, 3) and config.num_gpus == 2 and config.device_batch_size == 32
     listed = parse(["--train_data", "null", "--model_parallel", "--gpus", "2,3"], gpus_present=4)
     assert listed.gpus == (2, 3) and listed.num_gpus == 1
@@ -100,8 +153,18 @@ def test_missing_database_is_refused(tmp_path):
 
 def test_bad_flag_exits_2_with_one_line_and_no_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "resnet50_trainer", "--train_data", str(tmp_path / "missing_db"),
-         "--use_cpu"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "resnet50_trainer",
+            "--train_data",
+            str(tmp_path / "missing_db"),
+            "--use_cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -110,9 +173,13 @@ def test_bad_flag_exits_2_with_one_line_and_no_traceback(tmp_path):
 
 
 def test_help_reads_well():
-    result = subprocess.run([sys.executable, "-m", "resnet50_trainer", "--help"],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "REDIS_PASSWORD": "hunter2"})
+    result = subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "REDIS_PASSWORD": "hunter2"},
+    )
     assert result.returncode == 0
     for flag in ORIGINAL_FLAGS:
         assert flag in result.stdout
@@ -128,8 +195,12 @@ def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
     from resnet50_trainer.config import Config
 
     config = parse(["--train_data", "null", "--use_cpu"])
-    fields = dict(config.to_dict(), gpus=(), redis_host="redis://:hunter2@10.0.0.5:6380/2",
-                  redis_password="hunter2")
+    fields = dict(
+        config.to_dict(),
+        gpus=(),
+        redis_host="redis://:hunter2@10.0.0.5:6380/2",
+        redis_password="hunter2",
+    )
     saved = Config(**fields).to_dict()
     assert "hunter2" not in repr(saved)
     assert saved["redis_host"] == "redis://:***@10.0.0.5:6380/2"
@@ -138,18 +209,25 @@ def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
 def test_help_and_refusals_do_not_import_torch():
     """--help and a refused flag answer at once: torch's import (seconds) waits until the flags
     hold."""
-    probe = ("import sys\n"
-             "from resnet50_trainer.cli import main\n"
-             "for argv in (['--help'], ['--train_data', 'x', '--batch_size', 'nan'],\n"
-             "             ['--train_data', '/nonexistent', '--use_cpu']):\n"
-             "    try:\n"
-             "        main(argv)\n"
-             "    except SystemExit:\n"
-             "        pass\n"
-             "print(sorted(name for name in sys.modules "
-             "if name.split('.')[0] in ('torch', 'torchvision')))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    probe = (
+        "import sys\n"
+        "from resnet50_trainer.cli import main\n"
+        "for argv in (['--help'], ['--train_data', 'x', '--batch_size', 'nan'],\n"
+        "             ['--train_data', '/nonexistent', '--use_cpu']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(name for name in sys.modules "
+        "if name.split('.')[0] in ('torch', 'torchvision')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
@@ -160,11 +238,16 @@ def test_each_flag_is_the_config_field_of_its_name():
     assert flags == {field.name for field in dataclasses.fields(Config)}
 
 
-@pytest.mark.parametrize("error, status", [
-    (UserError("--flag 3 is wrong: give 4"), 2), (RecordError("record 7 is no image"), 2),
-    (Diverged("training diverged: loss nan"), 1), (PeerLost("a peer was lost"), 1),
-    (RunFailed("rank 1 stopped"), 1),
-])
+@pytest.mark.parametrize(
+    "error, status",
+    [
+        (UserError("--flag 3 is wrong: give 4"), 2),
+        (RecordError("record 7 is no image"), 2),
+        (Diverged("training diverged: loss nan"), 1),
+        (PeerLost("a peer was lost"), 1),
+        (RunFailed("rank 1 stopped"), 1),
+    ],
+)
 def test_every_command_ends_on_what_happened_in_one_line(error, status, capsys):
     def fails():
         raise error
@@ -196,15 +279,22 @@ def test_a_record_that_cannot_be_decoded_ends_a_db_command_in_one_line(tmp_path,
 def test_a_training_process_leaves_without_the_interpreters_teardown():
     """errors.leave: exit handlers run and output is flushed, the status is kept, and nothing is
     torn down after (where a Gloo thread freeing a collective would abort the process)."""
-    script = ("import atexit, sys\n"
-              "from resnet50_trainer.errors import leave\n"
-              "class TornDown:\n"
-              "    def __del__(self):\n"
-              "        print('torn down', flush=True)\n"
-              "kept = TornDown()\n"  # a module's global: freed only by the interpreter's teardown
-              "atexit.register(print, ' exit handler')\n"
-              "sys.stdout.write('buffered')\n"
-              "leave(3)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    script = (
+        "import atexit, sys\n"
+        "from resnet50_trainer.errors import leave\n"
+        "class TornDown:\n"
+        "    def __del__(self):\n"
+        "        print('torn down', flush=True)\n"
+        "kept = TornDown()\n"  # a module's global: freed only by the interpreter's teardown
+        "atexit.register(print, ' exit handler')\n"
+        "sys.stdout.write('buffered')\n"
+        "leave(3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        timeout=60,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (3, "buffered exit handler\n", "")

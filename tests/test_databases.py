@@ -43,10 +43,16 @@ def test_wrong_paths_and_types_are_user_errors_with_the_fix(tmp_path):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "data.mdb").write_bytes(b"\x00" * 8192)
     cases = [
-        (lmdb_path, "leveldb", "is an LMDB database but --db_type leveldb was given; "
-                               "pass --db_type lmdb"),
-        (leveldb_path, "lmdb", "is a LevelDB database but --db_type lmdb was given; "
-                               "pass --db_type leveldb"),
+        (
+            lmdb_path,
+            "leveldb",
+            "is an LMDB database but --db_type leveldb was given; pass --db_type lmdb",
+        ),
+        (
+            leveldb_path,
+            "lmdb",
+            "is a LevelDB database but --db_type lmdb was given; pass --db_type leveldb",
+        ),
         (str(tmp_path / "nowhere"), "lmdb", "does not exist"),
         (str(tmp_path / "plain"), "lmdb", "holds neither an LMDB"),
         (str(tmp_path / "file"), "lmdb", "is a file, not a directory"),
@@ -101,8 +107,9 @@ def test_leveldb_reads_tables_through_links_and_removes_its_snapshot(tmp_path):
     tables = sorted(name for name in os.listdir(path) if name.endswith(".ldb"))
     database = open_database(path, "leveldb")
     snapshot = database._snapshot
-    assert tables and all(os.readlink(os.path.join(snapshot, name)) == os.path.join(path, name)
-                          for name in tables)
+    assert tables and all(
+        os.readlink(os.path.join(snapshot, name)) == os.path.join(path, name) for name in tables
+    )
     assert database.get(b"002") == b"value-2"
     database.close()
     database.close()
@@ -135,11 +142,13 @@ def test_leveldb_writer_leaves_a_compacted_database_without_info_logs(tmp_path):
             writer.put(key, value)
     names = os.listdir(path)
     assert "LOG" not in names and "LOG.old" not in names
-    assert all(os.path.getsize(os.path.join(path, name)) == 0
-               for name in names if name.endswith(".log"))
+    assert all(
+        os.path.getsize(os.path.join(path, name)) == 0 for name in names if name.endswith(".log")
+    )
     with open_database(path, "leveldb") as database:
-        assert [database.get(key) for key in database.keys()] == \
-            [value for _, value in sorted(RECORDS)]
+        assert [database.get(key) for key in database.keys()] == [
+            value for _, value in sorted(RECORDS)
+        ]
 
 
 @pytest.mark.parametrize("db_type", DB_TYPES)
@@ -170,16 +179,25 @@ def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
     from resnet50_trainer.data.settings import InputSettings
 
     keys = [caffe_key(i, f"img{i}.jpg") for i in range(8)]
-    db = write_db(str(tmp_path / "db"), "leveldb",
-                  [(key, datum_record(i % 2, encoded=make_jpeg(40, 48, seed=i)))
-                   for i, key in enumerate(keys)])
+    db = write_db(
+        str(tmp_path / "db"),
+        "leveldb",
+        [
+            (key, datum_record(i % 2, encoded=make_jpeg(40, 48, seed=i)))
+            for i, key in enumerate(keys)
+        ],
+    )
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # inherited by the forked workers
     settings = InputSettings(2, 3, 37, 32, 0, num_workers=2, decode_on_gpu=False)
     records = ImageRecords(db, "leveldb", keys, settings, train=False, decoding=CpuDecode(settings))
-    loader = DataLoader(records, batch_sampler=[[0, 1, 2, 3], [4, 5, 6, 7]], num_workers=2,
-                        collate_fn=records.decoding.collate)
+    loader = DataLoader(
+        records,
+        batch_sampler=[[0, 1, 2, 3], [4, 5, 6, 7]],
+        num_workers=2,
+        collate_fn=records.decoding.collate,
+    )
     assert sum(len(batch.labels) for batch in loader) == 8  # each worker opened a snapshot
     del loader
     assert list(temporary.iterdir()) == []

@@ -41,8 +41,23 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _dump(db, db_type, index, out, num_channels=3):
-    assert main(["dump", db, "--db_type", db_type, "--index", str(index), "--out", out,
-                 "--num_channels", str(num_channels)]) == 0
+    assert (
+        main(
+            [
+                "dump",
+                db,
+                "--db_type",
+                db_type,
+                "--index",
+                str(index),
+                "--out",
+                out,
+                "--num_channels",
+                str(num_channels),
+            ]
+        )
+        == 0
+    )
     return np.asarray(Image.open(out))
 
 
@@ -59,12 +74,26 @@ def test_create_then_dump_gives_back_the_pixels(tmp_path, db_type, record_format
     sources = write_class_folders(str(tmp_path / "images"), 2, 2, image_format=image_format)
     db = str(tmp_path / "db")
     flags = ["--raw"] if storage == "raw" else []
-    assert main(["create", str(tmp_path / "images"), db, "--db_type", db_type,
-                 "--format", record_format, *flags]) == 0
+    assert (
+        main(
+            [
+                "create",
+                str(tmp_path / "images"),
+                db,
+                "--db_type",
+                db_type,
+                "--format",
+                record_format,
+                *flags,
+            ]
+        )
+        == 0
+    )
     stored = _stored_values(db, db_type)
-    assert [key for key, _ in stored] == [caffe_key(i, f"class_{i // 2}/img_{i % 2}."
-                                                     f"{storage if storage != 'raw' else 'png'}")
-                                          for i in range(4)]
+    assert [key for key, _ in stored] == [
+        caffe_key(i, f"class_{i // 2}/img_{i % 2}.{storage if storage != 'raw' else 'png'}")
+        for i in range(4)
+    ]
     for index, (pixels, (_, value)) in enumerate(zip(sources, stored)):
         dumped = _dump(db, db_type, index, str(tmp_path / f"{index}.png"))
         record = parse_record(value)
@@ -80,10 +109,12 @@ def test_raw_records_are_laid_out_as_the_original_tools_write_them(tmp_path):
     sources = write_class_folders(str(tmp_path / "images"), 1, 1, image_format="PNG")
     for record_format, builder in [("datum", datum_record), ("tensorprotos", tensorprotos_record)]:
         db = str(tmp_path / record_format)
-        assert main(["create", str(tmp_path / "images"), db, "--raw",
-                     "--format", record_format]) == 0
-        assert _stored_values(db, "lmdb") == [(caffe_key(0, "class_0/img_0.png"),
-                                               builder(0, sources[0]))]
+        assert (
+            main(["create", str(tmp_path / "images"), db, "--raw", "--format", record_format]) == 0
+        )
+        assert _stored_values(db, "lmdb") == [
+            (caffe_key(0, "class_0/img_0.png"), builder(0, sources[0]))
+        ]
 
 
 def test_encoded_datum_keeps_the_file_bytes_as_convert_imageset_does(tmp_path):
@@ -99,8 +130,25 @@ def test_encoded_datum_keeps_the_file_bytes_as_convert_imageset_does(tmp_path):
 def test_resize_gray_and_reencoding(tmp_path):
     write_class_folders(str(tmp_path / "images"), 1, 2, size=32)
     db = str(tmp_path / "db")
-    assert main(["create", str(tmp_path / "images"), db, "--gray", "--encode_type", "png",
-                 "--resize_height", "16", "--resize_width", "20", "--db_type", "leveldb"]) == 0
+    assert (
+        main(
+            [
+                "create",
+                str(tmp_path / "images"),
+                db,
+                "--gray",
+                "--encode_type",
+                "png",
+                "--resize_height",
+                "16",
+                "--resize_width",
+                "20",
+                "--db_type",
+                "leveldb",
+            ]
+        )
+        == 0
+    )
     record = parse_record(_stored_values(db, "leveldb")[0][1])
     assert Image.open(io.BytesIO(record.encoded)).format == "PNG"
     assert _dump(db, "leveldb", 0, str(tmp_path / "g.png"), num_channels=1).shape == (16, 20)
@@ -112,26 +160,41 @@ def test_resize_gray_and_reencoding(tmp_path):
 def test_reads_databases_written_like_caffe_and_caffe2_tools(tmp_path):
     colour, gray = random_pixels(6, 9, 3, seed=1), random_pixels(6, 9, 1, seed=2)
     jpeg = make_jpeg(12, 16)
-    values = [datum_record(0, colour), datum_record(1, gray), datum_record(2, encoded=jpeg),
-              tensorprotos_record(3, encoded=jpeg), tensorprotos_record(4, colour),
-              tensorprotos_record(5, gray), tensorprotos_record(6, colour, as_float=True)]
-    expected = [colour, np.repeat(gray, 3, axis=2),
-                np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))]
+    values = [
+        datum_record(0, colour),
+        datum_record(1, gray),
+        datum_record(2, encoded=jpeg),
+        tensorprotos_record(3, encoded=jpeg),
+        tensorprotos_record(4, colour),
+        tensorprotos_record(5, gray),
+        tensorprotos_record(6, colour, as_float=True),
+    ]
+    expected = [
+        colour,
+        np.repeat(gray, 3, axis=2),
+        np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB")),
+    ]
     expected = expected + [expected[2], colour, expected[1], colour]
     for db_type in ("lmdb", "leveldb"):
-        db = write_db(str(tmp_path / db_type), db_type,
-                      [(caffe_key(i, f"x/{i}.jpg"), value) for i, value in enumerate(values)])
+        db = write_db(
+            str(tmp_path / db_type),
+            db_type,
+            [(caffe_key(i, f"x/{i}.jpg"), value) for i, value in enumerate(values)],
+        )
         for index, pixels in enumerate(expected):
-            np.testing.assert_array_equal(_dump(db, db_type, index, str(tmp_path / "o.png")),
-                                          pixels)
+            np.testing.assert_array_equal(
+                _dump(db, db_type, index, str(tmp_path / "o.png")), pixels
+            )
 
 
 def test_inspect_counts_planted_corrupt_records(tmp_path, capsys):
     good = [datum_record(i % 3, encoded=make_jpeg(20, 30, seed=i)) for i in range(6)]
     mismatch = protos.Datum(channels=3, height=4, width=4, data=bytes(47), label=2)
-    bad = {b"90_garbage": b"\x99\x98 not a proto",
-           b"91_truncated": datum_record(1, encoded=make_jpeg(32, 32)[:-100]),
-           b"92_mismatch": mismatch.SerializeToString()}
+    bad = {
+        b"90_garbage": b"\x99\x98 not a proto",
+        b"91_truncated": datum_record(1, encoded=make_jpeg(32, 32)[:-100]),
+        b"92_mismatch": mismatch.SerializeToString(),
+    }
     records = [(caffe_key(i, "ok.jpg"), value) for i, value in enumerate(good)]
     records += list(bad.items()) + [(b"93_raw", tensorprotos_record(0, random_pixels(5, 4, 1)))]
     db = write_db(str(tmp_path / "db"), "leveldb", records)
@@ -139,24 +202,39 @@ def test_inspect_counts_planted_corrupt_records(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["records"] == 10 and report["inspected"] == 10
     assert report["failed"]["count"] == 3
-    assert [entry["key"] for entry in report["failed"]["first"]] == [
-        key.decode() for key in bad]
+    assert [entry["key"] for entry in report["failed"]["first"]] == [key.decode() for key in bad]
     assert report["formats"] == {"datum": 6 + 1, "tensorprotos": 1}  # the truncated JPEG parses
     assert report["storage"] == {"encoded": 7, "raw": 1}
     assert report["encodings"] == {"JPEG": 6}
     assert report["channels"] == {"3": 6, "1": 1}
     assert report["labels"]["counts"] == {"0": 3, "1": 3, "2": 2}
     assert (report["width"], report["height"]) == ({"min": 4, "max": 30}, {"min": 5, "max": 20})
-    assert main(["inspect", db, "--db_type", "leveldb", "--sheet", str(tmp_path / "s.png"),
-                 "--sheet_count", "4"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                db,
+                "--db_type",
+                "leveldb",
+                "--sheet",
+                str(tmp_path / "s.png"),
+                "--sheet_count",
+                "4",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "failed      3" in text and "91_truncated" in text and "WARNING" in text
     assert Image.open(tmp_path / "s.png").size == (4 * 96, 110)
 
 
 def test_inspect_warns_when_every_label_is_the_same(tmp_path, capsys):
-    db = write_db(str(tmp_path / "db"), "lmdb",
-                  [(caffe_key(i, "a"), datum_record(0, random_pixels(2, 2))) for i in range(3)])
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(caffe_key(i, "a"), datum_record(0, random_pixels(2, 2))) for i in range(3)],
+    )
     assert main(["inspect", db]) == 0
     assert "every record has label 0" in capsys.readouterr().out
 
@@ -177,18 +255,34 @@ def test_create_refuses_to_overwrite_without_the_flag(tmp_path, capsys):
 def test_list_file_with_a_missing_image_skips_it_and_says_so(tmp_path, caplog, capsys):
     write_class_folders(str(tmp_path / "images"), 2, 1)
     (tmp_path / "images" / "junk.txt").write_text("not an image")
-    (tmp_path / "list.txt").write_text("class_0/img_0.jpg 4\nmissing dir/gone.jpg 7\n"
-                                       "junk.txt 1\nclass_1/img_0.jpg 5\n")
+    (tmp_path / "list.txt").write_text(
+        "class_0/img_0.jpg 4\nmissing dir/gone.jpg 7\njunk.txt 1\nclass_1/img_0.jpg 5\n"
+    )
     db = str(tmp_path / "db")
     with caplog.at_level(logging.WARNING):
-        assert main(["create", "--list_file", str(tmp_path / "list.txt"),
-                     "--root", str(tmp_path / "images"), db, "--db_type", "leveldb"]) == 0
+        assert (
+            main(
+                [
+                    "create",
+                    "--list_file",
+                    str(tmp_path / "list.txt"),
+                    "--root",
+                    str(tmp_path / "images"),
+                    db,
+                    "--db_type",
+                    "leveldb",
+                ]
+            )
+            == 0
+        )
     assert "missing dir/gone.jpg: cannot read the file" in caplog.text
     assert "junk.txt: not a readable image" in caplog.text
     assert "skipped 2 files" in capsys.readouterr().out
     stored = _stored_values(db, "leveldb")
-    assert [key for key, _ in stored] == [b"00000000_class_0/img_0.jpg",
-                                          b"00000003_class_1/img_0.jpg"]
+    assert [key for key, _ in stored] == [
+        b"00000000_class_0/img_0.jpg",
+        b"00000003_class_1/img_0.jpg",
+    ]
     assert [parse_record(value).label for _, value in stored] == [4, 5]
     assert not os.path.exists(db + ".labels.txt")
 
@@ -206,8 +300,22 @@ def test_shuffle_is_seeded_and_workers_do_not_change_the_result(tmp_path):
     results = []
     for name, workers in [("one", "1"), ("two", "2")]:
         db = str(tmp_path / name)
-        assert main(["create", str(tmp_path / "images"), db, "--shuffle", "--seed", "3",
-                     "--num_workers", workers, "--raw"]) == 0
+        assert (
+            main(
+                [
+                    "create",
+                    str(tmp_path / "images"),
+                    db,
+                    "--shuffle",
+                    "--seed",
+                    "3",
+                    "--num_workers",
+                    workers,
+                    "--raw",
+                ]
+            )
+            == 0
+        )
         results.append(_stored_values(db, "lmdb"))
     assert results[0] == results[1]
     paths = [key.split(b"_", 1)[1] for key, _ in results[0]]
@@ -225,13 +333,16 @@ def test_dump_and_options_report_bad_requests(tmp_path, capsys):
     assert caught.value.code == 2
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(SAMPLE_DATA, "train_lmdb")),
-                    reason="sample_data not built yet (scripts/make_sample_data.py)")
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(SAMPLE_DATA, "train_lmdb")),
+    reason="sample_data not built yet (scripts/make_sample_data.py)",
+)
 def test_shipped_sample_databases_hold_the_same_records(capsys):
     for split, per_class in [("train", 80), ("test", 20)]:
         lmdb_values = _stored_values(os.path.join(SAMPLE_DATA, f"{split}_lmdb"), "lmdb")
-        assert lmdb_values == _stored_values(os.path.join(SAMPLE_DATA, f"{split}_leveldb"),
-                                             "leveldb")
+        assert lmdb_values == _stored_values(
+            os.path.join(SAMPLE_DATA, f"{split}_leveldb"), "leveldb"
+        )
         assert main(["inspect", os.path.join(SAMPLE_DATA, f"{split}_lmdb"), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["failed"]["count"] == 0 and report["formats"] == {"datum": 10 * per_class}
@@ -251,11 +362,16 @@ def test_paths_that_cannot_be_written_are_refused_before_any_work(tmp_path, caps
 
 # What `create` finds: anything but regular files, bad list files, deep and odd image modes ------
 
+
 def _create(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`resnet50-db create` in its own process: a hang is a failed test, not a hung suite."""
-    return subprocess.run([sys.executable, "-m", "resnet50_trainer.tools.db", "create", *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPOSITORY})
+    return subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer.tools.db", "create", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+    )
 
 
 def test_only_regular_files_are_read_the_rest_is_named_and_skipped(tmp_path):
@@ -271,35 +387,58 @@ def test_only_regular_files_are_read_the_rest_is_named_and_skipped(tmp_path):
         (folder / "to_image.jpg").symlink_to(folder / "img_0.jpg")
         (tmp_path / "list.txt").write_text("class_0/pipe.jpg 0\nclass_1 1\nclass_0/img_0.jpg 2\n")
         made = _create(str(tmp_path / "images"), str(tmp_path / "db"))
-        listed = _create("--list_file", str(tmp_path / "list.txt"), "--root",
-                         str(tmp_path / "images"), str(tmp_path / "listed"))
+        listed = _create(
+            "--list_file",
+            str(tmp_path / "list.txt"),
+            "--root",
+            str(tmp_path / "images"),
+            str(tmp_path / "listed"),
+        )
     assert made.returncode == 0, made.stderr
-    for name, kind in [("pipe.jpg", "a FIFO"), ("null.jpg", "a character device"),
-                       ("sock.jpg", "a socket"), ("to_pipe.jpg", "a FIFO"),
-                       ("to_dir", "a directory")]:
+    for name, kind in [
+        ("pipe.jpg", "a FIFO"),
+        ("null.jpg", "a character device"),
+        ("sock.jpg", "a socket"),
+        ("to_pipe.jpg", "a FIFO"),
+        ("to_dir", "a directory"),
+    ]:
         assert f"class_0/{name}: cannot read the file ({kind}, not a regular file)" in made.stderr
     assert "dangling.jpg: cannot read the file (No such file or directory)" in made.stderr
     assert "skipped 6 files" in made.stdout and "Traceback" not in made.stderr
     assert [key for key, _ in _stored_values(str(tmp_path / "db"), "lmdb")] == [
-        b"00000001_class_0/img_0.jpg", b"00000006_class_0/to_image.jpg",
-        b"00000008_class_1/img_0.jpg"]
+        b"00000001_class_0/img_0.jpg",
+        b"00000006_class_0/to_image.jpg",
+        b"00000008_class_1/img_0.jpg",
+    ]
     assert listed.returncode == 0, listed.stderr
     assert "pipe.jpg: cannot read the file (a FIFO, not a regular file)" in listed.stderr
     assert "class_1: cannot read the file (a directory, not a regular file)" in listed.stderr
     assert len(_stored_values(str(tmp_path / "listed"), "lmdb")) == 1
 
 
-@pytest.mark.parametrize("content, expected", [
-    ("a.jpg 1\nb.jpg 2147483648\n", "line 2 is 'b.jpg 2147483648'"),
-    ("a.jpg -1\n", "line 1 is 'a.jpg -1'"),
-    ("\na.jpg one\n", "line 2 is 'a.jpg one'"),
-    ("a.jpg 1\nno_label.jpg\n", "line 2 is 'no_label.jpg'"),
-    ("a.jpg \u00b2\n", "line 1 is 'a.jpg \u00b2'"),  # a digit to str.isdigit, not to int()
-    (b"a.jpg 1\n\xff\xfe\x00b.jpg 2\n", "is not UTF-8 text (byte 8)"),
-    (b"\x00" * 64, "holds NUL bytes"),
-    ("", "names no images"),
-], ids=["beyond-int32", "negative", "not-a-number", "no-label", "unicode-digit", "binary",
-        "nul-bytes", "empty"])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("a.jpg 1\nb.jpg 2147483648\n", "line 2 is 'b.jpg 2147483648'"),
+        ("a.jpg -1\n", "line 1 is 'a.jpg -1'"),
+        ("\na.jpg one\n", "line 2 is 'a.jpg one'"),
+        ("a.jpg 1\nno_label.jpg\n", "line 2 is 'no_label.jpg'"),
+        ("a.jpg \u00b2\n", "line 1 is 'a.jpg \u00b2'"),  # a digit to str.isdigit, not to int()
+        (b"a.jpg 1\n\xff\xfe\x00b.jpg 2\n", "is not UTF-8 text (byte 8)"),
+        (b"\x00" * 64, "holds NUL bytes"),
+        ("", "names no images"),
+    ],
+    ids=[
+        "beyond-int32",
+        "negative",
+        "not-a-number",
+        "no-label",
+        "unicode-digit",
+        "binary",
+        "nul-bytes",
+        "empty",
+    ],
+)
 def test_bad_list_files_get_one_line(tmp_path, capsys, content, expected):
     list_file = tmp_path / "list.txt"
     list_file.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -323,15 +462,20 @@ def _png_16_bit(samples: np.ndarray) -> bytes:
     colour_type = 2 if samples.ndim == 3 else 0
     rows = samples.astype(">u2").reshape(height, -1).tobytes()
     stride = len(rows) // height
-    raw = b"".join(b"\x00" + rows[row * stride:(row + 1) * stride] for row in range(height))
+    raw = b"".join(b"\x00" + rows[row * stride : (row + 1) * stride] for row in range(height))
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + \
-            struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 16, colour_type, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + \
-        chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _one_image_db(tmp_path, name: str, data: bytes, *flags: str) -> np.ndarray:
@@ -367,8 +511,11 @@ def test_other_modes_become_8_bit_rgb_as_opencv_imread(tmp_path, mode):
     image.save(buffer, "JPEG" if mode == "CMYK" else "PNG")
     pixels = _one_image_db(tmp_path, "one", buffer.getvalue(), "--raw")
     # Alpha dropped (not blended), palette expanded, gray replicated, CMYK converted.
-    expected = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert(
-        "L" if mode in ("LA", "1") else "RGB").convert("RGB"))
+    expected = np.asarray(
+        Image.open(io.BytesIO(buffer.getvalue()))
+        .convert("L" if mode in ("LA", "1") else "RGB")
+        .convert("RGB")
+    )
     np.testing.assert_array_equal(pixels, expected)
     if mode == "RGBA":
         np.testing.assert_array_equal(pixels, rgb)
@@ -383,10 +530,12 @@ def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_ke
     decoded = Image.open(io.BytesIO(rotated.getvalue()))
     upright = np.asarray(ImageOps.exif_transpose(decoded).convert("RGB"))
     assert upright.shape == (48, 32, 3)
-    np.testing.assert_array_equal(_one_image_db(tmp_path, "raw", rotated.getvalue(), "--raw"),
-                                  upright)
     np.testing.assert_array_equal(
-        _one_image_db(tmp_path, "png", rotated.getvalue(), "--encode_type", "png"), upright)
+        _one_image_db(tmp_path, "raw", rotated.getvalue(), "--raw"), upright
+    )
+    np.testing.assert_array_equal(
+        _one_image_db(tmp_path, "png", rotated.getvalue(), "--encode_type", "png"), upright
+    )
     # Encoded as it was, the file would be read sideways (the trainer's decoders ignore EXIF):
     # create writes it upright, as a new JPEG without the tag.
     kept = _one_image_db(tmp_path, "jpg", rotated.getvalue())
@@ -398,13 +547,15 @@ def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_ke
 
 # Interrupted and failed creates leave nothing behind ---------------------------------------------
 
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as file:
         return [int(child) for child in file.read().split()]
 
 
-@pytest.mark.parametrize("signum, workers", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"),
-                                              (signal.SIGTERM, "2")])
+@pytest.mark.parametrize(
+    "signum, workers", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2")]
+)
 def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
     """Deterministically mid-write: every missing file in the list is named on stderr, which the
     test does not read, so create blocks once the pipe is full, with its database half written."""
@@ -414,11 +565,24 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
     (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "out").mkdir()
     process = subprocess.Popen(
-        [sys.executable, "-m", "resnet50_trainer.tools.db", "create", "--list_file",
-         str(tmp_path / "list.txt"), "--root", str(tmp_path / "images"),
-         str(tmp_path / "out" / "db"), "--num_workers", workers],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY})
+        [
+            sys.executable,
+            "-m",
+            "resnet50_trainer.tools.db",
+            "create",
+            "--list_file",
+            str(tmp_path / "list.txt"),
+            "--root",
+            str(tmp_path / "images"),
+            str(tmp_path / "out" / "db"),
+            "--num_workers",
+            workers,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+    )
     try:
         wait_for(lambda: os.listdir(tmp_path / "out"), 60, "the temporary database")
         assert process.poll() is None  # it cannot end before its stderr is read
@@ -429,21 +593,25 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
         process.kill()
     assert process.returncode == 128 + signum, stderr
     last = stderr.strip().splitlines()[-1]
-    assert last == (f"resnet50-db create: error: stopped by {signal.Signals(signum).name}; removed "
-                    f"the partial database, nothing was written to {tmp_path / 'out' / 'db'}")
+    assert last == (
+        f"resnet50-db create: error: stopped by {signal.Signals(signum).name}; removed "
+        f"the partial database, nothing was written to {tmp_path / 'out' / 'db'}"
+    )
     assert "Traceback" not in stderr and "Logging error" not in stderr
     assert os.listdir(tmp_path / "out") == []
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers_pids)
 
 
 @pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
-def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, capsys, db_type,
-                                                                     tmpfs):
+def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(
+    tmp_path, capsys, db_type, tmpfs
+):
     folder = tmp_path / "images" / "noise"
     folder.mkdir(parents=True)
     for index in range(40):  # 40 x 77 KB of incompressible PNG: more than the 2 MB disk
-        (folder / f"{index}.png").write_bytes(encode_image(random_pixels(160, 160, seed=index),
-                                                           "PNG"))
+        (folder / f"{index}.png").write_bytes(
+            encode_image(random_pixels(160, 160, seed=index), "PNG")
+        )
     two_megabyte_disk = Path(tmpfs("small_disk", "2m"))
     db = str(two_megabyte_disk / "db")
     assert main(["create", str(tmp_path / "images"), db, "--db_type", db_type]) == 2
@@ -457,11 +625,18 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(tmp_path, c
 
 def test_help_and_the_subcommands_but_bench_do_not_import_torch():
     """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
-    probe = ("import sys\nfrom resnet50_trainer.tools.db import main\n"
-             "for argv in (['--help'], ['bench', '--help'], "
-             "['bench', 'db', '--batch_size', 'nan']):\n"
-             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch'))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    probe = (
+        "import sys\nfrom resnet50_trainer.tools.db import main\n"
+        "for argv in (['--help'], ['bench', '--help'], "
+        "['bench', 'db', '--batch_size', 'nan']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        timeout=60,
+    )
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr

@@ -26,9 +26,23 @@ from trainer_runs import wait_for
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
 RUN_LIMIT_S = 240  # a hang fails the test instead of blocking CI
-TINY = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8",
-        "--num_labels", str(RECORDS), "--num_epochs", "1", "--num_workers", "0",
-        "--first_iter_timeout", "120"]
+TINY = [
+    "--use_cpu",
+    "--num_layers",
+    "18",
+    "--image_size",
+    "32",
+    "--batch_size",
+    "8",
+    "--num_labels",
+    str(RECORDS),
+    "--num_epochs",
+    "1",
+    "--num_workers",
+    "0",
+    "--first_iter_timeout",
+    "120",
+]
 
 
 @pytest.fixture
@@ -42,10 +56,25 @@ def start(tmp_path, name, *flags, launcher=(), environment=None):
     out = tmp_path / name
     out.mkdir()
     env = dict(os.environ, PYTHONPATH=REPO, **(environment or {}))
-    command = [*launcher, *([] if launcher else [sys.executable]), "-m", "resnet50_trainer", *TINY,
-               "--log_dir", str(out), *flags]
-    process = subprocess.Popen(command, cwd=out, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    command = [
+        *launcher,
+        *([] if launcher else [sys.executable]),
+        "-m",
+        "resnet50_trainer",
+        *TINY,
+        "--log_dir",
+        str(out),
+        *flags,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=out,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     process.log_dir = out
     return process
 
@@ -76,16 +105,26 @@ def assert_trained_one_pass(shard_0, others=()):
 
 def shards(tmp_path, db, run_id, *flags, processes=2, name=""):
     """Shard 1 started first (it must wait for shard 0's address), then shard 0."""
-    common = ["--train_data", db, "--num_gpus", str(processes), "--num_shards", "2",
-              "--run_id", run_id, *flags]
+    common = [
+        "--train_data",
+        db,
+        "--num_gpus",
+        str(processes),
+        "--num_shards",
+        "2",
+        "--run_id",
+        run_id,
+        *flags,
+    ]
     shard_1 = start(tmp_path, f"{name}shard1", *common, "--shard_id", "1")
     time.sleep(1)
     return start(tmp_path, f"{name}shard0", *common, "--shard_id", "0"), shard_1
 
 
 def test_two_shards_of_two_processes_through_redis(tmp_path, train_db, redis_port):  # noqa: F811
-    shard_0, shard_1 = shards(tmp_path, train_db, "r1", "--redis_host", "127.0.0.1",
-                              "--redis_port", str(redis_port))
+    shard_0, shard_1 = shards(
+        tmp_path, train_db, "r1", "--redis_host", "127.0.0.1", "--redis_port", str(redis_port)
+    )
     output = assert_trained_one_pass(shard_0, [shard_1])
     assert "All 2 shards of run r1 met" in output
     assert redis_keys(redis_port) == []
@@ -100,10 +139,18 @@ def test_two_shards_of_two_processes_through_a_shared_directory(tmp_path, train_
 
 
 def test_torchrun_one_node_two_processes(tmp_path, train_db):
-    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nnodes", "1",
-                "--nproc-per-node", "2", "--master-port", str(free_port())]
-    run = start(tmp_path, "torchrun", "--train_data", train_db, "--batch_size", "16",
-                launcher=torchrun)
+    torchrun = [
+        os.path.join(os.path.dirname(sys.executable), "torchrun"),
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
+    run = start(
+        tmp_path, "torchrun", "--train_data", train_db, "--batch_size", "16", launcher=torchrun
+    )
     code, output = finish(run)
     assert code == 0, output[-3000:]
     assert "2 processes x 8 images = global batch 16" in output
@@ -113,16 +160,29 @@ def test_torchrun_one_node_two_processes(tmp_path, train_db):
 def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_db, redis_port):  # noqa: F811
     redis_flags = ("--redis_host", "127.0.0.1", "--redis_port", str(redis_port))
     # A run killed after shard 0 published its address leaves a stale entry under run id "again".
-    killed = start(tmp_path, "killed", "--train_data", train_db, "--num_shards", "2",
-                   "--shard_id", "0", "--run_id", "again", *redis_flags)
+    killed = start(
+        tmp_path,
+        "killed",
+        "--train_data",
+        train_db,
+        "--num_shards",
+        "2",
+        "--shard_id",
+        "0",
+        "--run_id",
+        "again",
+        *redis_flags,
+    )
     deadline = time.monotonic() + 60
     while not redis.Redis(port=redis_port).exists("resnet50_trainer:again:address"):
         assert time.monotonic() < deadline and killed.poll() is None, "shard 0 never published"
         time.sleep(0.2)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    runs = [shards(tmp_path, train_db, run_id, *redis_flags, processes=1, name=run_id)
-            for run_id in ("again", "other")]
+    runs = [
+        shards(tmp_path, train_db, run_id, *redis_flags, processes=1, name=run_id)
+        for run_id in ("again", "other")
+    ]
     for shard_0, shard_1 in runs:
         code, output = finish(shard_0)
         assert code == 0 and finish(shard_1)[0] == 0, output[-3000:]
@@ -130,23 +190,54 @@ def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_
 
 
 def test_a_shard_that_never_starts_is_named(tmp_path, train_db, redis_port):  # noqa: F811
-    alone = start(tmp_path, "alone", "--train_data", train_db, "--num_shards", "2",
-                  "--shard_id", "0", "--run_id", "lonely", "--redis_host", "127.0.0.1",
-                  "--redis_port", str(redis_port), "--first_iter_timeout", "10")
+    alone = start(
+        tmp_path,
+        "alone",
+        "--train_data",
+        train_db,
+        "--num_shards",
+        "2",
+        "--shard_id",
+        "0",
+        "--run_id",
+        "lonely",
+        "--redis_host",
+        "127.0.0.1",
+        "--redis_port",
+        str(redis_port),
+        "--first_iter_timeout",
+        "10",
+    )
     # The clock starts when the meeting does, after Python and torch have loaded (seconds, here).
     first_line = alone.stdout.readline()
     meeting_started = time.monotonic()
     assert "meeting the others" in first_line
     code, output = finish(alone, limit_s=60)
     assert code != 0 and time.monotonic() - meeting_started < 10 + 10, output
-    assert (f"shard 1 of 2 did not arrive within 10 s (run_id lonely, redis 127.0.0.1:{redis_port})"
-            in output)
+    assert (
+        f"shard 1 of 2 did not arrive within 10 s (run_id lonely, redis 127.0.0.1:{redis_port})"
+        in output
+    )
 
 
 def test_redis_down_exits_2_naming_host_and_port(tmp_path, train_db):
     port = free_port()
-    run = start(tmp_path, "down", "--train_data", train_db, "--num_shards", "2", "--shard_id", "1",
-                "--run_id", "x", "--redis_host", "127.0.0.1", "--redis_port", str(port))
+    run = start(
+        tmp_path,
+        "down",
+        "--train_data",
+        train_db,
+        "--num_shards",
+        "2",
+        "--shard_id",
+        "1",
+        "--run_id",
+        "x",
+        "--redis_host",
+        "127.0.0.1",
+        "--redis_port",
+        str(port),
+    )
     code, output = finish(run, limit_s=60)
     assert code == 2 and f"redis 127.0.0.1:{port}" in output and "Traceback" not in output, output
 
@@ -158,11 +249,27 @@ def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_pa
     meeting.mkdir()
     ranks = []
     for rank in (1, 0):
-        mpirun = dict(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
-                      OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_SIZE="2")
-        ranks.append(start(tmp_path, f"rank{rank}", "--train_data", train_db, "--batch_size", "16",
-                           "--run_id", "mpi1", "--file_store_path", str(meeting),
-                           environment=mpirun))
+        mpirun = dict(
+            OMPI_COMM_WORLD_RANK=str(rank),
+            OMPI_COMM_WORLD_SIZE="2",
+            OMPI_COMM_WORLD_LOCAL_RANK=str(rank),
+            OMPI_COMM_WORLD_LOCAL_SIZE="2",
+        )
+        ranks.append(
+            start(
+                tmp_path,
+                f"rank{rank}",
+                "--train_data",
+                train_db,
+                "--batch_size",
+                "16",
+                "--run_id",
+                "mpi1",
+                "--file_store_path",
+                str(meeting),
+                environment=mpirun,
+            )
+        )
     rank_1, rank_0 = ranks
     code, output = finish(rank_0)
     assert code == 0 and finish(rank_1)[0] == 0, output[-3000:]
@@ -171,9 +278,24 @@ def test_mpirun_ranks_meet_through_a_shared_directory_without_master_addr(tmp_pa
 
 
 def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_port):  # noqa: F811
-    common = ["--train_data", "null", "--epoch_size", "100000", "--num_shards", "2",
-              "--run_id", "d1", "--redis_host", "127.0.0.1", "--redis_port", str(redis_port),
-              "--timeout", "10", "--print_every", "2"]
+    common = [
+        "--train_data",
+        "null",
+        "--epoch_size",
+        "100000",
+        "--num_shards",
+        "2",
+        "--run_id",
+        "d1",
+        "--redis_host",
+        "127.0.0.1",
+        "--redis_port",
+        str(redis_port),
+        "--timeout",
+        "10",
+        "--print_every",
+        "2",
+    ]
     shard_1 = start(tmp_path, "shard1", *common, "--shard_id", "1")
     shard_0 = start(tmp_path, "shard0", *common, "--shard_id", "0")
     deadline = time.monotonic() + 120
@@ -193,8 +315,9 @@ def store_of_the_meeting(directory, run_id: str) -> dist.TCPStore:
     path = directory / f"resnet50_trainer.{run_id}.address"
     wait_for(path.exists, 120, "shard 0's entry")
     entry = json.loads(path.read_text())
-    return dist.TCPStore(entry["host"], entry["port"], is_master=False,
-                         timeout=datetime.timedelta(seconds=10))
+    return dist.TCPStore(
+        entry["host"], entry["port"], is_master=False, timeout=datetime.timedelta(seconds=10)
+    )
 
 
 def test_shard_0_killed_during_the_meeting_is_named_by_the_others_in_one_line(tmp_path):
@@ -202,8 +325,18 @@ def test_shard_0_killed_during_the_meeting_is_named_by_the_others_in_one_line(tm
     shard 1 with one line naming it, not a connection-reset traceback."""
     meeting = tmp_path / "nfs"
     meeting.mkdir()
-    common = ["--train_data", "null", "--epoch_size", "64", "--num_shards", "3", "--run_id", "k1",
-              "--file_store_path", str(meeting)]
+    common = [
+        "--train_data",
+        "null",
+        "--epoch_size",
+        "64",
+        "--num_shards",
+        "3",
+        "--run_id",
+        "k1",
+        "--file_store_path",
+        str(meeting),
+    ]
     shard_0 = start(tmp_path, "shard0", *common, "--shard_id", "0")
     shard_1 = start(tmp_path, "shard1", *common, "--shard_id", "1")
     try:

@@ -15,12 +15,27 @@ from resnet50_trainer.distributed import placement_for
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.rendezvous.launchers import detect_launcher
 
-TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-            "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
-SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
-        "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4711"}
-MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
-          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+TORCHRUN = {
+    "RANK": "3",
+    "WORLD_SIZE": "4",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
+SRUN = {
+    "SLURM_PROCID": "2",
+    "SLURM_NTASKS": "4",
+    "SLURM_LOCALID": "0",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_JOB_ID": "4711",
+}
+MPIRUN = {
+    "OMPI_COMM_WORLD_RANK": "1",
+    "OMPI_COMM_WORLD_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+}
 
 
 def config(*flags, launched=None):
@@ -31,10 +46,19 @@ def config(*flags, launched=None):
 def test_launcher_environments():
     torchrun, srun, mpirun = (detect_launcher(env) for env in (TORCHRUN, SRUN, MPIRUN))
     assert (torchrun.name, torchrun.rank, torchrun.machine_index, torchrun.num_machines) == (
-        "torchrun", 3, 1, 2)
+        "torchrun",
+        3,
+        1,
+        2,
+    )
     assert torchrun.master == ("10.0.0.1", 29500)
     assert (srun.rank, srun.local_world_size, srun.machine_index, srun.master, srun.job_id) == (
-        2, 2, 1, None, "4711")
+        2,
+        2,
+        1,
+        None,
+        "4711",
+    )
     assert (mpirun.name, mpirun.local_rank, mpirun.num_machines) == ("mpirun", 1, 1)
     # An sbatch script's own shell has SLURM variables but no step: not a launcher.
     without_step = {k: v for k, v in SRUN.items() if k != "SLURM_STEP_TASKS_PER_NODE"}
@@ -49,19 +73,23 @@ def test_uneven_processes_per_machine_are_refused():
         detect_launcher(dict(TORCHRUN, WORLD_SIZE="3"))
 
 
-@pytest.mark.parametrize("variable, value, problem", [
-    ("LOCAL_WORLD_SIZE", "0", "at least one process"),
-    ("WORLD_SIZE", "0", "at least one process"),
-    ("RANK", "4", "not below WORLD_SIZE=4"),
-    ("LOCAL_RANK", "2", "not below LOCAL_WORLD_SIZE=2"),
-    ("RANK", "-1", "not one number"),
-    ("MASTER_PORT", "0", "not a port number"),
-    ("MASTER_PORT", "70000", "not a port number"),
-    ("MASTER_PORT", "http", "not a port number"),
-    ("MASTER_ADDR", "", "MASTER_ADDR is empty"),
-])
-def test_a_launcher_environment_that_places_no_process_is_one_line(variable, value, problem, capsys,
-                                                                    monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "variable, value, problem",
+    [
+        ("LOCAL_WORLD_SIZE", "0", "at least one process"),
+        ("WORLD_SIZE", "0", "at least one process"),
+        ("RANK", "4", "not below WORLD_SIZE=4"),
+        ("LOCAL_RANK", "2", "not below LOCAL_WORLD_SIZE=2"),
+        ("RANK", "-1", "not one number"),
+        ("MASTER_PORT", "0", "not a port number"),
+        ("MASTER_PORT", "70000", "not a port number"),
+        ("MASTER_PORT", "http", "not a port number"),
+        ("MASTER_ADDR", "", "MASTER_ADDR is empty"),
+    ],
+)
+def test_a_launcher_environment_that_places_no_process_is_one_line(
+    variable, value, problem, capsys, monkeypatch, tmp_path
+):
     for name, setting in dict(TORCHRUN, **{variable: value}).items():
         monkeypatch.setenv(name, setting)
     monkeypatch.chdir(tmp_path)
@@ -87,7 +115,8 @@ def test_run_id_is_required_for_several_shards_and_must_be_a_plain_name(capsys):
     assert main(["--train_data", "null", "--use_cpu", "--num_shards", "2"]) == 2
     assert capsys.readouterr().err.strip() == (
         "resnet50-trainer: error: --num_shards 2 needs --run_id: give every machine the same "
-        "new id, e.g. --run_id $(uuidgen)")
+        "new id, e.g. --run_id $(uuidgen)"
+    )
     with pytest.raises(UserError, match="may hold only letters"):
         config("--num_shards", "2", "--run_id", "../etc")
     assert config().run_id is None  # one machine needs neither Redis nor a directory
@@ -106,8 +135,15 @@ def test_transport_combinations():
 def test_transport_environment(monkeypatch):
     # A private environment: what configure_transport sets must not reach later tests' processes
     # (delenv of an absent variable records nothing to undo).
-    monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items()
-                                        if not name.startswith(("NCCL_", "GLOO_"))})
+    monkeypatch.setattr(
+        os,
+        "environ",
+        {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("NCCL_", "GLOO_"))
+        },
+    )
     network.configure_transport("tcp", "eth0,eth1")
     names = ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
     assert [os.environ[n] for n in names] == ["1", "eth0,eth1", "eth0,eth1"]
@@ -124,26 +160,45 @@ def test_two_shards_of_two_processes_read_each_record_once_per_epoch():
     for epoch in range(epochs):
         read, ranks = Counter(), []
         for shard in range(2):
-            shard_config = config("--num_shards", "2", "--shard_id", str(shard), "--run_id", "r",
-                                  "--num_gpus", "2", "--batch_size", "8")
+            shard_config = config(
+                "--num_shards",
+                "2",
+                "--shard_id",
+                str(shard),
+                "--run_id",
+                "r",
+                "--num_gpus",
+                "2",
+                "--batch_size",
+                "8",
+            )
             for local in range(2):
                 placement = placement_for(shard_config, local)
                 ranks.append(placement.rank)
-                sampler = ShardBatchSampler(order, steps, settings.global_batch_size,
-                                            settings.device_batch_size, placement.rank)
+                sampler = ShardBatchSampler(
+                    order,
+                    steps,
+                    settings.global_batch_size,
+                    settings.device_batch_size,
+                    placement.rank,
+                )
                 sampler.set_epoch(epoch)
                 read.update(index for batch in sampler for _, index in batch)
         assert ranks == [0, 1, 2, 3]
         assert read == Counter(range(records))
 
 
-@pytest.mark.parametrize("environment", [
-    {"RANK": "0", "WORLD_SIZE": "2"},
-    {"RANK": "abc", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
-    {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
-])
-def test_a_part_of_a_launcher_s_variables_is_refused_not_run_alone(environment, capsys,
-                                                                   monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"RANK": "0", "WORLD_SIZE": "2"},
+        {"RANK": "abc", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+    ],
+)
+def test_a_part_of_a_launcher_s_variables_is_refused_not_run_alone(
+    environment, capsys, monkeypatch, tmp_path
+):
     """torchrun and mpirun set all four; a part is a hand-made environment, which would otherwise
     train alone as if no launcher had started it."""
     for name, setting in environment.items():

@@ -28,8 +28,16 @@ def small_db(tmp_path_factory):
 
 
 def good_first_epoch(database: str, out, processes: int) -> bytes:
-    done = run_trainer("--train_data", database, "--num_gpus", str(processes), "--num_epochs", "1",
-                       "--log_dir", str(out))
+    done = run_trainer(
+        "--train_data",
+        database,
+        "--num_gpus",
+        str(processes),
+        "--num_epochs",
+        "1",
+        "--log_dir",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     return (out / "resnet50_model_1.pt").read_bytes()
 
@@ -40,38 +48,76 @@ def checkpoints(directory) -> list[str]:
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_diverged_run_stops_naming_the_iteration_and_keeps_the_last_good_checkpoint(
-        small_db, tmp_path, processes):
+    small_db, tmp_path, processes
+):
     good = good_first_epoch(small_db, tmp_path, processes)
     # Checked at the epoch's end only (--print_every 1000): the loss first went nan at step 2.
-    diverged = run_trainer("--train_data", small_db, "--num_gpus", str(processes), "--num_epochs",
-                           "3", "--keep_checkpoints", "1", "--load_model_path", str(tmp_path),
-                           "--log_dir", str(tmp_path), *HUGE_LR)
+    diverged = run_trainer(
+        "--train_data",
+        small_db,
+        "--num_gpus",
+        str(processes),
+        "--num_epochs",
+        "3",
+        "--keep_checkpoints",
+        "1",
+        "--load_model_path",
+        str(tmp_path),
+        "--log_dir",
+        str(tmp_path),
+        *HUGE_LR,
+    )
     assert diverged.returncode == 1, diverged.stderr
     assert one_error_line(diverged.stderr).endswith(
-        "error: training diverged: the loss was no longer finite (inf or nan) at iteration 6 (epoch 2, step 2); "
+        "error: training diverged: the loss was no longer finite (inf or nan) at iteration 6 "
+        "(epoch 2, step 2); "
         f"the last good checkpoint {tmp_path / 'resnet50_model_1.pt'} is kept: lower "
         "--base_learning_rate or add --warmup_epochs, then resume with --load_model_path "
-        f"{tmp_path}")
+        f"{tmp_path}"
+    )
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == good
     assert checkpoints(tmp_path) == ["resnet50_model_1.pt"]
 
 
 def test_weights_are_checked_before_a_mid_epoch_checkpoint(small_db, tmp_path):
     good = good_first_epoch(small_db, tmp_path, 2)
-    diverged = run_trainer("--train_data", small_db, "--num_gpus", "2", "--num_epochs", "3",
-                           "--checkpoint_every_iters", "1", "--load_model_path", str(tmp_path),
-                           "--log_dir", str(tmp_path), *HUGE_LR)
+    diverged = run_trainer(
+        "--train_data",
+        small_db,
+        "--num_gpus",
+        "2",
+        "--num_epochs",
+        "3",
+        "--checkpoint_every_iters",
+        "1",
+        "--load_model_path",
+        str(tmp_path),
+        "--log_dir",
+        str(tmp_path),
+        *HUGE_LR,
+    )
     assert diverged.returncode == 1, diverged.stderr
     line = one_error_line(diverged.stderr)
-    assert ("the weights were no longer finite (inf, nan, or too large to square in float32) by iteration 5 (epoch 2, "
-            "step 1)") in line
+    assert (
+        "the weights were no longer finite (inf, nan, or too large to square in float32) by "
+        "iteration 5 (epoch 2, step 1)"
+    ) in line
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == good
     assert checkpoints(tmp_path) == ["resnet50_model_1.pt"]
 
 
 def test_a_run_that_diverges_before_any_checkpoint_stops_at_the_next_print(small_db, tmp_path):
-    diverged = run_trainer("--train_data", small_db, "--num_epochs", "3", "--print_every", "2",
-                           "--log_dir", str(tmp_path), *HUGE_LR)
+    diverged = run_trainer(
+        "--train_data",
+        small_db,
+        "--num_epochs",
+        "3",
+        "--print_every",
+        "2",
+        "--log_dir",
+        str(tmp_path),
+        *HUGE_LR,
+    )
     assert diverged.returncode == 1, diverged.stderr
     line = one_error_line(diverged.stderr)
     assert "iteration 2 (epoch 1, step 2); no checkpoint was written: lower" in line
@@ -80,8 +126,9 @@ def test_a_run_that_diverges_before_any_checkpoint_stops_at_the_next_print(small
 
 @pytest.fixture
 def process_group(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
+    )
     yield
     dist.destroy_process_group()
 
@@ -90,7 +137,7 @@ def test_a_float16_step_the_scaler_skips_is_no_divergence(process_group):
     """The scaler's CPU twin of the GPU path: gradients that overflow the scale are skipped, the
     loss (float32) stays finite, the weights stay as they were."""
     precision = Precision(dataclasses.replace(config_of(), dtype="float16"), torch.device("cpu"))
-    precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)  # overflows every gradient
+    precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # overflows every gradient
     model = build_model(18, 4, 3)
     before = [parameter.detach().clone() for parameter in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -99,7 +146,7 @@ def test_a_float16_step_the_scaler_skips_is_no_divergence(process_group):
         loss = F.cross_entropy(model(torch.randn(4, 3, 32, 32)), torch.tensor([0, 1, 2, 3]))
     precision.backward_and_step(loss, optimizer)
     watch.record(loss, 1)
-    assert precision.scaler.get_scale() < 2.0 ** 127  # the step was skipped
+    assert precision.scaler.get_scale() < 2.0**127  # the step was skipped
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert watch.check() == (None, True)
     watch.record(torch.tensor(float("nan")), 2)

@@ -44,7 +44,7 @@ def corrupt_records() -> list[bytes]:
     """One record of each kind that must be skipped, not kill the run."""
     jpeg = make_jpeg(40, 48, seed=1)
     return [
-        datum_record(1, encoded=jpeg[:len(jpeg) // 3]),  # truncated JPEG
+        datum_record(1, encoded=jpeg[: len(jpeg) // 3]),  # truncated JPEG
         b"\x8f\xff garbage \x00\x01\x02" * 4,  # bytes that are no protobuf
         tensorprotos_record(1, encoded=jpeg)[:-9],  # a TensorProtos that lost its label tensor
         datum_record(1, pixels=torch.zeros(0, 0, 3, dtype=torch.uint8).numpy()),  # zero-size image
@@ -69,8 +69,9 @@ def db_with_corrupt_records(path: str, num_records: int) -> tuple[str, list[byte
 
 def test_one_percent_corrupt_records_are_skipped_and_counted(tmp_path):
     database, bad_keys = db_with_corrupt_records(str(tmp_path / "db"), 500)  # 5 bad: 1%
-    done = run_trainer("--train_data", database, *BATCH_20, "--num_epochs", "1",
-                       "--log_dir", str(tmp_path))
+    done = run_trainer(
+        "--train_data", database, *BATCH_20, "--num_epochs", "1", "--log_dir", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert "Epoch 1: 5 of 500 records skipped as unreadable" in done.stderr
     for key in bad_keys:
@@ -79,8 +80,9 @@ def test_one_percent_corrupt_records_are_skipped_and_counted(tmp_path):
 
 def test_five_percent_corrupt_records_stop_the_run_with_one_line(tmp_path):
     database, bad_keys = db_with_corrupt_records(str(tmp_path / "db"), 100)  # 5 bad: 5%
-    done = run_trainer("--train_data", database, *BATCH_20, "--num_epochs", "2",
-                       "--log_dir", str(tmp_path))
+    done = run_trainer(
+        "--train_data", database, *BATCH_20, "--num_epochs", "2", "--log_dir", str(tmp_path)
+    )
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -97,13 +99,22 @@ def small_db(tmp_path_factory):
 
 def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
     """A run far longer than the test; returns once its first checkpoint is in place."""
-    run = start_trainer("--train_data", database, "--num_epochs", "1000", "--log_dir", str(out),
-                        "--timeout", str(TIMEOUT_S), *args)
+    run = start_trainer(
+        "--train_data",
+        database,
+        "--num_epochs",
+        "1000",
+        "--log_dir",
+        str(out),
+        "--timeout",
+        str(TIMEOUT_S),
+        *args,
+    )
     try:
         wait_for(lambda: os.path.exists(out / "resnet50_model_1.pt"), 180, "the first checkpoint")
     except AssertionError:
         run.kill()
-        raise AssertionError(run.communicate()[1])
+        raise AssertionError(run.communicate()[1]) from None
     return run
 
 
@@ -114,7 +125,7 @@ def finish(run: subprocess.Popen, within_s: float) -> tuple[int, str, float]:
         _, stderr = run.communicate(timeout=within_s)
     except subprocess.TimeoutExpired:
         run.kill()
-        raise AssertionError(f"the run hung: {run.communicate()[1]}")
+        raise AssertionError(f"the run hung: {run.communicate()[1]}") from None
     return run.returncode, stderr, time.monotonic() - started
 
 
@@ -165,8 +176,13 @@ def small_disk(tmp_path):
     60 MB on the resumed run makes its checkpoint write fail instead (EFBIG)."""
     directory = tmp_path / "small_disk"
     directory.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=130m", "tmpfs", str(directory)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=130m", "tmpfs", str(directory)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     yield directory, not mounted
     if mounted:
         subprocess.run(["umount", str(directory)], check=True)
@@ -184,17 +200,34 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, s
     first = run_trainer("--train_data", small_db, "--num_epochs", "1", "--log_dir", str(directory))
     assert first.returncode == 0, first.stderr
     previous = (directory / "resnet50_model_1.pt").read_bytes()
-    command = trainer_command("--train_data", small_db, "--num_epochs", "2", "--log_dir",
-                              str(directory), "--load_model_path", str(directory))
-    second = subprocess.run(command, env=trainer_env(), capture_output=True, text=True,
-                            timeout=RUN_TIMEOUT_S, preexec_fn=limit_file_size if limit_files else None)
+    command = trainer_command(
+        "--train_data",
+        small_db,
+        "--num_epochs",
+        "2",
+        "--log_dir",
+        str(directory),
+        "--load_model_path",
+        str(directory),
+    )
+    second = subprocess.run(
+        command,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        preexec_fn=limit_file_size if limit_files else None,
+    )
     assert second.returncode == 2, second.stderr
     errors = [line for line in second.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr
     assert "writing checkpoint" in errors[0] and "resnet50_model_2.pt failed" in errors[0]
     assert (directory / "resnet50_model_1.pt").read_bytes() == previous
-    assert not [name for name in os.listdir(directory) if name.endswith(".pt")
-                and name != "resnet50_model_1.pt"]
+    assert not [
+        name
+        for name in os.listdir(directory)
+        if name.endswith(".pt") and name != "resnet50_model_1.pt"
+    ]
 
 
 RUN_ONE_PROCESS = """
@@ -206,24 +239,46 @@ launch._run_spawned(rank, config, "127.0.0.1", port)
 """
 # What a survivor says, wherever it waited on the lost peer: a collective of the step, the
 # all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses).
-LOST_PEER = re.compile(r"resnet50-trainer: error: rank (\d) stopped: a peer was lost or stopped "
-                       r"answering during (the [^(]+) \(.+\); the run cannot go on without every "
-                       r"process: resume it with --load_model_path (\S+)$")
+LOST_PEER = re.compile(
+    r"resnet50-trainer: error: rank (\d) stopped: a peer was lost or stopped "
+    r"answering during (the [^(]+) \(.+\); the run cannot go on without every "
+    r"process: resume it with --load_model_path (\S+)$"
+)
 
 
 def start_ranks(store: dist.TCPStore, ranks, out, *args: str, **env: str) -> list[subprocess.Popen]:
     """Training processes of a 2-process run as independent commands (as on two machines): no
     launcher, they only have each other and the store."""
-    args = [*SMALL_RUN, "--num_gpus", "2", "--log_dir", str(out), "--timeout", str(TIMEOUT_S), *args]
-    return [subprocess.Popen([sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *args],
-                             env=trainer_env(**env), text=True, stderr=subprocess.PIPE)
-            for rank in ranks]
+    args = [
+        *SMALL_RUN,
+        "--num_gpus",
+        "2",
+        "--log_dir",
+        str(out),
+        "--timeout",
+        str(TIMEOUT_S),
+        *args,
+    ]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *args],
+            env=trainer_env(**env),
+            text=True,
+            stderr=subprocess.PIPE,
+        )
+        for rank in ranks
+    ]
 
 
 def serve_store(timeout_s: float = 60) -> dist.TCPStore:
     """The meeting point a launcher would serve."""
-    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
 
 
 def survivor_ends(survivor: subprocess.Popen, processes, within_s: float) -> tuple[int, str]:
@@ -253,8 +308,9 @@ def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tm
     gradient all-reduce, the epoch's totals, the checkpoint barrier: timing decides), it ends the
     same way."""
     store = serve_store()
-    survivor, victim = start_ranks(store, (0, 1), tmp_path, "--train_data", small_db,
-                                   "--num_epochs", "1000")
+    survivor, victim = start_ranks(
+        store, (0, 1), tmp_path, "--train_data", small_db, "--num_epochs", "1000"
+    )
     wait_for(lambda: os.path.exists(tmp_path / "resnet50_model_1.pt"), 180, "the first checkpoint")
     victim.send_signal(fault)
     status, stderr = survivor_ends(survivor, (survivor, victim), TIMEOUT_S + 10)
@@ -264,15 +320,26 @@ def test_a_lost_peer_without_a_launcher_to_notice_ends_the_survivor(small_db, tm
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_there(
-        small_db, tmp_path, fault):
+    small_db, tmp_path, fault
+):
     """A known place: rank 0 is held in its checkpoint write (between fsync and rename) when it is
     lost, so rank 1 waits in the checkpoint barrier."""
     store = serve_store()
-    writer, survivor = start_ranks(store, (0, 1), tmp_path, "--train_data", small_db,
-                                   "--num_epochs", "2",
-                                   **pause_before_rename(300))
-    wait_for(lambda: any(name.startswith(".tmp-") for name in os.listdir(tmp_path)), 180,
-             "the checkpoint write")
+    writer, survivor = start_ranks(
+        store,
+        (0, 1),
+        tmp_path,
+        "--train_data",
+        small_db,
+        "--num_epochs",
+        "2",
+        **pause_before_rename(300),
+    )
+    wait_for(
+        lambda: any(name.startswith(".tmp-") for name in os.listdir(tmp_path)),
+        180,
+        "the checkpoint write",
+    )
     writer.send_signal(fault)
     status, stderr = survivor_ends(survivor, (survivor, writer), TIMEOUT_S + 10)
     assert status == 1, stderr
@@ -281,13 +348,15 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
 
 def test_a_rank_that_never_joins_is_named(small_db, tmp_path):
     store = serve_store()
-    (alone,) = start_ranks(store, (0,), tmp_path, "--train_data", small_db,
-                           "--first_iter_timeout", "3")
+    (alone,) = start_ranks(
+        store, (0,), tmp_path, "--train_data", small_db, "--first_iter_timeout", "3"
+    )
     status, stderr = survivor_ends(alone, (alone,), 60)
     errors = [line for line in stderr.splitlines() if "error:" in line]
     assert status == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
-    assert ("rank 0 could not form the process group: rank 1 (shard 0) of 2 did not join"
-            in errors[0]), errors[0]
+    assert (
+        "rank 0 could not form the process group: rank 1 (shard 0) of 2 did not join" in errors[0]
+    ), errors[0]
 
 
 STORE_SERVER = """
@@ -301,11 +370,14 @@ time.sleep(600)
 
 def test_the_store_lost_while_the_group_forms_is_named(small_db, tmp_path):
     """The store's process (a launcher's) killed while rank 0 waits there for rank 1."""
-    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True
+    )
     port = int(server.stdout.readline())
     client = dist.TCPStore("127.0.0.1", port, is_master=False)
-    (alone,) = start_ranks(client, (0,), tmp_path, "--train_data", small_db,
-                           "--first_iter_timeout", "120")
+    (alone,) = start_ranks(
+        client, (0,), tmp_path, "--train_data", small_db, "--first_iter_timeout", "120"
+    )
     wait_for(lambda: client.check(["joined/0"]), 120, "rank 0 to check in")
     server.kill()
     server.communicate()
@@ -313,35 +385,70 @@ def test_the_store_lost_while_the_group_forms_is_named(small_db, tmp_path):
     errors = [line for line in stderr.splitlines() if "error:" in line]
     assert status == 2 and len(errors) == 1, stderr
     assert "Traceback" not in stderr and "frame #" not in stderr, stderr
-    assert f"rank 0 lost the run's store at 127.0.0.1:{port} while the process group formed" in errors[0]
+    assert (
+        f"rank 0 lost the run's store at 127.0.0.1:{port} while the process group formed"
+        in errors[0]
+    )
 
 
 def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(tmp_path):
-    records = [(caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
-               for i in range(10)]
+    records = [
+        (caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
+        for i in range(10)
+    ]
     records += [(caffe_key(10 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(2)]
     test_db = write_db(str(tmp_path / "test"), "lmdb", records)
-    done = run_trainer("--train_data", "null", "--epoch_size", "8", "--test_data", test_db,
-                       "--num_epochs", "1", "--log_dir", str(tmp_path))
+    done = run_trainer(
+        "--train_data",
+        "null",
+        "--epoch_size",
+        "8",
+        "--test_data",
+        test_db,
+        "--num_epochs",
+        "1",
+        "--log_dir",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
-    assert ("Test accuracy over 10 records: 2 of the test DB's records could not be read"
-            in done.stderr)
+    assert (
+        "Test accuracy over 10 records: 2 of the test DB's records could not be read" in done.stderr
+    )
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-@pytest.mark.parametrize("bad_records", [1, 8], ids=["last batch one bad record", "a whole batch bad"])
+@pytest.mark.parametrize(
+    "bad_records", [1, 8], ids=["last batch one bad record", "a whole batch bad"]
+)
 def test_unreadable_test_records_never_stop_the_run_however_they_fall_into_batches(
-        tmp_path, processes, bad_records):
+    tmp_path, processes, bad_records
+):
     """8 good records, then the bad ones: one process reads them as a batch of its own; two read
     every other record, so rank 0's last batch holds only bad ones."""
-    records = [(caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
-               for i in range(8)]
+    records = [
+        (caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
+        for i in range(8)
+    ]
     records += [(caffe_key(8 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(bad_records)]
     test_db = write_db(str(tmp_path / "test"), "lmdb", records)
-    done = run_trainer("--train_data", "null", "--epoch_size", "8", "--test_data", test_db,
-                       "--num_gpus", str(processes), "--num_epochs", "1", "--log_dir", str(tmp_path))
+    done = run_trainer(
+        "--train_data",
+        "null",
+        "--epoch_size",
+        "8",
+        "--test_data",
+        test_db,
+        "--num_gpus",
+        str(processes),
+        "--num_epochs",
+        "1",
+        "--log_dir",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
-    assert (f"Test accuracy over 8 records: {bad_records} of the test DB's records could not be "
-            "read" in done.stderr)
+    assert (
+        f"Test accuracy over 8 records: {bad_records} of the test DB's records could not be "
+        "read" in done.stderr
+    )
     assert os.path.exists(tmp_path / "resnet50_model_1.pt")
     assert float(log_rows(tmp_path)[0]["test_accuracy"]) >= 0

@@ -15,11 +15,13 @@ from trainer_runs import log_rows, run_trainer
 
 BAD_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e308", "text", "", "1.5", str(10**30)]
 # Every option that takes a value (store_true flags and --help take none).
-FLAGS = [action for action in cli.build_parser()._actions
-         if action.option_strings and action.nargs != 0]
+FLAGS = [
+    action for action in cli.build_parser()._actions if action.option_strings and action.nargs != 0
+]
 NUMBER_FLAGS = [action for action in FLAGS if isinstance(action.type, Number)]
-CHOICE_FLAGS = [action for action in FLAGS
-                if action.choices and not isinstance(action.type, Number)]
+CHOICE_FLAGS = [
+    action for action in FLAGS if action.choices and not isinstance(action.type, Number)
+]
 
 
 def refusal(capsys, *argv: str) -> str:
@@ -46,10 +48,12 @@ def in_stated_range(number: Number, text: str, choices) -> bool:
     if value == math.inf and number.infinity is not None:
         return True
     low, high = number.minimum, number.maximum
-    return (math.isfinite(value)
-            and (low is None or value > low or (value == low and not number.above_minimum))
-            and (high is None or value < high or (value == high and not number.below_maximum))
-            and (choices is None or value in choices))
+    return (
+        math.isfinite(value)
+        and (low is None or value > low or (value == low and not number.above_minimum))
+        and (high is None or value < high or (value == high and not number.below_maximum))
+        and (choices is None or value in choices)
+    )
 
 
 def test_no_flag_takes_a_bare_int_or_float():
@@ -60,14 +64,16 @@ def test_no_flag_takes_a_bare_int_or_float():
 
 @pytest.mark.parametrize("action", NUMBER_FLAGS, ids=lambda action: action.dest)
 def test_every_default_lies_in_its_flag_s_range(action):
-    assert action.default is None or in_stated_range(action.type, str(action.default),
-                                                     action.choices)
+    assert action.default is None or in_stated_range(
+        action.type, str(action.default), action.choices
+    )
 
 
 @pytest.mark.parametrize("value", BAD_VALUES)
 @pytest.mark.parametrize("action", NUMBER_FLAGS, ids=lambda action: action.dest)
 def test_every_number_flag_refuses_in_one_line_or_accepts_within_its_range(
-        action, value, capsys, tmp_path, monkeypatch):
+    action, value, capsys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     flag = action.option_strings[0]
     if not in_stated_range(action.type, value, action.choices):
@@ -88,8 +94,9 @@ def test_every_number_flag_refuses_in_one_line_or_accepts_within_its_range(
 
 @pytest.mark.parametrize("value", ["", "garbage", "LMDB", "0"])
 @pytest.mark.parametrize("action", CHOICE_FLAGS, ids=lambda action: action.dest)
-def test_every_choice_flag_refuses_other_words_in_one_line(action, value, capsys, tmp_path,
-                                                           monkeypatch):
+def test_every_choice_flag_refuses_other_words_in_one_line(
+    action, value, capsys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     line = refusal(capsys, action.option_strings[0], value)
     assert "invalid choice" in line
@@ -100,47 +107,89 @@ def test_an_infinite_timeout_means_no_limit_and_the_run_trains(image_db, tmp_pat
     """inf and the largest values each flag accepts, in one real two-process run: the timeout is
     shortened after the first step (where --timeout nan used to fail) and steps go on after it."""
     train = image_db("train", 32, 4)
-    largest = {"--seed": 2**64 - 1, "--print_every": 10**30, "--keep_checkpoints": 10**30,
-               "--checkpoint_every_iters": 10**30, "--warmup_epochs": 1_000_000}
-    result = run_trainer("--train_data", train, "--num_gpus", "2", "--epoch_size", "32",
-                         "--num_epochs", "1", "--timeout", "inf", "--first_iter_timeout", "inf",
-                         "--log_dir", str(tmp_path),
-                         *(str(part) for item in largest.items() for part in item))
+    largest = {
+        "--seed": 2**64 - 1,
+        "--print_every": 10**30,
+        "--keep_checkpoints": 10**30,
+        "--checkpoint_every_iters": 10**30,
+        "--warmup_epochs": 1_000_000,
+    }
+    result = run_trainer(
+        "--train_data",
+        train,
+        "--num_gpus",
+        "2",
+        "--epoch_size",
+        "32",
+        "--num_epochs",
+        "1",
+        "--timeout",
+        "inf",
+        "--first_iter_timeout",
+        "inf",
+        "--log_dir",
+        str(tmp_path),
+        *(str(part) for item in largest.items() for part in item),
+    )
     assert result.returncode == 0, result.stderr
     assert [row["epoch"] for row in log_rows(tmp_path)][-1] == "1"
 
 
 def test_an_effective_learning_rate_that_overflows_is_refused(capsys):
-    line = refusal(capsys, "--train_data", "null", "--base_learning_rate", "1e308",
-                   "--batch_size", "1000000", "--num_shards", "65536", "--run_id", "r")
+    line = refusal(
+        capsys,
+        "--train_data",
+        "null",
+        "--base_learning_rate",
+        "1e308",
+        "--batch_size",
+        "1000000",
+        "--num_shards",
+        "65536",
+        "--run_id",
+        "r",
+    )
     assert "overflows to infinity" in line and "lower --base_learning_rate" in line
 
 
-@pytest.mark.parametrize("url, named", [
-    ("redis://host:abc", "port 'abc'"),
-    ("redis://host:99999", "port '99999'"),
-    ("redis://host:0/1", "port '0'"),
-    ("redis://host:+5", "port '+5'"),
-    ("redis://:s3cret@host:-1", "port '-1'"),
-    ("redis://host/abc", "database 'abc'"),
-    ("redis://host/1/2", "database '1/2'"),
-    ("redis://host/-1", "database '-1'"),
-    ("redis://:s3cret@/0", "names no host"),
-    ("redis://[::1", "not a valid URL"),
-    ("redis://host/0?db=x", "'?' or '#'"),
-    ("http://host:6379", "not http://"),
-    ("host:6379", "--redis_port"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("redis://host:abc", "port 'abc'"),
+        ("redis://host:99999", "port '99999'"),
+        ("redis://host:0/1", "port '0'"),
+        ("redis://host:+5", "port '+5'"),
+        ("redis://:s3cret@host:-1", "port '-1'"),
+        ("redis://host/abc", "database 'abc'"),
+        ("redis://host/1/2", "database '1/2'"),
+        ("redis://host/-1", "database '-1'"),
+        ("redis://:s3cret@/0", "names no host"),
+        ("redis://[::1", "not a valid URL"),
+        ("redis://host/0?db=x", "'?' or '#'"),
+        ("http://host:6379", "not http://"),
+        ("host:6379", "--redis_port"),
+        ("", "empty"),
+    ],
+)
 def test_a_bad_redis_url_is_refused_naming_the_bad_part(url, named, capsys):
     line = refusal(capsys, "--redis_host", url)
     assert line.startswith("resnet50-trainer: error: argument --redis_host:") and named in line
     assert "s3cret" not in line  # a URL's password is never shown
 
 
-@pytest.mark.parametrize("url", ["redis://host", "redis://host:6380", "redis://host/",
-                                 "redis://host:6380/2", "rediss://:pw@host:1/0",
-                                 "redis://[::1]:6379/3", "10.0.0.5", "::1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://host",
+        "redis://host:6380",
+        "redis://host/",
+        "redis://host:6380/2",
+        "rediss://:pw@host:1/0",
+        "redis://[::1]:6379/3",
+        "10.0.0.5",
+        "::1",
+    ],
+)
 def test_a_good_redis_address_is_kept_as_given(url):
     args = cli.build_parser().parse_args(["--train_data", "null", "--use_cpu", "--redis_host", url])
     assert cli.config_from_args(args, gpus_present=0).redis_host == url
@@ -151,11 +200,20 @@ def test_a_redis_port_outside_1_to_65535_is_refused(port, capsys):
     assert "use an integer from 1 to 65535" in refusal(capsys, "--redis_port", port)
 
 
-@pytest.mark.parametrize("gpus, named", [
-    ("0,,1", "'0,,1'"), ("-1", "'-1'"), ("a", "'a'"), ("", "''"), ("0, 1", "'0, 1'"),
-    ("0,", "'0,'"), ("1.0", "'1.0'"), ("0,1,0", "GPU 0 more than once"),
-    ("1,01", "GPU 1 more than once"),
-])
+@pytest.mark.parametrize(
+    "gpus, named",
+    [
+        ("0,,1", "'0,,1'"),
+        ("-1", "'-1'"),
+        ("a", "'a'"),
+        ("", "''"),
+        ("0, 1", "'0, 1'"),
+        ("0,", "'0,'"),
+        ("1.0", "'1.0'"),
+        ("0,1,0", "GPU 0 more than once"),
+        ("1,01", "GPU 1 more than once"),
+    ],
+)
 def test_a_bad_gpu_list_is_refused_in_one_line(gpus, named, capsys):
     line = refusal(capsys, "--gpus", gpus)
     assert "argument --gpus:" in line and named in line

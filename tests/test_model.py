@@ -192,26 +192,39 @@ WEIGHT_DECAY = 1e-4
 
 
 def _sgd(model: torch.nn.Module) -> torch.optim.SGD:
-    return torch.optim.SGD(weight_decay_groups(model), lr=LEARNING_RATE, momentum=0.9,
-                           nesterov=True, weight_decay=WEIGHT_DECAY)
+    return torch.optim.SGD(
+        weight_decay_groups(model),
+        lr=LEARNING_RATE,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=WEIGHT_DECAY,
+    )
 
 
 def _ddp_rank(rank: int, port: int, start_file: str, result_file: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=timedelta(seconds=60),
+    )
     try:
         start = torch.load(start_file, weights_only=True)
         model = build_model(18, NUM_LABELS, 3)
         model.load_state_dict(start["weights"])
-        ddp = torch.nn.parallel.DistributedDataParallel(SplitResNet(model, CPU_PAIR),
-                                                        device_ids=None)
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            SplitResNet(model, CPU_PAIR), device_ids=None
+        )
         optimizer = _sgd(ddp)
         images, labels = start["images"][rank], start["labels"][rank]
         F.cross_entropy(ddp(images), labels).backward()
         optimizer.step()
-        torch.save({name: p.detach() for name, p in ddp.module.named_parameters()},
-                   result_file.format(rank=rank))
+        torch.save(
+            {name: p.detach() for name, p in ddp.module.named_parameters()},
+            result_file.format(rank=rank),
+        )
     finally:
         dist.destroy_process_group()
 
@@ -228,8 +241,10 @@ def test_ddp_step_over_split_model_matches_single_process_reference(tmp_path):
     # which turns harmless summation-order differences into large ones.
     halves = [_batch(size=2, pixels=64, seed=seed) for seed in (1, 2)]
     start_file = str(tmp_path / "start.pt")
-    torch.save({"weights": weights, "images": [h[0] for h in halves],
-                "labels": [h[1] for h in halves]}, start_file)
+    torch.save(
+        {"weights": weights, "images": [h[0] for h in halves], "labels": [h[1] for h in halves]},
+        start_file,
+    )
     result_file = str(tmp_path / "rank{rank}.pt")
     mp.spawn(_ddp_rank, args=(_free_port(), start_file, result_file), nprocs=2, join=True)
 

@@ -168,7 +168,9 @@ BAD_FILES = {
     "not_a_log": ("notes.txt", "hello, this is not a run log\n", "not a run log header"),
     "wrong_header": ("wrong.log", f"# args\ntime_spent,epoch,loss\n{GOOD_ROW}\n", "line 2"),
     "non_numeric_cell": (
-        "nan.log", f"{HEADER}\n{row(1, 'oops', 0.1, NO_TEST)}\n", "loss is not a number"
+        "nan.log",
+        f"{HEADER}\n{row(1, 'oops', 0.1, NO_TEST)}\n",
+        "loss is not a number",
     ),
     "short_row": ("cut.log", f"{HEADER}\n{GOOD_ROW}\n10.0,10.0,12\n", "line 3 has 3 values"),
     "empty": ("empty.log", "", "empty file"),
@@ -230,7 +232,10 @@ def test_module_run_headless_without_traceback(tmp_path):
     )
     good = subprocess.run(
         [sys.executable, "-c", script, str(ours_log(tmp_path)), "-o", str(tmp_path / "ok.png")],
-        capture_output=True, text=True, env=environment, timeout=120,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
     )
     assert good.returncode == 0, good.stderr
     assert (tmp_path / "ok.png").is_file()
@@ -238,7 +243,10 @@ def test_module_run_headless_without_traceback(tmp_path):
     missing = tmp_path / "absent.log"
     bad = subprocess.run(
         [sys.executable, "-m", "resnet50_trainer.tools.plot", str(missing)],
-        capture_output=True, text=True, env=environment, timeout=120,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
     )
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
@@ -264,8 +272,12 @@ def test_log_names_and_titles_are_drawn_literally(tmp_path, capsys, name):
 
 def _mount_tmpfs(directory: Path, options: str) -> None:
     directory.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs is not permitted here")
 
 
@@ -294,16 +306,19 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
     full, read_only = small_disks
     old_png = (full / "out.png").read_bytes()
     (tmp_path / "a_directory.png").mkdir()
-    cases = [(full / "out.png", "No space left on device"),
-             (read_only / "out.png", "Read-only file system"),
-             (tmp_path / "missing" / "out.png", "No such file or directory"),
-             (tmp_path / "a_directory.png", "Is a directory")]
+    cases = [
+        (full / "out.png", "No space left on device"),
+        (read_only / "out.png", "Read-only file system"),
+        (tmp_path / "missing" / "out.png", "No such file or directory"),
+        (tmp_path / "a_directory.png", "Is a directory"),
+    ]
     for output, reason in cases:
         with pytest.raises(SystemExit) as exit_info:
             main([str(ours_log(tmp_path)), "-o", str(output)])
         assert exit_info.value.code == 2
         assert capsys.readouterr().err.splitlines() == [
-            f"resnet50-plot: error: cannot write {output}: {reason}; choose another --output"]
+            f"resnet50-plot: error: cannot write {output}: {reason}; choose another --output"
+        ]
     assert (full / "out.png").read_bytes() == old_png  # whole, not half overwritten
     assert sorted(os.listdir(full)) == ["filler", "out.png"]
     assert sorted(os.listdir(tmp_path)) == sorted(
@@ -313,9 +328,16 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
 
 def test_help_does_not_import_matplotlib():
     """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
-    probe = ("import sys\nfrom resnet50_trainer.tools.plot import main\n"
-             "try:\n    main(['--help'])\n"
-             "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPOSITORY}, timeout=60)
+    probe = (
+        "import sys\nfrom resnet50_trainer.tools.plot import main\n"
+        "try:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        timeout=60,
+    )
     assert done.stdout.strip().splitlines()[-1] == "False", done.stderr

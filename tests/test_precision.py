@@ -14,8 +14,21 @@ import torch
 from resnet50_trainer import checkpoint, cli
 from resnet50_trainer.precision import Precision, compute_dtype, normalize
 
-TINY = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--num_labels", "4",
-        "--batch_size", "8", "--num_epochs", "1", "--num_workers", "0"]
+TINY = [
+    "--use_cpu",
+    "--num_layers",
+    "18",
+    "--image_size",
+    "32",
+    "--num_labels",
+    "4",
+    "--batch_size",
+    "8",
+    "--num_epochs",
+    "1",
+    "--num_workers",
+    "0",
+]
 
 
 def config_of(*flags: str, train_data: str = "null"):
@@ -25,25 +38,41 @@ def config_of(*flags: str, train_data: str = "null"):
 
 def test_bfloat16_run_on_cpu_trains_and_logs(image_db, tmp_path):
     db = image_db("train", 16, 4)
-    status = cli.main(["--train_data", db, "--test_data", image_db("test", 8, 4), "--dtype", "bfloat16",
-                       "--log_dir", str(tmp_path), *TINY])
+    status = cli.main(
+        [
+            "--train_data",
+            db,
+            "--test_data",
+            image_db("test", 8, 4),
+            "--dtype",
+            "bfloat16",
+            "--log_dir",
+            str(tmp_path),
+            *TINY,
+        ]
+    )
     assert status == 0
     [log_path] = glob.glob(str(tmp_path / "resnet50_gpu1_b8_L4_*.log"))
     with open(log_path) as log_file:
         row = log_file.read().splitlines()[2].split(",")
     assert int(row[2]) == 16 and math.isfinite(float(row[9]))  # input_count, loss
-    saved = checkpoint.load_checkpoint(os.path.join(tmp_path, "resnet50_model_1.pt"), "resnet50_model")
+    saved = checkpoint.load_checkpoint(
+        os.path.join(tmp_path, "resnet50_model_1.pt"), "resnet50_model"
+    )
     assert saved["arguments"]["dtype"] == "bfloat16"
     assert saved["model"]["fc.weight"].dtype == torch.float32  # autocast keeps float32 weights
     assert saved["scaler"] == {}  # no scaler without float16
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--dtype", "float16"], "--dtype float16"),
-    (["--float16_compute"], "--float16_compute"),
-    (["--enable_tensor_core"], "--enable_tensor_core"),
-    (["--decode_device", "gpu"], "--decode_device gpu"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--dtype", "float16"], "--dtype float16"),
+        (["--float16_compute"], "--float16_compute"),
+        (["--enable_tensor_core"], "--enable_tensor_core"),
+        (["--decode_device", "gpu"], "--decode_device gpu"),
+    ],
+)
 def test_gpu_only_flags_refuse_on_cpu_in_one_line(image_db, tmp_path, capsys, flags, named):
     db = image_db("train", 8, 4)
     logs = tmp_path / "logs"

@@ -9,15 +9,33 @@ from test_train import read_log, run_trainer
 
 
 def test_profile_iters_writes_a_trace_that_loads_as_json(tmp_path):
-    result = run_trainer("--train_data", "null", "--use_cpu", "--batch_size", "2", "--epoch_size", "16",
-                         "--image_size", "32", "--num_labels", "10", "--num_layers", "18",
-                         "--num_epochs", "1", "--profile_iters", "2", "--log_dir", str(tmp_path),
-                         cwd=tmp_path)
+    result = run_trainer(
+        "--train_data",
+        "null",
+        "--use_cpu",
+        "--batch_size",
+        "2",
+        "--epoch_size",
+        "16",
+        "--image_size",
+        "32",
+        "--num_labels",
+        "10",
+        "--num_layers",
+        "18",
+        "--num_epochs",
+        "1",
+        "--profile_iters",
+        "2",
+        "--log_dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     log_path, _, rows = read_log(tmp_path)
     assert int(rows[0]["cumulative_batch_count"]) == 8  # all steps ran, profiled or not
     (trace,) = glob.glob(str(tmp_path / "*.trace.json"))
-    assert trace == log_path[:-len(".log")] + ".trace.json"
+    assert trace == log_path[: -len(".log")] + ".trace.json"
     with open(trace) as file:
         events = json.load(file)["traceEvents"]
     assert any("conv" in event.get("name", "") for event in events)

@@ -33,18 +33,23 @@ from resnet50_trainer.errors import RecordError
 
 SEED = 20240611
 MUTATIONS_PER_SEED_VALUE = 500
-HUGE = (2 ** 31 - 1, 2 ** 31, 2 ** 32 + 3, 2 ** 62, -1, -(2 ** 31), 0)
+HUGE = (2**31 - 1, 2**31, 2**32 + 3, 2**62, -1, -(2**31), 0)
 
 
 def seed_values() -> list[bytes]:
     """One valid value of every layout the trainer reads."""
     colour, gray = random_pixels(6, 9, 3, seed=1), random_pixels(5, 4, 1, seed=2)
     jpeg, png = make_jpeg(40, 48), encode_image(smooth_pixels(12, 10, 3), "PNG")
-    return [datum_record(1, colour), datum_record(2, gray, as_float=True),
-            datum_record(3, encoded=jpeg), datum_record(4, encoded=png),
-            tensorprotos_record(5, encoded=jpeg), tensorprotos_record(6, colour),
-            tensorprotos_record(7, gray), tensorprotos_record(8, colour, as_float=True,
-                                                              bbox=[1, 2, 3, 4])]
+    return [
+        datum_record(1, colour),
+        datum_record(2, gray, as_float=True),
+        datum_record(3, encoded=jpeg),
+        datum_record(4, encoded=png),
+        tensorprotos_record(5, encoded=jpeg),
+        tensorprotos_record(6, colour),
+        tensorprotos_record(7, gray),
+        tensorprotos_record(8, colour, as_float=True, bbox=[1, 2, 3, 4]),
+    ]
 
 
 def read_like_the_trainer(value: bytes) -> None:
@@ -61,6 +66,7 @@ def read_like_the_trainer(value: bytes) -> None:
 
 # Byte-level damage -------------------------------------------------------------------------------
 
+
 def flip_bytes(value: bytes, rng: random.Random) -> bytes:
     data = bytearray(value)
     for _ in range(rng.randint(1, 8)):
@@ -69,7 +75,7 @@ def flip_bytes(value: bytes, rng: random.Random) -> bytes:
 
 
 def truncate(value: bytes, rng: random.Random) -> bytes:
-    return value[:rng.randrange(len(value))]
+    return value[: rng.randrange(len(value))]
 
 
 def insert_junk(value: bytes, rng: random.Random) -> bytes:
@@ -80,8 +86,12 @@ def insert_junk(value: bytes, rng: random.Random) -> bytes:
 def extra_field(value: bytes, rng: random.Random) -> bytes:
     """An unknown or repeated field appended: any number, any wire type, with a plausible body."""
     number, wire_type = rng.randint(1, 40), rng.choice([0, 1, 2, 5])
-    body = {0: _varint(rng.choice(HUGE) % 2 ** 64), 1: rng.randbytes(8), 5: rng.randbytes(4),
-            2: _varint(n := rng.randint(0, 12)) + rng.randbytes(n)}[wire_type]
+    body = {
+        0: _varint(rng.choice(HUGE) % 2**64),
+        1: rng.randbytes(8),
+        5: rng.randbytes(4),
+        2: _varint(n := rng.randint(0, 12)) + rng.randbytes(n),
+    }[wire_type]
     return value + _varint(number << 3 | wire_type) + body
 
 
@@ -102,20 +112,23 @@ def _varint(number: int) -> bytes:
 
 # Field-level damage, on parsed messages ----------------------------------------------------------
 
+
 def datum_fields(value: bytes, rng: random.Random) -> bytes:
     datum = protos.Datum.FromString(value)
-    field = rng.choice(["channels", "height", "width", "label", "data", "float_data",
-                        "encoded", "huge"])
+    field = rng.choice(
+        ["channels", "height", "width", "label", "data", "float_data", "encoded", "huge"]
+    )
     if field == "huge":  # a declared size no allocation may follow
         for name in ("channels", "height", "width"):
             setattr(datum, name, rng.choice(HUGE + (1, 3)) if rng.random() < 0.7 else 1)
     elif field in ("channels", "height", "width", "label"):
-        setattr(datum, field, rng.choice(HUGE + (1, 3)) % 2 ** 31 * rng.choice([1, -1]))
+        setattr(datum, field, rng.choice(HUGE + (1, 3)) % 2**31 * rng.choice([1, -1]))
     elif field == "encoded":
         datum.encoded = not datum.encoded
     elif field == "float_data":
-        datum.float_data.extend([rng.choice([float("nan"), float("inf"), -1e30, 3.5])] *
-                                rng.randint(0, 5))
+        datum.float_data.extend(
+            [rng.choice([float("nan"), float("inf"), -1e30, 3.5])] * rng.randint(0, 5)
+        )
     else:
         datum.ClearField(field)
     return datum.SerializeToString()
@@ -131,11 +144,15 @@ def tensorprotos_fields(value: bytes, rng: random.Random) -> bytes:
     elif choice == "data_type":
         tensor.data_type = rng.choice(list(protos.DATA_TYPES.values()))
     elif choice == "drop":
-        tensor.ClearField(rng.choice(["dims", "data_type", "float_data", "int32_data",
-                                      "byte_data", "string_data"]))
+        tensor.ClearField(
+            rng.choice(
+                ["dims", "data_type", "float_data", "int32_data", "byte_data", "string_data"]
+            )
+        )
     elif choice == "int32":  # label or pixels as out-of-range int32 values
-        tensor.int32_data.extend(rng.choice([-1, 256, 2 ** 31 - 1, -(2 ** 31)])
-                                 for _ in range(rng.randint(1, 6)))
+        tensor.int32_data.extend(
+            rng.choice([-1, 256, 2**31 - 1, -(2**31)]) for _ in range(rng.randint(1, 6))
+        )
     elif choice == "float":
         tensor.float_data.extend([rng.choice([float("nan"), float("-inf"), 1e38])] * 3)
     elif choice == "strings":
@@ -182,8 +199,17 @@ def field_damage(value: bytes, rng: random.Random) -> bytes:
 
 
 MUTATIONS: list[Callable[[bytes, random.Random], bytes]] = [
-    flip_bytes, truncate, insert_junk, extra_field, wrong_wire_type, field_damage, field_damage,
-    payload_damage, payload_damage, payload_damage]
+    flip_bytes,
+    truncate,
+    insert_junk,
+    extra_field,
+    wrong_wire_type,
+    field_damage,
+    field_damage,
+    payload_damage,
+    payload_damage,
+    payload_damage,
+]
 
 
 def test_damaged_records_fail_only_with_record_error():
@@ -210,13 +236,17 @@ def test_damaged_records_fail_only_with_record_error():
 
 
 def test_huge_declared_sizes_allocate_nothing_big():
-    values = [protos.Datum(channels=3, height=2 ** 31 - 1, width=2 ** 31 - 1, data=b"\x01" * 12,
-                           label=0).SerializeToString(),
-              protos.Datum(channels=3, height=65536, width=65536, float_data=[1.0] * 12,
-                           label=0).SerializeToString()]
+    values = [
+        protos.Datum(
+            channels=3, height=2**31 - 1, width=2**31 - 1, data=b"\x01" * 12, label=0
+        ).SerializeToString(),
+        protos.Datum(
+            channels=3, height=65536, width=65536, float_data=[1.0] * 12, label=0
+        ).SerializeToString(),
+    ]
     message = protos.TensorProtos()
     image = message.protos.add(data_type=protos.BYTE, byte_data=b"\x00" * 6)
-    image.dims.extend([2 ** 32, 2 ** 32, 3])
+    image.dims.extend([2**32, 2**32, 3])
     label = message.protos.add(data_type=protos.INT32)
     label.int32_data.append(0)
     values.append(message.SerializeToString())
@@ -247,10 +277,11 @@ def test_out_of_range_int32_pixels_are_a_record_error():
 def test_a_huge_jpeg_header_is_refused_before_decoding():
     jpeg = bytearray(make_jpeg(16, 16))
     sof = jpeg.index(b"\xff\xc0")
-    jpeg[sof + 5:sof + 9] = (65000).to_bytes(2, "big") * 2  # height, width
+    jpeg[sof + 5 : sof + 9] = (65000).to_bytes(2, "big") * 2  # height, width
     record = parse_record(datum_record(0, encoded=bytes(jpeg)))
     assert jpeg_header(record) is None  # not for libjpeg-turbo or nvJPEG: Pillow refuses it
     with pytest.raises(RecordError, match="pixels"):
         decode_image(record, 3, draft_size=(16, 16))
-    assert np.asarray(decode_image(parse_record(datum_record(0, encoded=make_jpeg(16, 16))),
-                                   3)).shape == (16, 16, 3)
+    assert np.asarray(
+        decode_image(parse_record(datum_record(0, encoded=make_jpeg(16, 16))), 3)
+    ).shape == (16, 16, 3)

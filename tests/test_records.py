@@ -46,12 +46,16 @@ def test_wire_bytes_of_a_tensorprotos_parse_with_caffe2_field_numbers():
     assert (record.label, record.format, record.encoded) == (5, TENSORPROTOS, b"abc")
 
 
-@pytest.mark.parametrize("build", [
-    lambda pixels: datum_record(3, pixels),
-    lambda pixels: datum_record(3, pixels, as_float=True),
-    lambda pixels: tensorprotos_record(3, pixels),
-    lambda pixels: tensorprotos_record(3, pixels, as_float=True, bbox=[1, 2, 3, 4]),
-], ids=["datum-bytes", "datum-float", "tensorprotos-byte", "tensorprotos-float-bbox"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda pixels: datum_record(3, pixels),
+        lambda pixels: datum_record(3, pixels, as_float=True),
+        lambda pixels: tensorprotos_record(3, pixels),
+        lambda pixels: tensorprotos_record(3, pixels, as_float=True, bbox=[1, 2, 3, 4]),
+    ],
+    ids=["datum-bytes", "datum-float", "tensorprotos-byte", "tensorprotos-float-bbox"],
+)
 @pytest.mark.parametrize("channels", [3, 1])
 def test_raw_records_give_back_the_stored_pixels_in_rgb(build, channels):
     pixels = random_pixels(5, 7, channels, seed=channels)
@@ -69,6 +73,7 @@ def test_bgr_storage_is_swapped_to_rgb():
 
 def test_float_values_are_rounded_and_clipped():
     from resnet50_trainer.data import protos
+
     message = protos.TensorProtos()
     image = message.protos.add(data_type=protos.FLOAT, dims=[1, 1, 3])
     image.float_data.extend([-5.0, 100.4, 300.0])
@@ -85,13 +90,16 @@ def test_encoded_records_decode_exactly_as_pillow_decodes_the_bytes(build):
     np.testing.assert_array_equal(np.asarray(decode_image(record, 3)), expected)
 
 
-@pytest.mark.parametrize("value, message", [
-    (b"", "empty record"),
-    (b"\xff\xfe\xfd garbage", "neither a Caffe Datum"),
-    (datum_record(1, np.zeros((0, 4, 3), np.uint8)), "zero-size"),
-    (datum_record(1, random_pixels(2, 2, 4)), "4 channels"),
-    (tensorprotos_record(1, encoded=b"x")[:9], "expected an image tensor"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (b"", "empty record"),
+        (b"\xff\xfe\xfd garbage", "neither a Caffe Datum"),
+        (datum_record(1, np.zeros((0, 4, 3), np.uint8)), "zero-size"),
+        (datum_record(1, random_pixels(2, 2, 4)), "4 channels"),
+        (tensorprotos_record(1, encoded=b"x")[:9], "expected an image tensor"),
+    ],
+)
 def test_malformed_records_raise_one_line_record_errors(value, message):
     with pytest.raises(RecordError, match=message) as caught:
         parse_record(value)
@@ -100,6 +108,7 @@ def test_malformed_records_raise_one_line_record_errors(value, message):
 
 def test_a_size_mismatch_names_both_sizes():
     from resnet50_trainer.data import protos
+
     value = protos.Datum(channels=3, height=4, width=4, data=b"\x00" * 47).SerializeToString()
     with pytest.raises(RecordError, match="holds 47 values but its shape .* needs 48"):
         parse_record(value)
@@ -120,8 +129,9 @@ def test_channel_conversion_both_ways():
     as_rgb = np.asarray(decode_image(gray, 3))
     assert as_rgb.shape == (4, 6, 3) and (as_rgb[:, :, 0] == gray.pixels[:, :, 0]).all()
     assert decode_image(colour, 1).mode == "L"
-    rgba_png = encode_image(np.dstack([random_pixels(4, 6, 3), np.full((4, 6), 9, np.uint8)]),
-                            "PNG")
+    rgba_png = encode_image(
+        np.dstack([random_pixels(4, 6, 3), np.full((4, 6), 9, np.uint8)]), "PNG"
+    )
     assert decode_image(parse_record(datum_record(0, encoded=rgba_png)), 3).mode == "RGB"
     with pytest.raises(RecordError, match="num_channels"):
         decode_image(colour, 2)
@@ -147,8 +157,9 @@ def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side()
     # Between 1x and 2x the target: full size, not 6/8 (slower than a full decode, see BENCHMARKS)
     assert decoded_shape(120) == (200, 300, 3) and decoded_shape(200, channels=1) == (200, 300, 1)
     # At full size it is the same libjpeg-turbo decode as Pillow's, to the pixel.
-    np.testing.assert_array_equal(decode_jpeg_reduced(record.encoded, (300, 200), 3, 200),
-                                  np.asarray(decode_image(record, 3)))
+    np.testing.assert_array_equal(
+        decode_jpeg_reduced(record.encoded, (300, 200), 3, 200), np.asarray(decode_image(record, 3))
+    )
 
 
 def test_libjpeg_turbo_decode_reads_gray_jpegs_and_refuses_truncated_ones():
@@ -156,15 +167,18 @@ def test_libjpeg_turbo_decode_reads_gray_jpegs_and_refuses_truncated_ones():
     as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray), 3, 16)
     assert as_rgb.shape == (32, 24, 3)
     assert (as_rgb[:, :, 0] == as_rgb[:, :, 1]).all() and (as_rgb[:, :, 1] == as_rgb[:, :, 2]).all()
-    np.testing.assert_array_equal(decode_jpeg_reduced(gray.encoded, (48, 64), 1, 64)[:, :, 0],
-                                  np.asarray(decode_image(gray, 1)))
+    np.testing.assert_array_equal(
+        decode_jpeg_reduced(gray.encoded, (48, 64), 1, 64)[:, :, 0],
+        np.asarray(decode_image(gray, 1)),
+    )
     truncated = make_jpeg(64, 64)[:-200]
     with pytest.raises(RecordError, match="cannot decode"):
         decode_jpeg_reduced(truncated, (64, 64), 3, 16)
 
 
-@pytest.mark.parametrize("record_format, builder", [(DATUM, datum_record),
-                                                    (TENSORPROTOS, tensorprotos_record)])
+@pytest.mark.parametrize(
+    "record_format, builder", [(DATUM, datum_record), (TENSORPROTOS, tensorprotos_record)]
+)
 @pytest.mark.parametrize("channels", [3, 1])
 def test_serialized_records_match_the_original_tools_layout(record_format, builder, channels):
     pixels = random_pixels(3, 5, channels, seed=4)

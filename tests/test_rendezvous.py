@@ -34,16 +34,21 @@ def make_board(request, tmp_path):
         yield lambda run_id: open_board(run_id, None, 6379, None, str(tmp_path))
 
 
-def meet_all(make_board, run_id: str, count: int, timeout_s: float = 20, indices=None,
-             start_gap_s=0.3):
+def meet_all(
+    make_board, run_id: str, count: int, timeout_s: float = 20, indices=None, start_gap_s=0.3
+):
     """Participants met in threads, index 0 last so the others start before it.
     Returns (index, Meeting or UserError) pairs; dict() of them where indices are unique."""
     results = []
 
     def participant(index):
         try:
-            results.append((index, meet(make_board(run_id), Seat(index, count, "shard", run_id),
-                                        HOST, timeout_s)))
+            results.append(
+                (
+                    index,
+                    meet(make_board(run_id), Seat(index, count, "shard", run_id), HOST, timeout_s),
+                )
+            )
         except UserError as error:
             results.append((index, error))
 
@@ -96,7 +101,8 @@ class TestBoardContract:
     def test_a_live_store_without_the_nonce_is_not_followed(self, make_board):
         unrelated = dist.TCPStore(HOST, 0, is_master=True, wait_for_workers=False)
         make_board("run-a").publish(
-            json.dumps({"host": HOST, "port": unrelated.port, "nonce": "x"}), 600)
+            json.dumps({"host": HOST, "port": unrelated.port, "nonce": "x"}), 600
+        )
         results = dict(meet_all(make_board, "run-a", count=2, start_gap_s=1.0))
         assert results[0].port == results[1].port != unrelated.port
 
@@ -114,8 +120,9 @@ class TestBoardContract:
     def test_shard_0_refuses_a_run_id_in_use_by_a_live_run(self, make_board):
         first = dict(meet_all(make_board, "run-a", count=1))[0]
         nonce = first.store.get("rendezvous/nonce").decode()
-        make_board("run-a").publish(json.dumps({"host": HOST, "port": first.port,
-                                                "nonce": nonce}), 60)
+        make_board("run-a").publish(
+            json.dumps({"host": HOST, "port": first.port, "nonce": nonce}), 60
+        )
         with pytest.raises(UserError, match="run id run-a is in use by a live run"):
             meet(make_board("run-a"), Seat(0, 2, "shard", "run-a"), HOST, 5)
 
@@ -166,21 +173,30 @@ MALFORMED_ENTRIES = {
     "not UTF-8": (b"\xff\xfe{\x00", "not JSON"),
     "a JSON list": (b"[1, 2]", "not an object with host, port and nonce"),
     "no nonce": (b'{"host": "127.0.0.1", "port": 5}', "not an object with host, port and nonce"),
-    "port not a number": (b'{"host": "127.0.0.1", "port": "abc", "nonce": "x"}',
-                          "port 'abc' is not a port number"),
-    "port out of range": (b'{"host": "127.0.0.1", "port": 99999, "nonce": "x"}',
-                          "port 99999 is not a port number"),
-    "port true": (b'{"host": "127.0.0.1", "port": true, "nonce": "x"}',
-                  "port True is not a port number"),
+    "port not a number": (
+        b'{"host": "127.0.0.1", "port": "abc", "nonce": "x"}',
+        "port 'abc' is not a port number",
+    ),
+    "port out of range": (
+        b'{"host": "127.0.0.1", "port": 99999, "nonce": "x"}',
+        "port 99999 is not a port number",
+    ),
+    "port true": (
+        b'{"host": "127.0.0.1", "port": true, "nonce": "x"}',
+        "port True is not a port number",
+    ),
     "host not a string": (b'{"host": 5, "port": 80, "nonce": "x"}', "host 5 is not a host name"),
-    "nonce not a string": (b'{"host": "127.0.0.1", "port": 80, "nonce": [7]}',
-                           "nonce [7] is not a string"),
+    "nonce not a string": (
+        b'{"host": "127.0.0.1", "port": 80, "nonce": [7]}',
+        "nonce [7] is not a string",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", MALFORMED_ENTRIES)
-def test_a_malformed_entry_in_the_directory_is_named_in_one_line_and_replaced(tmp_path, caplog,
-                                                                              name):
+def test_a_malformed_entry_in_the_directory_is_named_in_one_line_and_replaced(
+    tmp_path, caplog, name
+):
     content, problem = MALFORMED_ENTRIES[name]
     (tmp_path / "resnet50_trainer.run-a.address").write_bytes(content)
     make = lambda run_id: open_board(run_id, None, 6379, None, str(tmp_path))  # noqa: E731
@@ -192,7 +208,8 @@ def test_a_malformed_entry_in_the_directory_is_named_in_one_line_and_replaced(tm
     for record in warnings:
         assert record.exc_info is None
         assert record.getMessage().startswith(
-            f"Ignoring a malformed rendezvous entry in directory {tmp_path} ({problem}")
+            f"Ignoring a malformed rendezvous entry in directory {tmp_path} ({problem}"
+        )
 
 
 def test_a_directory_where_the_entry_belongs_is_named(tmp_path):
@@ -211,5 +228,7 @@ def test_a_value_on_redis_that_is_not_utf8_is_ignored(redis_port, caplog):  # no
     with caplog.at_level(logging.INFO):
         results = dict(meet_all(make, "run-a", count=2, start_gap_s=1.0))
     assert results[0].port == results[1].port, results
-    assert (f"Ignoring a malformed rendezvous entry in redis {HOST}:{redis_port} (not JSON"
-            in caplog.text)
+    assert (
+        f"Ignoring a malformed rendezvous entry in redis {HOST}:{redis_port} (not JSON"
+        in caplog.text
+    )

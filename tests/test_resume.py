@@ -38,16 +38,37 @@ def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     database = write_image_db(str(root / "db"), RECORDS, 4)
     out = root / "uninterrupted"
-    done = run_trainer("--train_data", database, "--num_gpus", "2", "--num_epochs", "3",
-                       "--log_dir", str(out), "--checkpoint_every_iters", "3",
-                       "--keep_checkpoints", "10")
+    done = run_trainer(
+        "--train_data",
+        database,
+        "--num_gpus",
+        "2",
+        "--num_epochs",
+        "3",
+        "--log_dir",
+        str(out),
+        "--checkpoint_every_iters",
+        "3",
+        "--keep_checkpoints",
+        "10",
+    )
     assert done.returncode == 0, done.stderr
     return database, out
 
 
 def resume(database: str, checkpoint_path, out) -> list[dict]:
-    done = run_trainer("--train_data", database, "--num_gpus", "2", "--num_epochs", "3",
-                       "--log_dir", str(out), "--load_model_path", str(checkpoint_path))
+    done = run_trainer(
+        "--train_data",
+        database,
+        "--num_gpus",
+        "2",
+        "--num_epochs",
+        "3",
+        "--log_dir",
+        str(out),
+        "--load_model_path",
+        str(checkpoint_path),
+    )
     assert done.returncode == 0, done.stderr
     return log_rows(out)
 
@@ -56,8 +77,15 @@ def assert_same_epoch_3(uninterrupted_out, resumed_out, resumed_rows):
     reference = log_rows(uninterrupted_out)[2]
     row = resumed_rows[-1]
     # The LR, the counters and the loss (which depends on the record order and the crops) agree.
-    for column in ("epoch", "learning_rate", "cumulative_batch_count", "cumulative_input_count",
-                   "input_count", "loss", "accuracy"):
+    for column in (
+        "epoch",
+        "learning_rate",
+        "cumulative_batch_count",
+        "cumulative_input_count",
+        "input_count",
+        "loss",
+        "accuracy",
+    ):
         assert row[column] == reference[column], column
     expected = model_state(uninterrupted_out / "resnet50_model_3.pt")
     resumed = model_state(resumed_out / "resnet50_model_3.pt")
@@ -103,13 +131,27 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     database, out = uninterrupted
     shutil.copy(out / "resnet50_model_1.pt", tmp_path / "resnet50_model_1.pt")
     previous = (tmp_path / "resnet50_model_1.pt").read_bytes()
-    writer = start_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
-                           "--load_model_path", str(tmp_path),
-                           **pause_before_rename(300))
+    writer = start_trainer(
+        "--train_data",
+        database,
+        "--num_epochs",
+        "2",
+        "--log_dir",
+        str(tmp_path),
+        "--load_model_path",
+        str(tmp_path),
+        **pause_before_rename(300),
+    )
     try:
-        wait_for(lambda: any(name.startswith(".tmp-resnet50_model_2.pt") and
-                             os.path.getsize(tmp_path / name) > 1_000_000
-                             for name in os.listdir(tmp_path)), 180, "the checkpoint write")
+        wait_for(
+            lambda: any(
+                name.startswith(".tmp-resnet50_model_2.pt")
+                and os.path.getsize(tmp_path / name) > 1_000_000
+                for name in os.listdir(tmp_path)
+            ),
+            180,
+            "the checkpoint write",
+        )
         time.sleep(1)  # torch.save done or nearly: the pause before the rename holds it here
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(30)
@@ -120,22 +162,40 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == previous
     torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)  # loads
 
-    done = run_trainer("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path),
-                       "--load_model_path", str(tmp_path))
+    done = run_trainer(
+        "--train_data",
+        database,
+        "--num_epochs",
+        "2",
+        "--log_dir",
+        str(tmp_path),
+        "--load_model_path",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     assert "Resumed from " + str(tmp_path / "resnet50_model_1.pt") in done.stderr
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["resnet50_model_2.pt", ".resnet50_model.lock"]
-        + [n for n in os.listdir(tmp_path) if n.endswith(".log")])
+        + [n for n in os.listdir(tmp_path) if n.endswith(".log")]
+    )
 
 
 def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
     """The same global batch on fewer processes: the record stream and the LR continue as they
     were; the weights differ only because batch norm now sees batches of 8, not 2 x 4."""
     database, out = uninterrupted
-    done = run_trainer("--train_data", database, "--num_gpus", "1", "--num_epochs", "3",
-                       "--log_dir", str(tmp_path), "--load_model_path",
-                       str(out / "resnet50_model_2_step1.pt"))
+    done = run_trainer(
+        "--train_data",
+        database,
+        "--num_gpus",
+        "1",
+        "--num_epochs",
+        "3",
+        "--log_dir",
+        str(tmp_path),
+        "--load_model_path",
+        str(out / "resnet50_model_2_step1.pt"),
+    )
     assert done.returncode == 0, done.stderr
     assert "Checkpoint made with 2 processes, resuming on 1" in done.stderr
     row, reference = log_rows(tmp_path)[-1], log_rows(out)[2]

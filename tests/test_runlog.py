@@ -8,13 +8,25 @@ import time
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.runlog import HEADER, EpochRow, RunLog, log_file_name
 
-ORIGINAL_HEADER = ("time_spent,cumulative_time_spent,input_count,cumulative_input_count,"
-                   "cumulative_batch_count,inputs_per_sec,accuracy,epoch,learning_rate,loss,test_accuracy")
+ORIGINAL_HEADER = (
+    "time_spent,cumulative_time_spent,input_count,cumulative_input_count,"
+    "cumulative_batch_count,inputs_per_sec,accuracy,epoch,learning_rate,loss,test_accuracy"
+)
 
 
 def config(tmp_path, *extra):
-    argv = ["--train_data", "null", "--use_cpu", "--num_gpus", "2", "--batch_size", "64",
-            "--log_dir", str(tmp_path), *extra]
+    argv = [
+        "--train_data",
+        "null",
+        "--use_cpu",
+        "--num_gpus",
+        "2",
+        "--batch_size",
+        "64",
+        "--log_dir",
+        str(tmp_path),
+        *extra,
+    ]
     return config_from_args(build_parser().parse_args(argv), 0)
 
 
@@ -32,8 +44,9 @@ def test_first_line_header_and_rows(tmp_path):
     assert lines[0].startswith("# Namespace(") and "batch_size=64" in lines[0]
     assert ",".join(HEADER) == ORIGINAL_HEADER and lines[1] == ORIGINAL_HEADER
     assert lines[2] == "1.5,1.5,64,64,1,42.7,0.5,1,0.025,2.3,-1"
-    assert re.fullmatch(r"resnet50_gpu2_b64_L10_lr0\.10_v2_\d{8}_\d{6}\.log",
-                        run_log.path.split("/")[-1])
+    assert re.fullmatch(
+        r"resnet50_gpu2_b64_L10_lr0\.10_v2_\d{8}_\d{6}\.log", run_log.path.split("/")[-1]
+    )
 
 
 def test_an_existing_log_is_never_overwritten(tmp_path):
@@ -45,4 +58,3 @@ def test_an_existing_log_is_never_overwritten(tmp_path):
     second.close()
     assert second.path != first.path
     assert len(open(first.path).read().splitlines()) == 3
-

@@ -40,15 +40,19 @@ def test_order_changes_every_epoch_and_depends_on_the_seed():
 def test_global_order_does_not_depend_on_the_number_of_processes():
     one = epoch_reads(64, 3, 2, 1, 8, 8)[0]
     two = epoch_reads(64, 3, 2, 2, 4, 8)
-    interleaved = [index for step in range(8) for rank in (0, 1)
-                   for index in two[rank][step * 4:(step + 1) * 4]]
+    interleaved = [
+        index
+        for step in range(8)
+        for rank in (0, 1)
+        for index in two[rank][step * 4 : (step + 1) * 4]
+    ]
     assert interleaved == one
 
 
 def test_resuming_mid_epoch_reads_the_rest_of_the_epoch():
     full = epoch_reads(64, 0, 1, 2, 4, 8)
     rest = epoch_reads(64, 0, 1, 2, 4, 8, start_step=3)
-    assert all(rest[rank] == full[rank][3 * 4:] for rank in (0, 1))
+    assert all(rest[rank] == full[rank][3 * 4 :] for rank in (0, 1))
 
 
 def test_epoch_size_larger_than_the_db_wraps_into_new_passes():

@@ -20,8 +20,14 @@ SAMPLE = os.path.join(REPO, "sample_data")
 
 def run_trainer(*argv, cwd, timeout=300):
     env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([sys.executable, "-m", "resnet50_trainer", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_log(directory):
@@ -35,9 +41,27 @@ def read_log(directory):
 def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
     train = image_db("train", 48, 4, db_type)
     test = image_db("test", 10, 4, db_type)
-    common = ["--train_data", train, "--test_data", test, "--db_type", db_type, "--use_cpu",
-              "--num_gpus", "2", "--batch_size", "8", "--image_size", "32", "--num_labels", "4",
-              "--num_layers", "18", "--log_dir", str(tmp_path)]
+    common = [
+        "--train_data",
+        train,
+        "--test_data",
+        test,
+        "--db_type",
+        db_type,
+        "--use_cpu",
+        "--num_gpus",
+        "2",
+        "--batch_size",
+        "8",
+        "--image_size",
+        "32",
+        "--num_labels",
+        "4",
+        "--num_layers",
+        "18",
+        "--log_dir",
+        str(tmp_path),
+    ]
     result = run_trainer(*common, "--num_epochs", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     path, first_line, rows = read_log(tmp_path)
@@ -45,7 +69,11 @@ def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
     assert first_line.startswith("# Namespace(")
     assert list(rows[0]) == HEADER and len(rows) == 1
     row = rows[0]
-    assert (int(row["input_count"]), int(row["cumulative_batch_count"]), int(row["epoch"])) == (48, 6, 1)
+    assert (int(row["input_count"]), int(row["cumulative_batch_count"]), int(row["epoch"])) == (
+        48,
+        6,
+        1,
+    )
     assert 0 <= float(row["test_accuracy"]) <= 1
     assert float(row["learning_rate"]) == pytest.approx(0.1 * 8 / 256)
     assert "Finished iteration 6/6 of epoch 1" in result.stderr + result.stdout
@@ -54,7 +82,9 @@ def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
     torchvision.models.resnet18(num_classes=4).load_state_dict(state["model"])  # no module. prefix
 
     os.unlink(path)
-    resumed = run_trainer(*common, "--num_epochs", "2", "--load_model_path", str(checkpoint), cwd=tmp_path)
+    resumed = run_trainer(
+        *common, "--num_epochs", "2", "--load_model_path", str(checkpoint), cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr
     _, _, rows = read_log(tmp_path)
     assert [int(row["epoch"]) for row in rows] == [2]
@@ -64,9 +94,26 @@ def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
 
 
 def test_synthetic_data_without_test_data(tmp_path):
-    result = run_trainer("--train_data", "null", "--use_cpu", "--batch_size", "4", "--epoch_size", "8",
-                         "--image_size", "32", "--num_labels", "10", "--num_layers", "18",
-                         "--num_epochs", "1", "--log_dir", str(tmp_path), cwd=tmp_path)
+    result = run_trainer(
+        "--train_data",
+        "null",
+        "--use_cpu",
+        "--batch_size",
+        "4",
+        "--epoch_size",
+        "8",
+        "--image_size",
+        "32",
+        "--num_labels",
+        "10",
+        "--num_layers",
+        "18",
+        "--num_epochs",
+        "1",
+        "--log_dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     _, _, rows = read_log(tmp_path)
     assert rows[0]["test_accuracy"] == "-1" and int(rows[0]["input_count"]) == 8
@@ -74,11 +121,28 @@ def test_synthetic_data_without_test_data(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(SAMPLE, "train_lmdb")), reason="no sample_data")
 def test_resnet50_on_sample_data_two_processes(tmp_path):
-    result = run_trainer("--train_data", os.path.join(SAMPLE, "train_lmdb"),
-                         "--test_data", os.path.join(SAMPLE, "test_lmdb"), "--use_cpu",
-                         "--num_gpus", "2", "--batch_size", "16", "--image_size", "32",
-                         "--num_epochs", "1", "--num_labels", "10", "--epoch_size", "160",
-                         "--log_dir", str(tmp_path), cwd=tmp_path)
+    result = run_trainer(
+        "--train_data",
+        os.path.join(SAMPLE, "train_lmdb"),
+        "--test_data",
+        os.path.join(SAMPLE, "test_lmdb"),
+        "--use_cpu",
+        "--num_gpus",
+        "2",
+        "--batch_size",
+        "16",
+        "--image_size",
+        "32",
+        "--num_epochs",
+        "1",
+        "--num_labels",
+        "10",
+        "--epoch_size",
+        "160",
+        "--log_dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     _, _, rows = read_log(tmp_path)
     assert int(rows[0]["input_count"]) == 160 and float(rows[0]["test_accuracy"]) >= 0

@@ -15,9 +15,14 @@ from resnet50_trainer.precision import normalize
 def gradient_image(width=80, height=60):
     x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
     y = np.linspace(0, 255, height, dtype=np.float32)[:, None, None]
-    pixels = np.concatenate([np.broadcast_to(x, (height, width, 1)),
-                             np.broadcast_to(y, (height, width, 1)),
-                             np.full((height, width, 1), 77, np.float32)], axis=2)
+    pixels = np.concatenate(
+        [
+            np.broadcast_to(x, (height, width, 1)),
+            np.broadcast_to(y, (height, width, 1)),
+            np.full((height, width, 1), 77, np.float32),
+        ],
+        axis=2,
+    )
     return Image.fromarray(pixels.astype(np.uint8))
 
 
@@ -45,15 +50,18 @@ def test_random_crops_are_deterministic_per_seed_and_mirror():
     # The red channel grows left to right; a mirrored crop has it falling.
     directions = {bool(c[0, :, -1].float().mean() > c[0, :, 0].float().mean()) for c in crops}
     assert directions == {True, False}
-    assert all((bool(c[0, :, -1].float().mean() < c[0, :, 0].float().mean()) == plan.mirror)
-               for c, plan in zip(crops, plans))
+    assert all(
+        (bool(c[0, :, -1].float().mean() < c[0, :, 0].float().mean()) == plan.mirror)
+        for c, plan in zip(crops, plans)
+    )
 
 
 def test_plans_stay_inside_the_image():
     for width, height in ((80, 60), (60, 80), (37, 37), (300, 41)):
         for seed in range(30):
             left, top, right, bottom = transforms.random_plan(
-                width, height, 37, 32, random.Random(seed)).box
+                width, height, 37, 32, random.Random(seed)
+            ).box
             assert 0 <= left < right <= width and 0 <= top < bottom <= height
             assert right - left == bottom - top  # square in the source, as in the resized image
 

@@ -14,8 +14,21 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOKS = os.path.join(REPOSITORY, "tests", "hooks")  # sitecustomize.py: fault injection
 RUN_TIMEOUT_S = 240
 # ResNet-18 at 32 px on CPU, labels 0..3: the cheapest run that is still the real trainer.
-SMALL_RUN = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8",
-             "--num_labels", "4", "--num_workers", "0", "--print_every", "1000"]
+SMALL_RUN = [
+    "--use_cpu",
+    "--num_layers",
+    "18",
+    "--image_size",
+    "32",
+    "--batch_size",
+    "8",
+    "--num_labels",
+    "4",
+    "--num_workers",
+    "0",
+    "--print_every",
+    "1000",
+]
 
 
 def trainer_command(*args: str) -> list[str]:
@@ -29,19 +42,32 @@ def trainer_env(**extra: str) -> dict:
 def pause_before_rename(seconds: float) -> dict:
     """The environment that holds a run's checkpoint writer `seconds` between its fsync and its
     rename (tests/hooks/sitecustomize.py), in every process of the run."""
-    return {"PYTHONPATH": os.pathsep.join([REPOSITORY, HOOKS]),
-            "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME": str(seconds)}
+    return {
+        "PYTHONPATH": os.pathsep.join([REPOSITORY, HOOKS]),
+        "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME": str(seconds),
+    }
 
 
 def run_trainer(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(trainer_command(*args), env=trainer_env(**env), capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        trainer_command(*args),
+        env=trainer_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
 
 
 def start_trainer(*args: str, **env: str) -> subprocess.Popen:
     """The run leads its own process group, as a command started from a shell does."""
-    return subprocess.Popen(trainer_command(*args), env=trainer_env(**env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        trainer_command(*args),
+        env=trainer_env(**env),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def training_processes(launcher_pid: int) -> list[int]:
@@ -74,8 +100,10 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 def files(directory) -> dict:
     """name -> (size, mtime_ns) of every file in `directory`: what a failed run must not touch."""
-    return {entry.name: (entry.stat().st_size, entry.stat().st_mtime_ns)
-            for entry in os.scandir(directory)}
+    return {
+        entry.name: (entry.stat().st_size, entry.stat().st_mtime_ns)
+        for entry in os.scandir(directory)
+    }
 
 
 def model_state(path) -> dict:

@@ -45,6 +45,8 @@ def filled_order(failed: Sequence[bool]) -> list[int]:
 def require_records(batch: Batch) -> Batch:
     """A training batch in which no record could be used stops the run."""
     if not len(batch.labels):
-        raise UserError(f"every record of a batch failed to decode (keys {batch.bad_keys[:3]} "
-                        "...): check the DB with resnet50-db inspect")
+        raise UserError(
+            f"every record of a batch failed to decode (keys {batch.bad_keys[:3]} "
+            "...): check the DB with resnet50-db inspect"
+        )
     return batch

@@ -30,7 +30,8 @@ class CpuDecode:
         image = self._decode_jpeg(record, key)
         if image is None:  # raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode)
             image = transforms.pil_to_chw(
-                decode_image(record, self.num_channels, draft_size=(self.scale, self.scale)))
+                decode_image(record, self.num_channels, draft_size=(self.scale, self.scale))
+            )
         # The plan is made for the image as decoded: a reduced decode is cropped in its own pixels.
         plan = plan_for(image.shape[2], image.shape[1])
         return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
@@ -45,19 +46,26 @@ class CpuDecode:
         order = filled_order([sample.bad_key is not None for sample in samples])
         bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
         if not order:
-            return Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64),
-                         bad_keys)
+            return Batch(
+                torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), bad_keys
+            )
         images = [samples[i].image for i in order]  # `order` holds good samples only
-        return Batch(torch.stack([image for image in images if image is not None]),
-                     torch.tensor([samples[i].label for i in order], dtype=torch.int64), bad_keys)
+        return Batch(
+            torch.stack([image for image in images if image is not None]),
+            torch.tensor([samples[i].label for i in order], dtype=torch.int64),
+            bad_keys,
+        )
 
     @staticmethod
     def stage(device: torch.device) -> Callable[[Batch], Batch]:
         """A non-blocking copy to `device` (the loader pinned the memory)."""
 
         def copy(batch: Batch) -> Batch:
-            return Batch(batch.images.to(device, non_blocking=True),
-                         batch.labels.to(device, non_blocking=True), batch.bad_keys)
+            return Batch(
+                batch.images.to(device, non_blocking=True),
+                batch.labels.to(device, non_blocking=True),
+                batch.bad_keys,
+            )
 
         return copy
 

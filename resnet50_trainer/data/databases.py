@@ -42,18 +42,25 @@ def check_database_path(path: str, db_type: str) -> None:
     if db_type not in DB_TYPES:
         raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
     if not os.path.exists(path):
-        raise UserError(f"database {path} does not exist; check the path "
-                        "or build one with `resnet50-db create`")
+        raise UserError(
+            f"database {path} does not exist; check the path or build one with `resnet50-db create`"
+        )
     if not os.path.isdir(path):
-        raise UserError(f"database {path} is a file, not a directory; pass the LMDB/LevelDB "
-                        "directory (the one holding data.mdb or CURRENT)")
+        raise UserError(
+            f"database {path} is a file, not a directory; pass the LMDB/LevelDB "
+            "directory (the one holding data.mdb or CURRENT)"
+        )
     found = detect_db_type(path)
     if found is None:
-        raise UserError(f"{path} holds neither an LMDB (data.mdb) nor a LevelDB (CURRENT); "
-                        "pass the database directory itself")
+        raise UserError(
+            f"{path} holds neither an LMDB (data.mdb) nor a LevelDB (CURRENT); "
+            "pass the database directory itself"
+        )
     if found != db_type:
-        raise UserError(f"{path} is {_DB_NAMES[found]} database but --db_type {db_type} "
-                        f"was given; pass --db_type {found}")
+        raise UserError(
+            f"{path} is {_DB_NAMES[found]} database but --db_type {db_type} "
+            f"was given; pass --db_type {found}"
+        )
 
 
 class Database(ABC):
@@ -92,8 +99,10 @@ class Database(ABC):
         self.close()
 
     def _missing(self, key: bytes) -> UserError:
-        return UserError(f"key {key!r} is not in database {self.path}; list keys with "
-                         "`resnet50-db inspect` or pick a record with `dump --index`")
+        return UserError(
+            f"key {key!r} is not in database {self.path}; list keys with "
+            "`resnet50-db inspect` or pick a record with `dump --index`"
+        )
 
 
 class LmdbDatabase(Database):
@@ -103,11 +112,13 @@ class LmdbDatabase(Database):
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
-            self._env: lmdb.Environment | None = lmdb.open(path, readonly=True, lock=False,
-                                                           readahead=False, subdir=True)
+            self._env: lmdb.Environment | None = lmdb.open(
+                path, readonly=True, lock=False, readahead=False, subdir=True
+            )
         except lmdb.Error as exc:
-            raise UserError(f"cannot open LMDB {path} ({exc}); check that it is complete "
-                            "and not being written") from exc
+            raise UserError(
+                f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
+            ) from exc
         self._txn = self._env.begin(buffers=False)
 
     def _read_keys(self) -> list[bytes]:
@@ -165,12 +176,15 @@ class LevelDbDatabase(Database):
             self._db = plyvel.DB(self._snapshot, create_if_missing=False)
         except plyvel.Error as exc:
             shutil.rmtree(self._snapshot, ignore_errors=True)
-            raise UserError(f"cannot open LevelDB {path} ({exc}); check that it is complete "
-                            "and not being written") from exc
+            raise UserError(
+                f"cannot open LevelDB {path} ({exc}); check that it is complete "
+                "and not being written"
+            ) from exc
         # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
         # which skips atexit, but they run multiprocessing's exit finalizers first.
         self._finalizer = multiprocessing.util.Finalize(
-            self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0)
+            self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0
+        )
 
     def _read_keys(self) -> list[bytes]:
         return list(self._db.iterator(include_value=False))
@@ -191,8 +205,10 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
     database = LmdbDatabase(path) if db_type == LMDB else LevelDbDatabase(path)
     if not allow_empty and len(database) == 0:
         database.close()
-        raise UserError(f"database {path} holds no records; check that it was built completely "
-                        "(resnet50-db inspect shows what is in it)")
+        raise UserError(
+            f"database {path} holds no records; check that it was built completely "
+            "(resnet50-db inspect shows what is in it)"
+        )
     return database
 
 

@@ -26,8 +26,9 @@ class DecodeStrategy(Protocol):
     """Where records are decoded: what an input process makes of one record, how those samples
     make a batch, and the stage that turns the batch into a device Batch in the training process."""
 
-    def sample(self, record: Record, key: bytes,
-               plan_for: Callable[[int, int], transforms.CropPlan]) -> Any: ...
+    def sample(
+        self, record: Record, key: bytes, plan_for: Callable[[int, int], transforms.CropPlan]
+    ) -> Any: ...
 
     def failed(self, key: bytes) -> Any: ...
 
@@ -40,8 +41,15 @@ class ImageRecords(Dataset):
     """Records of one DB as `decoding`'s samples. The DB is opened on first use, in the process
     that reads it (an input process, after fork), never shared across processes."""
 
-    def __init__(self, path: str, db_type: str, keys: Sequence[bytes], settings: InputSettings,
-                 train: bool, decoding: DecodeStrategy):
+    def __init__(
+        self,
+        path: str,
+        db_type: str,
+        keys: Sequence[bytes],
+        settings: InputSettings,
+        train: bool,
+        decoding: DecodeStrategy,
+    ):
         self.path, self.db_type, self.keys = path, db_type, keys
         self.settings, self.train, self.decoding = settings, train, decoding
         self._database: Database | None = None
@@ -75,6 +83,11 @@ class ImageRecords(Dataset):
     def crop_plan(self, position: int, width: int, height: int) -> transforms.CropPlan:
         settings = self.settings
         if self.train:
-            return transforms.random_plan(width, height, settings.scale, settings.image_size,
-                                          random.Random(f"{settings.seed}:{position}"))
+            return transforms.random_plan(
+                width,
+                height,
+                settings.scale,
+                settings.image_size,
+                random.Random(f"{settings.seed}:{position}"),
+            )
         return transforms.centre_plan(width, height, settings.scale, settings.image_size)

@@ -73,11 +73,14 @@ class GpuDecode:
     def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
         good = [sample for sample in samples if sample.bad_key is None]
         crops = [sample.image for sample in good if sample.image is not None]
-        return EncodedBatch([sample.jpeg for sample in good], [sample.plan for sample in good],
-                            torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
-                            torch.tensor([sample.label for sample in good], dtype=torch.int64),
-                            [sample.bad_key for sample in samples if sample.bad_key is not None],
-                            [sample.key for sample in good])
+        return EncodedBatch(
+            [sample.jpeg for sample in good],
+            [sample.plan for sample in good],
+            torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
+            torch.tensor([sample.label for sample in good], dtype=torch.int64),
+            [sample.bad_key for sample in samples if sample.bad_key is not None],
+            [sample.key for sample in good],
+        )
 
     def stage(self, device: torch.device) -> Callable[[EncodedBatch], Batch]:
         return BatchDecoder(device, self.num_channels, self.image_size)
@@ -94,24 +97,27 @@ class BatchDecoder:
 
     def __call__(self, batch: EncodedBatch) -> Batch:
         """The decoded records first, then copies of them (with labels) in failed ones' places."""
-        images = torch.empty((len(batch.jpegs),) + self.shape, dtype=torch.uint8,
-                             device=self.device)
+        images = torch.empty(
+            (len(batch.jpegs),) + self.shape, dtype=torch.uint8, device=self.device
+        )
         on_device = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is not None]
         on_cpu = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is None]
         if on_cpu:
             self._warn_once(len(on_cpu), len(batch.jpegs))
             images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
         bad_keys = list(batch.bad_keys)
-        decoded = self._decode([batch.jpegs[i] for i in on_device],
-                               [batch.keys[i] for i in on_device], bad_keys)
+        decoded = self._decode(
+            [batch.jpegs[i] for i in on_device], [batch.keys[i] for i in on_device], bad_keys
+        )
         for i, image in zip(on_device, decoded):
             if image is not None:
                 images[i] = transforms.resize_crop(image, batch.plans[i], self.image_size)
         labels = batch.labels.to(self.device, non_blocking=True)
         if len(bad_keys):  # the input processes' failures take the places after these records'
             failed = {i for i, image in zip(on_device, decoded) if image is None}
-            order = filled_order([i in failed for i in range(len(images))]
-                                 + [True] * len(batch.bad_keys))
+            order = filled_order(
+                [i in failed for i in range(len(images))] + [True] * len(batch.bad_keys)
+            )
             images, labels = images[order], labels[order]  # empty when every record failed
         return Batch(images, labels, bad_keys)
 
@@ -135,8 +141,11 @@ class BatchDecoder:
 
     def _warn_once(self, count: int, total: int) -> None:
         if not self.warned:
-            log.warning("%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the "
-                        "input processes decode those on the CPU (--decode_device gpu decodes "
-                        "only JPEG)", count, total)
+            log.warning(
+                "%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the "
+                "input processes decode those on the CPU (--decode_device gpu decodes "
+                "only JPEG)",
+                count,
+                total,
+            )
             self.warned = True
-

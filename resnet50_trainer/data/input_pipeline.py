@@ -19,20 +19,34 @@ def decode_strategy(settings: InputSettings) -> DecodeStrategy:
     return GpuDecode(settings) if settings.decode_on_gpu else CpuDecode(settings)
 
 
-def make_loader(records: ImageRecords, batch_sampler, num_workers: int,
-                pin_memory: bool) -> DataLoader:
+def make_loader(
+    records: ImageRecords, batch_sampler, num_workers: int, pin_memory: bool
+) -> DataLoader:
     """Batches of `records` in `batch_sampler`'s order, collated as their strategy says."""
-    return DataLoader(records, batch_sampler=batch_sampler, num_workers=num_workers,
-                      collate_fn=records.decoding.collate, pin_memory=pin_memory,
-                      persistent_workers=num_workers > 0)
+    return DataLoader(
+        records,
+        batch_sampler=batch_sampler,
+        num_workers=num_workers,
+        collate_fn=records.decoding.collate,
+        pin_memory=pin_memory,
+        persistent_workers=num_workers > 0,
+    )
 
 
-def device_batches(path: str, db_type: str, keys: Sequence[bytes], batch_sampler,
-                   device: torch.device, settings: InputSettings, train: bool) -> DevicePrefetcher:
+def device_batches(
+    path: str,
+    db_type: str,
+    keys: Sequence[bytes],
+    batch_sampler,
+    device: torch.device,
+    settings: InputSettings,
+    train: bool,
+) -> DevicePrefetcher:
     """Batches of the DB at `path` in `batch_sampler`'s order, decoded, cropped and on `device`.
     A batch in which every record failed stops training; evaluation counts its keys."""
     decoding = decode_strategy(settings)
     records = ImageRecords(path, db_type, keys, settings, train, decoding)
-    loader = make_loader(records, batch_sampler, settings.num_workers,
-                         pin_memory=device.type == "cuda")
+    loader = make_loader(
+        records, batch_sampler, settings.num_workers, pin_memory=device.type == "cuda"
+    )
     return DevicePrefetcher(loader, device, decoding.stage(device), allow_empty=not train)

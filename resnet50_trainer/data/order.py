@@ -33,7 +33,8 @@ class RecordOrder:
         pass_index, offset = divmod(position, self.num_records)
         if pass_index != self._pass:
             self._permutation = np.random.default_rng([self.seed, pass_index]).permutation(
-                self.num_records)
+                self.num_records
+            )
             self._pass = pass_index
         return int(self._permutation[offset])
 
@@ -41,8 +42,14 @@ class RecordOrder:
 class ShardBatchSampler(Sampler):
     """This process's (position, record index) pairs, one list per step of the current epoch."""
 
-    def __init__(self, order: RecordOrder, steps_per_epoch: int, global_batch: int,
-                 device_batch: int, rank: int):
+    def __init__(
+        self,
+        order: RecordOrder,
+        steps_per_epoch: int,
+        global_batch: int,
+        device_batch: int,
+        rank: int,
+    ):
         self.order = order
         self.steps_per_epoch = steps_per_epoch
         self.global_batch = global_batch
@@ -69,8 +76,9 @@ class ShardBatchSampler(Sampler):
             yield list(zip(positions, self.order.records_at(positions)))
 
 
-def evaluation_batches(num_records: int, batch_size: int, rank: int,
-                       world_size: int) -> list[list[int]]:
+def evaluation_batches(
+    num_records: int, batch_size: int, rank: int, world_size: int
+) -> list[list[int]]:
     """Each process's share of the whole test DB: every record exactly once across processes."""
     mine = list(range(rank, num_records, world_size))
-    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    return [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]

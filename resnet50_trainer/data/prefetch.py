@@ -22,8 +22,13 @@ class DevicePrefetcher:
     A batch in which every record failed stops training (require_records); evaluation
     (`allow_empty`) gets it empty, with its bad keys, and counts them."""
 
-    def __init__(self, batches: DataLoader, device: torch.device, stage: Callable[[object], Batch],
-                 allow_empty: bool = False):
+    def __init__(
+        self,
+        batches: DataLoader,
+        device: torch.device,
+        stage: Callable[[object], Batch],
+        allow_empty: bool = False,
+    ):
         self.batches, self.device, self.stage = batches, device, stage
         self.allow_empty = allow_empty
 

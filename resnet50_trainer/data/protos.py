@@ -15,18 +15,41 @@ _Field = descriptor_pb2.FieldDescriptorProto
 
 # caffe2.proto: TensorProto.DataType
 DATA_TYPES = {
-    "UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5, "UINT8": 6,
-    "INT8": 7, "UINT16": 8, "INT16": 9, "INT64": 10, "FLOAT16": 12, "DOUBLE": 13,
+    "UNDEFINED": 0,
+    "FLOAT": 1,
+    "INT32": 2,
+    "BYTE": 3,
+    "STRING": 4,
+    "BOOL": 5,
+    "UINT8": 6,
+    "INT8": 7,
+    "UINT16": 8,
+    "INT16": 9,
+    "INT64": 10,
+    "FLOAT16": 12,
+    "DOUBLE": 13,
 }
-FLOAT, INT32, BYTE, STRING, UINT8 = (DATA_TYPES[name] for name in
-                                     ("FLOAT", "INT32", "BYTE", "STRING", "UINT8"))
+FLOAT, INT32, BYTE, STRING, UINT8 = (
+    DATA_TYPES[name] for name in ("FLOAT", "INT32", "BYTE", "STRING", "UINT8")
+)
 
 
-def _add_field(message: descriptor_pb2.DescriptorProto, name: str, number: int, field_type: int,
-               repeated: bool = False, packed: bool = False, type_name: str = "",
-               default: str = "") -> None:
-    field = message.field.add(name=name, number=number, type=field_type,
-                              label=_Field.LABEL_REPEATED if repeated else _Field.LABEL_OPTIONAL)
+def _add_field(
+    message: descriptor_pb2.DescriptorProto,
+    name: str,
+    number: int,
+    field_type: int,
+    repeated: bool = False,
+    packed: bool = False,
+    type_name: str = "",
+    default: str = "",
+) -> None:
+    field = message.field.add(
+        name=name,
+        number=number,
+        type=field_type,
+        label=_Field.LABEL_REPEATED if repeated else _Field.LABEL_OPTIONAL,
+    )
     if packed:
         field.options.packed = True
     if type_name:
@@ -38,7 +61,8 @@ def _add_field(message: descriptor_pb2.DescriptorProto, name: str, number: int, 
 def _caffe_file() -> descriptor_pb2.FileDescriptorProto:
     """caffe.proto: message Datum (proto2; float_data is not packed there)."""
     file_proto = descriptor_pb2.FileDescriptorProto(
-        name="resnet50_trainer/caffe.proto", package="caffe", syntax="proto2")
+        name="resnet50_trainer/caffe.proto", package="caffe", syntax="proto2"
+    )
     datum = file_proto.message_type.add(name="Datum")
     _add_field(datum, "channels", 1, _Field.TYPE_INT32)
     _add_field(datum, "height", 2, _Field.TYPE_INT32)
@@ -53,14 +77,21 @@ def _caffe_file() -> descriptor_pb2.FileDescriptorProto:
 def _caffe2_file() -> descriptor_pb2.FileDescriptorProto:
     """caffe2.proto: TensorProto (with its DataType enum) and TensorProtos (proto2)."""
     file_proto = descriptor_pb2.FileDescriptorProto(
-        name="resnet50_trainer/caffe2.proto", package="caffe2", syntax="proto2")
+        name="resnet50_trainer/caffe2.proto", package="caffe2", syntax="proto2"
+    )
     tensor = file_proto.message_type.add(name="TensorProto")
     data_type = tensor.enum_type.add(name="DataType")
     for name, number in DATA_TYPES.items():
         data_type.value.add(name=name, number=number)
     _add_field(tensor, "dims", 1, _Field.TYPE_INT64, repeated=True)
-    _add_field(tensor, "data_type", 2, _Field.TYPE_ENUM,
-               type_name=".caffe2.TensorProto.DataType", default="FLOAT")
+    _add_field(
+        tensor,
+        "data_type",
+        2,
+        _Field.TYPE_ENUM,
+        type_name=".caffe2.TensorProto.DataType",
+        default="FLOAT",
+    )
     _add_field(tensor, "float_data", 3, _Field.TYPE_FLOAT, repeated=True, packed=True)
     _add_field(tensor, "int32_data", 4, _Field.TYPE_INT32, repeated=True, packed=True)
     _add_field(tensor, "byte_data", 5, _Field.TYPE_BYTES)
@@ -69,8 +100,9 @@ def _caffe2_file() -> descriptor_pb2.FileDescriptorProto:
     _add_field(tensor, "double_data", 9, _Field.TYPE_DOUBLE, repeated=True, packed=True)
     _add_field(tensor, "int64_data", 10, _Field.TYPE_INT64, repeated=True, packed=True)
     protos = file_proto.message_type.add(name="TensorProtos")
-    _add_field(protos, "protos", 1, _Field.TYPE_MESSAGE, repeated=True,
-               type_name=".caffe2.TensorProto")
+    _add_field(
+        protos, "protos", 1, _Field.TYPE_MESSAGE, repeated=True, type_name=".caffe2.TensorProto"
+    )
     return file_proto
 
 

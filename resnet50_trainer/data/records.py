@@ -58,9 +58,11 @@ def parse_record(value: bytes) -> Record:
     try:
         message = (protos.TensorProtos if is_tensorprotos else protos.Datum).FromString(value)
     except Exception as exc:  # protobuf's DecodeError and friends vary between versions
-        raise RecordError(f"record is neither a Caffe Datum nor a Caffe2 TensorProtos ({exc}); "
-                          "check that the database was written by convert_imageset, "
-                          "make_image_db or resnet50-db create") from exc
+        raise RecordError(
+            f"record is neither a Caffe Datum nor a Caffe2 TensorProtos ({exc}); "
+            "check that the database was written by convert_imageset, "
+            "make_image_db or resnet50-db create"
+        ) from exc
     # Only the protobuf parse is caught wholesale: what follows raises RecordError itself, so a
     # bug of ours is not mistaken for a damaged record.
     return _parse_tensorprotos(message) if is_tensorprotos else _parse_datum(message)
@@ -78,14 +80,17 @@ def _parse_datum(datum) -> Record:
         chw = _float_to_uint8(np.asarray(datum.float_data, dtype=np.float32), shape, "Datum")
     else:
         raise RecordError("Datum holds neither image bytes nor float_data (zero-size record)")
-    return Record(label=datum.label, encoded=None, pixels=_bgr_to_rgb(chw.transpose(1, 2, 0)),
-                  format=DATUM)
+    return Record(
+        label=datum.label, encoded=None, pixels=_bgr_to_rgb(chw.transpose(1, 2, 0)), format=DATUM
+    )
 
 
 def _parse_tensorprotos(tensors) -> Record:
     if len(tensors.protos) < 2:
-        raise RecordError(f"TensorProtos has {len(tensors.protos)} tensor(s); "
-                          "expected an image tensor and an INT32 label tensor")
+        raise RecordError(
+            f"TensorProtos has {len(tensors.protos)} tensor(s); "
+            "expected an image tensor and an INT32 label tensor"
+        )
     image, label_tensor = tensors.protos[0], tensors.protos[1]
     if label_tensor.data_type != protos.INT32 or not len(label_tensor.int32_data):
         raise RecordError("TensorProtos label (protos[1]) is not a non-empty INT32 tensor")
@@ -93,8 +98,9 @@ def _parse_tensorprotos(tensors) -> Record:
     if image.data_type == protos.STRING:
         if not len(image.string_data) or not image.string_data[0]:
             raise RecordError("TensorProtos STRING image tensor holds no image bytes")
-        return Record(label=label, encoded=bytes(image.string_data[0]), pixels=None,
-                      format=TENSORPROTOS)
+        return Record(
+            label=label, encoded=bytes(image.string_data[0]), pixels=None, format=TENSORPROTOS
+        )
     dims = tuple(image.dims)
     if len(dims) not in (2, 3):
         raise RecordError(f"TensorProtos image has dims {list(dims)}; expected [H, W] or [H, W, C]")
@@ -104,12 +110,15 @@ def _parse_tensorprotos(tensors) -> Record:
         hwc = _raw_array(raw, hwc_shape, "TensorProtos", channel_axis=2)
     elif image.data_type == protos.FLOAT:
         chw_shape = dims if len(dims) == 3 else (1,) + dims
-        chw = _float_to_uint8(np.asarray(image.float_data, dtype=np.float32), chw_shape,
-                              "TensorProtos")
+        chw = _float_to_uint8(
+            np.asarray(image.float_data, dtype=np.float32), chw_shape, "TensorProtos"
+        )
         hwc = chw.transpose(1, 2, 0)
     else:
-        raise RecordError(f"TensorProtos image has data_type {image.data_type}; "
-                          "expected STRING, BYTE, UINT8 or FLOAT")
+        raise RecordError(
+            f"TensorProtos image has data_type {image.data_type}; "
+            "expected STRING, BYTE, UINT8 or FLOAT"
+        )
     return Record(label=label, encoded=None, pixels=_bgr_to_rgb(hwc), format=TENSORPROTOS)
 
 
@@ -129,8 +138,9 @@ def _check_shape(shape: tuple, size: int, source: str, channel_axis: int) -> Non
         raise RecordError(f"{source} raw image has {shape[channel_axis]} channels; expected 1 or 3")
     needed = math.prod(shape)  # Python integers: int64 dims could overflow numpy's product
     if size != needed:
-        raise RecordError(f"{source} raw image holds {size} values but its shape {list(shape)} "
-                          f"needs {needed}")
+        raise RecordError(
+            f"{source} raw image holds {size} values but its shape {list(shape)} needs {needed}"
+        )
 
 
 def _raw_array(raw: bytes, shape: tuple, source: str, channel_axis: int) -> np.ndarray:
@@ -169,8 +179,11 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
     """
     if record.pixels is not None:
         pixels = record.pixels
-        return Image.fromarray(pixels[:, :, 0], "L") if pixels.shape[2] == 1 \
+        return (
+            Image.fromarray(pixels[:, :, 0], "L")
+            if pixels.shape[2] == 1
             else Image.fromarray(pixels, "RGB")
+        )
     try:
         image = Image.open(io.BytesIO(_file_bytes(record)))
         if draft_size is not None and image.format == "JPEG":
@@ -216,8 +229,9 @@ def _over_pixel_limit(width: int, height: int) -> bool:
     return Image.MAX_IMAGE_PIXELS is not None and width * height > 2 * Image.MAX_IMAGE_PIXELS
 
 
-def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
-                        min_side: int) -> np.ndarray:
+def decode_jpeg_reduced(
+    data: bytes, size: tuple[int, int], num_channels: int, min_side: int
+) -> np.ndarray:
     """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
     `size` being its (width, height): decoded by libjpeg-turbo at 1/8, 1/4 or 1/2 scale, the
     smallest that keeps the shorter side at least `min_side`, else at full size.
@@ -231,9 +245,12 @@ def decode_jpeg_reduced(data: bytes, size: tuple[int, int], num_channels: int,
     reduction = next((factor for factor in (8, 4, 2) if min(width, height) >= factor * min_side), 1)
     try:
         # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
-        return simplejpeg.decode_jpeg(data, colorspace="RGB" if num_channels == 3 else "GRAY",
-                                      min_height=-(-height // reduction),
-                                      min_width=-(-width // reduction))
+        return simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB" if num_channels == 3 else "GRAY",
+            min_height=-(-height // reduction),
+            min_width=-(-width // reduction),
+        )
     except ValueError as exc:
         raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
 
@@ -249,13 +266,16 @@ def _to_8_bits(image: Image.Image) -> Image.Image:
         high_bytes = np.clip(np.asarray(image).astype(np.int64) >> 8, 0, 255)
         return Image.fromarray(high_bytes.astype(np.uint8), "L")
     if image.mode == "F":
-        raise RecordError("the record's image has floating-point samples; convert_imageset's "
-                          "OpenCV cannot read those as 8 bits either: store 8- or 16-bit images")
+        raise RecordError(
+            "the record's image has floating-point samples; convert_imageset's "
+            "OpenCV cannot read those as 8 bits either: store 8- or 16-bit images"
+        )
     return image.convert("L" if image.mode in ("1", "LA", "La") else "RGB")
 
 
-def decode_image(record: Record, num_channels: int,
-                 draft_size: tuple[int, int] | None = None) -> Image.Image:
+def decode_image(
+    record: Record, num_channels: int, draft_size: tuple[int, int] | None = None
+) -> Image.Image:
     """The record's image in mode "RGB" (num_channels 3) or "L" (num_channels 1)."""
     if num_channels not in (1, 3):
         raise RecordError(f"num_channels is {num_channels}; use 1 (gray) or 3 (colour)")
@@ -278,8 +298,13 @@ def _datum_message(record: Record):
         return protos.Datum(data=record.encoded, label=record.label, encoded=True)
     bgr = _bgr_to_rgb(_pixels(record))  # the swap is its own inverse
     height, width, channels = bgr.shape
-    return protos.Datum(channels=channels, height=height, width=width,
-                        data=bgr.transpose(2, 0, 1).tobytes(), label=record.label)
+    return protos.Datum(
+        channels=channels,
+        height=height,
+        width=width,
+        data=bgr.transpose(2, 0, 1).tobytes(),
+        label=record.label,
+    )
 
 
 def _tensorprotos_message(record: Record):

@@ -14,8 +14,9 @@ class SyntheticBatches:
     """`--train_data null`: one random batch made on the device and reused, so the input pipeline
     costs nothing and the figure is compute alone."""
 
-    def __init__(self, steps_per_epoch: int, batch_size: int, settings: InputSettings,
-                 device: torch.device):
+    def __init__(
+        self, steps_per_epoch: int, batch_size: int, settings: InputSettings, device: torch.device
+    ):
         generator = torch.Generator().manual_seed(settings.seed)
         shape = (batch_size, settings.num_channels, settings.image_size, settings.image_size)
         images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)

@@ -50,8 +50,9 @@ def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     (several times faster than Pillow's resize); elsewhere it works in float and rounds back.
     """
     left, top, right, bottom = plan.box
-    resized = functional.resized_crop(image, top, left, bottom - top, right - left, [size, size],
-                                      antialias=True)
+    resized = functional.resized_crop(
+        image, top, left, bottom - top, right - left, [size, size], antialias=True
+    )
     return functional.horizontal_flip(resized) if plan.mirror else resized
 
 
@@ -74,5 +75,9 @@ def _source_box(width: int, height: int, scale: int, size: int, left: int, top: 
     factor = scale / min(width, height)
     x0, y0 = round(left / factor), round(top / factor)
     extent = max(1, round(size / factor))
-    return (min(x0, width - extent), min(y0, height - extent),
-            min(x0, width - extent) + extent, min(y0, height - extent) + extent)
+    return (
+        min(x0, width - extent),
+        min(y0, height - extent),
+        min(x0, width - extent) + extent,
+        min(y0, height - extent) + extent,
+    )

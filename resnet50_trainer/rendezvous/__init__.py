@@ -24,8 +24,13 @@ class Board(Protocol):
     def withdraw(self, entry: str) -> None: ...
 
 
-def open_board(run_id: str, redis_host: str | None, redis_port: int,
-               redis_password: str | None, file_store_path: str) -> Board:
+def open_board(
+    run_id: str,
+    redis_host: str | None,
+    redis_port: int,
+    redis_password: str | None,
+    file_store_path: str,
+) -> Board:
     """Redis when a host (or a redis:// URL) is given, else the shared directory."""
     if redis_host:
         from resnet50_trainer.rendezvous.redis_board import RedisBoard

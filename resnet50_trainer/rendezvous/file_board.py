@@ -23,8 +23,10 @@ class FileBoard:
             with tempfile.TemporaryFile(dir=directory):
                 pass
         except OSError as error:
-            raise UserError(f"--file_store_path {directory} cannot be written ({error.strerror}): "
-                            "give a directory every shard can write, e.g. on NFS") from None
+            raise UserError(
+                f"--file_store_path {directory} cannot be written ({error.strerror}): "
+                "give a directory every shard can write, e.g. on NFS"
+            ) from None
 
     def publish(self, entry: str, ttl_s: float | None) -> None:
         """No expiry in files (machines' clocks may disagree): readers prove an entry live
@@ -41,8 +43,10 @@ class FileBoard:
             # the removal fails too, and the write's reason is the one to report.
             with contextlib.suppress(OSError):
                 os.remove(staging)
-            raise UserError(f"cannot write {self.path} ({error.strerror}): remove what is there "
-                            "or check --file_store_path") from None
+            raise UserError(
+                f"cannot write {self.path} ({error.strerror}): remove what is there "
+                "or check --file_store_path"
+            ) from None
 
     def read(self) -> str | None:
         try:
@@ -52,8 +56,10 @@ class FileBoard:
         except FileNotFoundError:
             return None
         except OSError as error:
-            raise UserError(f"cannot read {self.path} ({error.strerror}): remove what is there "
-                            "or check --file_store_path") from None
+            raise UserError(
+                f"cannot read {self.path} ({error.strerror}): remove what is there "
+                "or check --file_store_path"
+            ) from None
 
     def withdraw(self, entry: str) -> None:
         if self.read() == entry:

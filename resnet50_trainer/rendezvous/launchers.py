@@ -14,8 +14,15 @@ _LAUNCHERS = (
     ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
     # SLURM_STEP_TASKS_PER_NODE is set by srun for its step, not in an sbatch script's own shell.
     ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")),
-    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    (
+        "mpirun",
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ),
+    ),
 )
 # Launchers that always set all four variables: a part of them is a hand-made environment that
 # would otherwise quietly train alone (srun's shell sets a part: an sbatch script outside a step).
@@ -46,14 +53,23 @@ def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
         present = [variable for variable in variables if variable in environ]
         if name in _ALL_OR_NONE and 0 < len(present) < len(variables):
             missing = [variable for variable in variables if variable not in environ]
-            raise UserError(f"{', '.join(present)} set but not {', '.join(missing)}: {name} sets "
-                            "all four; start the run with the launcher, or unset them to train "
-                            "without one")
+            raise UserError(
+                f"{', '.join(present)} set but not {', '.join(missing)}: {name} sets "
+                "all four; start the run with the launcher, or unset them to train "
+                "without one"
+            )
         if len(present) == len(variables):
             rank, world, local_rank, local_world = (_number(environ, name, v) for v in variables)
             _check_placement(name, variables, rank, world, local_rank, local_world)
-            return Launched(name, rank, world, local_rank, local_world, _master(environ),
-                            environ.get("SLURM_JOB_ID"))
+            return Launched(
+                name,
+                rank,
+                world,
+                local_rank,
+                local_world,
+                _master(environ),
+                environ.get("SLURM_JOB_ID"),
+            )
     return None
 
 
@@ -61,42 +77,61 @@ def _number(environ: Mapping[str, str], launcher: str, variable: str) -> int:
     # SLURM writes tasks per node as "2(x3)" (2 on each of 3 nodes) or "2,1" (uneven).
     match = re.fullmatch(r"(\d+)(\(x\d+\))?", environ[variable].strip())
     if not match:
-        raise UserError(f"{variable}={environ[variable]!r} set by {launcher} is not one number: "
-                        "start the same number of processes on every machine")
+        raise UserError(
+            f"{variable}={environ[variable]!r} set by {launcher} is not one number: "
+            "start the same number of processes on every machine"
+        )
     return int(match.group(1))
 
 
-def _check_placement(launcher: str, variables: tuple[str, ...], rank: int, world: int,
-                     local_rank: int, local_world: int) -> None:
+def _check_placement(
+    launcher: str,
+    variables: tuple[str, ...],
+    rank: int,
+    world: int,
+    local_rank: int,
+    local_world: int,
+) -> None:
     """Sizes of at least one process, the same number on every machine, and ranks inside them, or
     the launcher's environment is not one we can place a process by (a hand-set variable, say)."""
     rank_name, world_name, local_rank_name, local_world_name = variables
     for name, value in ((world_name, world), (local_world_name, local_world)):
         if value < 1:
-            raise UserError(f"{name}={value} set by {launcher}: a run needs at least one process; "
-                            "check the launcher's command line or unset the variable")
+            raise UserError(
+                f"{name}={value} set by {launcher}: a run needs at least one process; "
+                "check the launcher's command line or unset the variable"
+            )
     if world % local_world:
-        raise UserError(f"{launcher} started {local_world} processes on this machine and "
-                        f"{world} in all: start the same number on every machine")
+        raise UserError(
+            f"{launcher} started {local_world} processes on this machine and "
+            f"{world} in all: start the same number on every machine"
+        )
     for name, value, size, size_name in (
-            (rank_name, rank, world, world_name),
-            (local_rank_name, local_rank, local_world, local_world_name)):
+        (rank_name, rank, world, world_name),
+        (local_rank_name, local_rank, local_world, local_world_name),
+    ):
         if value >= size:
-            raise UserError(f"{name}={value} set by {launcher} is not below {size_name}={size}: "
-                            "check the launcher's command line or unset the variable")
+            raise UserError(
+                f"{name}={value} set by {launcher} is not below {size_name}={size}: "
+                "check the launcher's command line or unset the variable"
+            )
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str, int] | None:
     if "MASTER_ADDR" not in environ or "MASTER_PORT" not in environ:
         return None
     if not environ["MASTER_ADDR"].strip():
-        raise UserError("MASTER_ADDR is empty: set it to the address of the machine of rank 0, "
-                        "or unset MASTER_ADDR and MASTER_PORT")
+        raise UserError(
+            "MASTER_ADDR is empty: set it to the address of the machine of rank 0, "
+            "or unset MASTER_ADDR and MASTER_PORT"
+        )
     try:
         port = int(environ["MASTER_PORT"])
     except ValueError:
         port = 0
     if not 1 <= port <= 65535:
-        raise UserError(f"MASTER_PORT={environ['MASTER_PORT']!r} is not a port number (1 to "
-                        "65535): check the launcher's command line")
+        raise UserError(
+            f"MASTER_PORT={environ['MASTER_PORT']!r} is not a port number (1 to "
+            "65535): check the launcher's command line"
+        )
     return environ["MASTER_ADDR"], port

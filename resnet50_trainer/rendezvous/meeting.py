@@ -78,15 +78,24 @@ def meet(board: Board, seat: Seat, advertised_host: str, timeout_s: float) -> Me
     with _host_alive(seat, meeting, board.where) if seat.index else nullcontext():
         arrivals = meeting.store.add(f"arrived/{seat.index}", 1)
         if arrivals > 1:
-            raise UserError(f"{seat.noun} {seat.index} of run {seat.run_id} arrived twice: give "
-                            f"each machine its own {seat.noun} id")
+            raise UserError(
+                f"{seat.noun} {seat.index} of run {seat.run_id} arrived twice: give "
+                f"each machine its own {seat.noun} id"
+            )
         meeting.store.add("arrived", 1)
         _wait_for_all(meeting.store, seat, deadline, timeout_s, board.where)
     if entry is not None:  # kept while the run lasts, past the meeting's expiry
         board.publish(entry, ttl_s=None)
         meeting.board, meeting.entry = board, entry
-    log.info("All %d %ss of run %s met at %s:%d (via %s)", seat.count, seat.noun, seat.run_id,
-             meeting.host, meeting.port, board.where)
+    log.info(
+        "All %d %ss of run %s met at %s:%d (via %s)",
+        seat.count,
+        seat.noun,
+        seat.run_id,
+        meeting.host,
+        meeting.port,
+        board.where,
+    )
     return meeting
 
 
@@ -97,24 +106,35 @@ def _host_alive(seat: Seat, meeting: Meeting, where: str) -> Iterator[None]:
     try:
         yield
     except (dist.DistError, RuntimeError) as error:  # DistError: torch's store errors
-        raise UserError(f"{seat.noun} 0 of {seat.count}, which serves the meeting's store at "
-                        f"{meeting.host}:{meeting.port}, was lost during the meeting "
-                        f"({first_line(error)}; run_id {seat.run_id}, {where}): start the run "
-                        f"again, every {seat.noun} with the same --run_id") from None
+        raise UserError(
+            f"{seat.noun} 0 of {seat.count}, which serves the meeting's store at "
+            f"{meeting.host}:{meeting.port}, was lost during the meeting "
+            f"({first_line(error)}; run_id {seat.run_id}, {where}): start the run "
+            f"again, every {seat.noun} with the same --run_id"
+        ) from None
 
 
 def _host(board: Board, seat: Seat, host: str, timeout_s: float) -> tuple[Meeting, str]:
     previous = _read_entry(board, set())
     if previous and _probe(previous) is not None:
-        raise UserError(f"run id {seat.run_id} is in use by a live run (its store answers at "
-                        f"{previous.host}:{previous.port}, found via {board.where}): use a "
-                        "new --run_id, or stop that run")
+        raise UserError(
+            f"run id {seat.run_id} is in use by a live run (its store answers at "
+            f"{previous.host}:{previous.port}, found via {board.where}): use a "
+            "new --run_id, or stop that run"
+        )
     try:
-        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=timeout_s))
+        store = dist.TCPStore(
+            host,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     except (dist.DistError, RuntimeError) as error:
-        raise UserError(f"cannot serve the meeting's store at {host} ({first_line(error)}): "
-                        "name this machine's interface with --distributed_interfaces") from None
+        raise UserError(
+            f"cannot serve the meeting's store at {host} ({first_line(error)}): "
+            "name this machine's interface with --distributed_interfaces"
+        ) from None
     nonce = secrets.token_hex(16)
     store.set(NONCE_KEY, nonce)
     entry = json.dumps({"host": host, "port": store.port, "nonce": nonce})
@@ -132,24 +152,33 @@ def _find(board: Board, seat: Seat, deadline: float, timeout_s: float) -> Meetin
                 store.set_timeout(datetime.timedelta(seconds=timeout_s))
                 return Meeting(store, entry.host, entry.port)
             ignored.add(entry.text)  # stale: left by an earlier run; wait for a new entry
-            log.info("Ignoring a stale rendezvous entry (%s:%d) in %s", entry.host, entry.port,
-                     board.where)
+            log.info(
+                "Ignoring a stale rendezvous entry (%s:%d) in %s",
+                entry.host,
+                entry.port,
+                board.where,
+            )
         time.sleep(POLL_S)
-    raise UserError(f"{seat.noun} 0 of {seat.count} did not arrive within {timeout_s:g} s "
-                    f"(run_id {seat.run_id}, {board.where}): start it with the same --run_id, "
-                    "or raise --first_iter_timeout")
+    raise UserError(
+        f"{seat.noun} 0 of {seat.count} did not arrive within {timeout_s:g} s "
+        f"(run_id {seat.run_id}, {board.where}): start it with the same --run_id, "
+        "or raise --first_iter_timeout"
+    )
 
 
-def _wait_for_all(store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: float,
-                  where: str) -> None:
+def _wait_for_all(
+    store: dist.TCPStore, seat: Seat, deadline: float, timeout_s: float, where: str
+) -> None:
     while store.add("arrived", 0) < seat.count:
         if time.monotonic() >= deadline:
             missing = [str(i) for i in range(seat.count) if not store.check([f"arrived/{i}"])]
             noun = seat.noun if len(missing) == 1 else f"{seat.noun}s"
-            raise UserError(f"{noun} {', '.join(missing)} of {seat.count} did not arrive within "
-                            f"{timeout_s:g} s (run_id {seat.run_id}, {where}): start "
-                            f"{'it' if len(missing) == 1 else 'them'} with the same --run_id, "
-                            "or raise --first_iter_timeout")
+            raise UserError(
+                f"{noun} {', '.join(missing)} of {seat.count} did not arrive within "
+                f"{timeout_s:g} s (run_id {seat.run_id}, {where}): start "
+                f"{'it' if len(missing) == 1 else 'them'} with the same --run_id, "
+                "or raise --first_iter_timeout"
+            )
         time.sleep(POLL_S)
 
 
@@ -158,10 +187,16 @@ def _probe(entry: Entry) -> dist.TCPStore | None:
     address = (entry.host, entry.port)
     try:  # a plain connect fails fast on a dead port, where TCPStore would retry until its timeout
         socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
-        store = dist.TCPStore(*address, is_master=False, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S))
-        if (store.check([NONCE_KEY])
-                and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce):
+        store = dist.TCPStore(
+            *address,
+            is_master=False,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=PROBE_TIMEOUT_S),
+        )
+        if (
+            store.check([NONCE_KEY])
+            and store.get(NONCE_KEY).decode(errors="replace") == entry.nonce
+        ):
             return store
     # Refused, or not a TCPStore; torch's DistError is a RuntimeError.
     except (OSError, RuntimeError):

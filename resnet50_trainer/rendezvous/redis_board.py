@@ -18,15 +18,17 @@ CONNECT_TIMEOUT_S = 5.0
 URL_SCHEMES = ("redis://", "rediss://")
 # Delete the key only if it still holds our entry: a newer run with the same id may have replaced
 # it.
-_WITHDRAW_IF_OURS = ("if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                     "return redis.call('DEL', KEYS[1]) end return 0")
+_WITHDRAW_IF_OURS = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 class RedisBoard:
     def __init__(self, run_id: str, host: str, port: int, password: str | None):
         self.key = f"{KEY_PREFIX}:{run_id}:address"
-        options: dict[str, Any] = dict(socket_connect_timeout=CONNECT_TIMEOUT_S,
-                                       socket_timeout=CONNECT_TIMEOUT_S)
+        options: dict[str, Any] = dict(
+            socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S
+        )
         if password:
             options["password"] = password
         # redis://[:password@]host[:port][/db]; the password is never shown
@@ -55,8 +57,12 @@ class RedisBoard:
         try:
             return command(*args, **kwargs)
         except redis.AuthenticationError:
-            raise UserError(f"{self.where} refused the password: check --redis_password "
-                            "(or $REDIS_PASSWORD, or the one in the redis:// URL)") from None
+            raise UserError(
+                f"{self.where} refused the password: check --redis_password "
+                "(or $REDIS_PASSWORD, or the one in the redis:// URL)"
+            ) from None
         except redis.RedisError as error:
-            raise UserError(f"cannot use {self.where} for the rendezvous ({error}): start Redis "
-                            "there or fix --redis_host/--redis_port") from None
+            raise UserError(
+                f"cannot use {self.where} for the rendezvous ({error}): start Redis "
+                "there or fix --redis_host/--redis_port"
+            ) from None

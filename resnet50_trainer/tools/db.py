@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="resnet50-db",
         description="Create, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
-                    "Caffe2 TensorProtos image records.")
+        "Caffe2 TensorProtos image records.",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in SUBCOMMANDS:
         subcommand.register(subparsers)

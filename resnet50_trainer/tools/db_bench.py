@@ -29,36 +29,54 @@ ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them agai
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench", help="time the training input pipeline alone (images/s)",
+        "bench",
+        help="time the training input pipeline alone (images/s)",
         description="Run the training input pipeline (decode, crop, batch, copy to the device) "
-        "without a model and print images per second; last line: 'images/sec: X'.")
+        "without a model and print images per second; last line: 'images/sec: X'.",
+    )
     add_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("db", help="LMDB or LevelDB directory of image records")
-    parser.add_argument("--db_type", choices=("lmdb", "leveldb"),
-                        help="database type (default: detected from the directory)")
-    parser.add_argument("--batch_size", type=BATCH_SIZE, default=256,
-                        help="images per batch")
-    parser.add_argument("--image_size", type=PIXELS, default=224,
-                        help="crop size in pixels")
-    parser.add_argument("--scale", type=PIXELS, help="shorter side before cropping "
-                        "(default: round(image_size / 0.875), as the trainer)")
-    parser.add_argument("--num_channels", type=int, default=3, choices=(1, 3),
-                        help="colour channels")
-    parser.add_argument("--num_workers", type=INPUT_WORKERS, default=2,
-                        help="input processes (0: in this one)")
-    parser.add_argument("--batches", type=Number(int, 1, 1_000_000), default=20,
-                        help="batches timed, after one warm-up")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                        help="where batches end up (cuda adds the pinned copy and the prefetcher)")
-    parser.add_argument("--decode_device", default="cpu", choices=("cpu", "gpu"),
-                        help="gpu: input processes only read bytes; JPEGs are decoded on "
-                        "--device cuda")
-    parser.add_argument("--seed", type=SEED, default=0,
-                        help="seed of the order and the crops")
+    parser.add_argument(
+        "--db_type",
+        choices=("lmdb", "leveldb"),
+        help="database type (default: detected from the directory)",
+    )
+    parser.add_argument("--batch_size", type=BATCH_SIZE, default=256, help="images per batch")
+    parser.add_argument("--image_size", type=PIXELS, default=224, help="crop size in pixels")
+    parser.add_argument(
+        "--scale",
+        type=PIXELS,
+        help="shorter side before cropping (default: round(image_size / 0.875), as the trainer)",
+    )
+    parser.add_argument(
+        "--num_channels", type=int, default=3, choices=(1, 3), help="colour channels"
+    )
+    parser.add_argument(
+        "--num_workers", type=INPUT_WORKERS, default=2, help="input processes (0: in this one)"
+    )
+    parser.add_argument(
+        "--batches",
+        type=Number(int, 1, 1_000_000),
+        default=20,
+        help="batches timed, after one warm-up",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where batches end up (cuda adds the pinned copy and the prefetcher)",
+    )
+    parser.add_argument(
+        "--decode_device",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda",
+    )
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the order and the crops")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,10 +100,18 @@ def bench(args: argparse.Namespace) -> float:
     steps = args.batches + 1
     # One process of a run whose global batch is this batch: the trainer's order, wrapping around
     # the DB as often as the batches need.
-    sampler = ShardBatchSampler(RecordOrder(len(keys), args.seed), steps, args.batch_size,
-                                args.batch_size, rank=0)
-    settings = InputSettings(ANY_LABEL, args.num_channels, scale, args.image_size, args.seed,
-                             args.num_workers, args.decode_device == "gpu")
+    sampler = ShardBatchSampler(
+        RecordOrder(len(keys), args.seed), steps, args.batch_size, args.batch_size, rank=0
+    )
+    settings = InputSettings(
+        ANY_LABEL,
+        args.num_channels,
+        scale,
+        args.image_size,
+        args.seed,
+        args.num_workers,
+        args.decode_device == "gpu",
+    )
     batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
     next(batches)  # warm-up: input processes start, the DB opens
     _synchronize(device)

@@ -108,14 +108,18 @@ def create_database(options: CreateOptions) -> CreateSummary:
     started = time.perf_counter()
     tasks, class_names = _tasks(options)
     with _StopOnSignals().installed() as stop:
-        work_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.partial-",
-                                    dir=os.path.dirname(os.path.abspath(target)))
+        work_dir = tempfile.mkdtemp(
+            prefix=f".{os.path.basename(target)}.partial-",
+            dir=os.path.dirname(os.path.abspath(target)),
+        )
         try:
             build_path = os.path.join(work_dir, "db")
             _write_records(tasks, options, build_path, summary, stop.check)
             if summary.written == 0:
-                raise UserError(f"none of the {len(tasks)} images could be read (first: "
-                                f"{summary.skipped[0][1]}); nothing was written to {target}")
+                raise UserError(
+                    f"none of the {len(tasks)} images could be read (first: "
+                    f"{summary.skipped[0][1]}); nothing was written to {target}"
+                )
             labels = _write_labels(work_dir, class_names) if class_names is not None else None
             stop.check()  # the last moment to stop: what follows puts the database in place
             _install(build_path, target, work_dir)
@@ -141,24 +145,36 @@ def _tasks(options: CreateOptions) -> tuple[list[ImageTask], list[str] | None]:
 def _check_target(target: str, overwrite: bool) -> None:
     parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise UserError(f"cannot create {target}: {parent} is not a writable directory; create it "
-                        "or choose another path")
+        raise UserError(
+            f"cannot create {target}: {parent} is not a writable directory; create it "
+            "or choose another path"
+        )
     if not os.path.lexists(target):
         return
     if not overwrite:
-        raise UserError(f"{target} already exists; pass --overwrite to replace it "
-                        "or choose another path")
+        raise UserError(
+            f"{target} already exists; pass --overwrite to replace it or choose another path"
+        )
     if not os.path.isdir(target) or detect_db_type(target) is None:
-        raise UserError(f"{target} exists and is not an LMDB/LevelDB directory; refusing to "
-                        "overwrite it, choose another path")
+        raise UserError(
+            f"{target} exists and is not an LMDB/LevelDB directory; refusing to "
+            "overwrite it, choose another path"
+        )
 
 
-def _write_records(tasks: list[ImageTask], options: CreateOptions, build_path: str,
-                   summary: CreateSummary, check_stop: Callable[[], None]) -> None:
+def _write_records(
+    tasks: list[ImageTask],
+    options: CreateOptions,
+    build_path: str,
+    summary: CreateSummary,
+    check_stop: Callable[[], None],
+) -> None:
     convert = partial(_convert_task, options=options)
     try:
-        with open_writer(build_path, options.db_type, options.batch_size) as writer, \
-                tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress:
+        with (
+            open_writer(build_path, options.db_type, options.batch_size) as writer,
+            tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress,
+        ):
             for task, outcome in _imap(convert, tasks, options.num_workers):
                 check_stop()
                 progress.update()
@@ -170,10 +186,12 @@ def _write_records(tasks: list[ImageTask], options: CreateOptions, build_path: s
                 summary.written += 1
     except (OSError, lmdb.Error, plyvel.Error) as exc:  # a full disk, a vanished directory
         # LMDB reports a full disk as an I/O error: the free space tells the two apart.
-        raise UserError(f"cannot write the database beside {options.db_path} "
-                        f"({getattr(exc, 'strerror', None) or exc}; {_free_space(build_path)} "
-                        "free there); free some space or choose another path; nothing was "
-                        "written") from exc
+        raise UserError(
+            f"cannot write the database beside {options.db_path} "
+            f"({getattr(exc, 'strerror', None) or exc}; {_free_space(build_path)} "
+            "free there); free some space or choose another path; nothing was "
+            "written"
+        ) from exc
 
 
 def _free_space(path: str) -> str:
@@ -181,7 +199,7 @@ def _free_space(path: str) -> str:
         free = shutil.disk_usage(os.path.dirname(path)).free
     except OSError:
         return "unknown space"
-    return f"{free / 2 ** 20:.1f} MiB"
+    return f"{free / 2**20:.1f} MiB"
 
 
 def _imap(function, tasks: list[ImageTask], num_workers: int):
@@ -236,8 +254,10 @@ def _install(build_path: str, target: str, work_dir: str) -> None:
     except OSError as exc:
         if os.path.lexists(replaced) and not os.path.lexists(target):
             os.rename(replaced, target)
-        raise UserError(f"cannot put the new database in place at {target} ({exc.strerror}); "
-                        "nothing was changed there") from exc
+        raise UserError(
+            f"cannot put the new database in place at {target} ({exc.strerror}); "
+            "nothing was changed there"
+        ) from exc
 
 
 def _write_labels(work_dir: str, class_names: list[str]) -> str:
@@ -249,16 +269,20 @@ def _write_labels(work_dir: str, class_names: list[str]) -> str:
         with open(path, "w", encoding="utf-8", errors="surrogateescape") as file:
             file.writelines(f"{label} {name}\n" for label, name in enumerate(class_names))
     except OSError as exc:
-        raise UserError(f"cannot write the labels file beside {work_dir} ({exc.strerror}); free "
-                        "some space or choose another path; nothing was written") from exc
+        raise UserError(
+            f"cannot write the labels file beside {work_dir} ({exc.strerror}); free "
+            "some space or choose another path; nothing was written"
+        ) from exc
     return path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "create", help="build an LMDB/LevelDB of Datum or TensorProtos records from images",
+        "create",
+        help="build an LMDB/LevelDB of Datum or TensorProtos records from images",
         description="SOURCE is a folder with one subfolder per class (labels 0.. in sorted "
-                    "order, written to DB.labels.txt), or use --list_file and --root.")
+        "order, written to DB.labels.txt), or use --list_file and --root.",
+    )
     parser.add_argument("source", nargs="?", metavar="SOURCE")
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--list_file", help="convert_imageset list: 'relative/path label' lines")
@@ -266,14 +290,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     parser.add_argument("--format", dest="record_format", choices=RECORD_FORMATS, default=DATUM)
     storage = parser.add_mutually_exclusive_group()
-    storage.add_argument("--encoded", dest="encoded", action="store_true", default=True,
-                         help="store image files (default; kept as they are unless resized)")
-    storage.add_argument("--raw", dest="encoded", action="store_false",
-                         help="store decoded BGR pixels, as Caffe/Caffe2 do")
+    storage.add_argument(
+        "--encoded",
+        dest="encoded",
+        action="store_true",
+        default=True,
+        help="store image files (default; kept as they are unless resized)",
+    )
+    storage.add_argument(
+        "--raw",
+        dest="encoded",
+        action="store_false",
+        help="store decoded BGR pixels, as Caffe/Caffe2 do",
+    )
     parser.add_argument("--resize_height", type=int, default=0)
     parser.add_argument("--resize_width", type=int, default=0)
-    parser.add_argument("--shorter_side", type=int, default=0,
-                        help="resize so the shorter side is N, keeping the aspect ratio")
+    parser.add_argument(
+        "--shorter_side",
+        type=int,
+        default=0,
+        help="resize so the shorter side is N, keeping the aspect ratio",
+    )
     parser.add_argument("--encode_type", choices=("jpg", "png"))
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100")
     parser.add_argument("--gray", action="store_true", help="store one-channel images")
@@ -298,31 +335,50 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     if args.num_workers < 1:
         parser.error("--num_workers must be at least 1")
     return CreateOptions(
-        db_path=args.db_path, source=args.source, list_file=args.list_file, root=args.root,
-        db_type=args.db_type, record_format=args.record_format, encoded=args.encoded,
+        db_path=args.db_path,
+        source=args.source,
+        list_file=args.list_file,
+        root=args.root,
+        db_type=args.db_type,
+        record_format=args.record_format,
+        encoded=args.encoded,
         resize=(args.resize_width, args.resize_height) if args.resize_height else None,
-        shorter_side=args.shorter_side or None, encode_type=args.encode_type,
-        quality=args.quality, gray=args.gray, shuffle=args.shuffle, seed=args.seed,
-        num_workers=args.num_workers, overwrite=args.overwrite)
+        shorter_side=args.shorter_side or None,
+        encode_type=args.encode_type,
+        quality=args.quality,
+        gray=args.gray,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        num_workers=args.num_workers,
+        overwrite=args.overwrite,
+    )
 
 
 def run(options: CreateOptions) -> int:
     try:
         summary = create_database(options)
     except CreateInterrupted as stop:
-        print(f"resnet50-db create: error: stopped by {stop}; removed the partial database, "
-              f"nothing was written to {os.path.normpath(options.db_path)}", file=sys.stderr)
+        print(
+            f"resnet50-db create: error: stopped by {stop}; removed the partial database, "
+            f"nothing was written to {os.path.normpath(options.db_path)}",
+            file=sys.stderr,
+        )
         return 128 + stop.signum
     rate = summary.written / summary.seconds if summary.seconds else 0.0
-    print(f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
-          f"{options.record_format}, {'encoded' if options.encoded else 'raw'}) "
-          f"in {summary.seconds:.1f} s, {rate:.0f} records/s")
+    print(
+        f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
+        f"{options.record_format}, {'encoded' if options.encoded else 'raw'}) "
+        f"in {summary.seconds:.1f} s, {rate:.0f} records/s"
+    )
     if summary.skipped:
         print(f"skipped {len(summary.skipped)} files (named above)")
     if summary.labels_path:
         print(f"labels: {summary.labels_path}")
     if summary.stopped_by is not None:
-        print(f"resnet50-db create: stopped by {signal.Signals(summary.stopped_by).name} once the "
-              "database was complete; it is in place", file=sys.stderr)
+        print(
+            f"resnet50-db create: stopped by {signal.Signals(summary.stopped_by).name} once the "
+            "database was complete; it is in place",
+            file=sys.stderr,
+        )
         return 128 + summary.stopped_by
     return 0

@@ -9,16 +9,24 @@ from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import UserError
 
 
-def dump_record(path: str, db_type: str, out: str, index: int | None = None,
-                key: bytes | None = None, num_channels: int = 3) -> tuple[bytes, int]:
+def dump_record(
+    path: str,
+    db_type: str,
+    out: str,
+    index: int | None = None,
+    key: bytes | None = None,
+    num_channels: int = 3,
+) -> tuple[bytes, int]:
     """Write the record at key-order position `index` (or under `key`) to `out`; (key, label)."""
     with open_database(path, db_type) as database:
         if key is None:
             assert index is not None, "dump_record takes an index or a key"
             keys = database.keys()
             if not -len(keys) <= index < len(keys):
-                raise UserError(f"--index {index} is out of range: {path} holds {len(keys)} "
-                                f"records (0..{len(keys) - 1})")
+                raise UserError(
+                    f"--index {index} is out of range: {path} holds {len(keys)} "
+                    f"records (0..{len(keys) - 1})"
+                )
             key = keys[index]
         record = parse_record(database.get(key))
     image = decode_image(record, num_channels)
@@ -30,23 +38,32 @@ def dump_record(path: str, db_type: str, out: str, index: int | None = None,
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("dump", help="write one record's decoded image",
-                                   description="Write a record's image as the trainer decodes "
-                                               "it (before augmentation) and print its label.")
+    parser = subparsers.add_parser(
+        "dump",
+        help="write one record's decoded image",
+        description="Write a record's image as the trainer decodes "
+        "it (before augmentation) and print its label.",
+    )
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--index", type=int, help="position in key order, from 0")
     which.add_argument("--key", help="the record's key")
     parser.add_argument("--out", required=True, help="image file to write, e.g. img.png")
-    parser.add_argument("--num_channels", type=int, choices=(1, 3), default=3,
-                        help="as the trainer's --num_channels")
+    parser.add_argument(
+        "--num_channels",
+        type=int,
+        choices=(1, 3),
+        default=3,
+        help="as the trainer's --num_channels",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     key = None if args.key is None else args.key.encode("utf-8", "surrogateescape")
-    key, label = dump_record(args.db_path, args.db_type, args.out, args.index, key,
-                             args.num_channels)
+    key, label = dump_record(
+        args.db_path, args.db_type, args.out, args.index, key, args.num_channels
+    )
     print(f"key {key.decode('utf-8', 'backslashreplace')}  label {label}  -> {args.out}")
     return 0

@@ -66,11 +66,15 @@ class Inspection:
     def warnings(self) -> list[str]:
         found = []
         if self.failed:
-            found.append(f"{self.failed} records cannot be read; the trainer skips them, and stops "
-                         "above --max_bad_records (default 1% of an epoch)")
+            found.append(
+                f"{self.failed} records cannot be read; the trainer skips them, and stops "
+                "above --max_bad_records (default 1% of an epoch)"
+            )
         if len(self.labels) == 1:
-            found.append(f"every record has label {next(iter(self.labels))}: a classifier "
-                         "learns nothing (accuracy is trivially 1); check the labels")
+            found.append(
+                f"every record has label {next(iter(self.labels))}: a classifier "
+                "learns nothing (accuracy is trivially 1); check the labels"
+            )
         if self.labels and (min(self.labels) < 0 or len(self.labels) != max(self.labels) + 1):
             found.append("labels are not exactly 0..N-1; --num_labels must exceed the largest")
         if len(self.formats) > 1:
@@ -79,18 +83,28 @@ class Inspection:
 
     def to_json(self) -> dict:
         return {
-            "path": self.path, "db_type": self.db_type, "records": self.records,
-            "inspected": self.inspected, "formats": dict(self.formats),
-            "storage": dict(self.storage), "encodings": dict(self.encodings),
+            "path": self.path,
+            "db_type": self.db_type,
+            "records": self.records,
+            "inspected": self.inspected,
+            "formats": dict(self.formats),
+            "storage": dict(self.storage),
+            "encodings": dict(self.encodings),
             "channels": dict(self.channels),
-            "labels": {"min": min(self.labels, default=None),
-                       "max": max(self.labels, default=None),
-                       "counts": dict(sorted(self.labels.items()))},
+            "labels": {
+                "min": min(self.labels, default=None),
+                "max": max(self.labels, default=None),
+                "counts": dict(sorted(self.labels.items())),
+            },
             "width": {"min": min(self.widths, default=None), "max": max(self.widths, default=None)},
-            "height": {"min": min(self.heights, default=None),
-                       "max": max(self.heights, default=None)},
-            "failed": {"count": self.failed,
-                       "first": [{"key": key, "error": error} for key, error in self.failed_first]},
+            "height": {
+                "min": min(self.heights, default=None),
+                "max": max(self.heights, default=None),
+            },
+            "failed": {
+                "count": self.failed,
+                "first": [{"key": key, "error": error} for key, error in self.failed_first],
+            },
             "warnings": self.warnings(),
         }
 
@@ -120,20 +134,28 @@ def _counts(counter: Counter) -> str:
 
 
 def format_report(report: Inspection) -> str:
-    scope = "all inspected" if report.inspected == report.records \
+    scope = (
+        "all inspected"
+        if report.inspected == report.records
         else f"first {report.inspected} inspected"
-    lines = [f"database    {report.path} ({report.db_type})",
-             f"records     {report.records} ({scope})",
-             f"formats     {_counts(report.formats)}",
-             f"storage     {_counts(report.storage)}",
-             f"encodings   {_counts(report.encodings)}"]
+    )
+    lines = [
+        f"database    {report.path} ({report.db_type})",
+        f"records     {report.records} ({scope})",
+        f"formats     {_counts(report.formats)}",
+        f"storage     {_counts(report.storage)}",
+        f"encodings   {_counts(report.encodings)}",
+    ]
     if report.labels:
-        lines.append(f"labels      {min(report.labels)}..{max(report.labels)}, "
-                     f"{len(report.labels)} distinct")
+        lines.append(
+            f"labels      {min(report.labels)}..{max(report.labels)}, {len(report.labels)} distinct"
+        )
         lines.append(f"per label   {_counts(report.labels)}")
     if report.widths:
-        lines.append(f"image size  width {min(report.widths)}..{max(report.widths)}, "
-                     f"height {min(report.heights)}..{max(report.heights)}")
+        lines.append(
+            f"image size  width {min(report.widths)}..{max(report.widths)}, "
+            f"height {min(report.heights)}..{max(report.heights)}"
+        )
     lines.append(f"channels    {_counts(report.channels)}")
     lines.append(f"failed      {report.failed}")
     lines += [f"  {key}: {error}" for key, error in report.failed_first]
@@ -154,8 +176,9 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
             top = (position // columns) * (_SHEET_CELL + 14)
             try:
                 record = parse_record(database.get(key))
-                image = ImageOps.contain(decode_image(record, num_channels=3),
-                                         (_SHEET_CELL - 4, _SHEET_CELL - 4))
+                image = ImageOps.contain(
+                    decode_image(record, num_channels=3), (_SHEET_CELL - 4, _SHEET_CELL - 4)
+                )
                 sheet.paste(image, (left + 2, top + 2))
                 caption = f"label {record.label}"
             except RecordError:
@@ -166,9 +189,12 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("inspect", help="report what a database holds",
-                                   description="Count records, formats, labels, sizes and "
-                                               "unreadable records, as the trainer reads them.")
+    parser = subparsers.add_parser(
+        "inspect",
+        help="report what a database holds",
+        description="Count records, formats, labels, sizes and "
+        "unreadable records, as the trainer reads them.",
+    )
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     parser.add_argument("--limit", type=int, help="inspect only the first N records")
@@ -180,10 +206,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_sheet_path(out: str) -> None:
     parent = os.path.dirname(os.path.abspath(out))
-    if (os.path.splitext(out)[1].lower() not in Image.registered_extensions()
-            or not os.path.isdir(parent)):
-        raise UserError(f"--sheet {out}: give an image path (e.g. sheet.png) in an existing "
-                        "directory")
+    if os.path.splitext(out)[1].lower() not in Image.registered_extensions() or not os.path.isdir(
+        parent
+    ):
+        raise UserError(
+            f"--sheet {out}: give an image path (e.g. sheet.png) in an existing directory"
+        )
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -21,16 +21,25 @@ from resnet50_trainer.errors import UserError
 _ENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG"}
 # A list-file label: what convert_imageset's int label can hold, in plain ASCII digits.
 _LABEL = re.compile(r"[0-9]+")
-_MAX_LABEL = 2 ** 31 - 1
+_MAX_LABEL = 2**31 - 1
 _EXIF_ORIENTATION = 0x0112
 # EXIF orientation -> the transposition that makes the image upright (as OpenCV's imread does).
-_UPRIGHT = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
-            4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
-            6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
-            8: Image.Transpose.ROTATE_90}
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"))
+_UPRIGHT = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,10 @@ class ImageTask:
 
 
 def _numbered(entries: list[tuple[str, str, int]]) -> list[ImageTask]:
-    return [ImageTask(index, relative, path, label)
-            for index, (relative, path, label) in enumerate(entries)]
+    return [
+        ImageTask(index, relative, path, label)
+        for index, (relative, path, label) in enumerate(entries)
+    ]
 
 
 def shuffled(tasks: list[ImageTask], seed: int) -> list[ImageTask]:
@@ -104,16 +115,24 @@ def read_list_file(list_file: str, root: str) -> list[ImageTask]:
     try:
         text = read_regular_file(list_file).decode("utf-8")
     except OSError as exc:
-        raise UserError(f"cannot read list file {list_file} ({exc.strerror or exc}); check the "
-                        "path") from exc
+        raise UserError(
+            f"cannot read list file {list_file} ({exc.strerror or exc}); check the path"
+        ) from exc
     except UnicodeDecodeError as exc:
-        raise UserError(f"list file {list_file} is not UTF-8 text (byte {exc.start}); give a "
-                        "text file of 'relative/path label' lines") from exc
+        raise UserError(
+            f"list file {list_file} is not UTF-8 text (byte {exc.start}); give a "
+            "text file of 'relative/path label' lines"
+        ) from exc
     if "\0" in text:
-        raise UserError(f"list file {list_file} holds NUL bytes, so it is not a text file; give "
-                        "a text file of 'relative/path label' lines")
-    entries = [_list_entry(list_file, number, line, root)
-               for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        raise UserError(
+            f"list file {list_file} holds NUL bytes, so it is not a text file; give "
+            "a text file of 'relative/path label' lines"
+        )
+    entries = [
+        _list_entry(list_file, number, line, root)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
     if not entries:
         raise UserError(f"list file {list_file} names no images; add 'relative/path label' lines")
     return _numbered(entries)
@@ -123,21 +142,30 @@ def _list_entry(list_file: str, number: int, line: str, root: str) -> tuple[str,
     parts = line.rstrip().rsplit(maxsplit=1)
     if len(parts) != 2 or not _LABEL.fullmatch(parts[1]) or int(parts[1]) > _MAX_LABEL:
         shown = line if len(line) <= 80 else line[:77] + "..."
-        raise UserError(f"{list_file} line {number} is {shown!r}; expected 'relative/path label' "
-                        f"with a label within 0..{_MAX_LABEL}")
+        raise UserError(
+            f"{list_file} line {number} is {shown!r}; expected 'relative/path label' "
+            f"with a label within 0..{_MAX_LABEL}"
+        )
     return parts[0], os.path.join(root, parts[0]), int(parts[1])
 
 
 def read_class_folders(source: str) -> tuple[list[ImageTask], list[str]]:
     """Every file under SOURCE/<class>/ (recursively, sorted); labels follow sorted class names."""
     if not os.path.isdir(source):
-        raise UserError(f"image folder {source} does not exist; pass a folder with one "
-                        "subfolder per class, or use --list_file")
-    class_names = sorted(name for name in os.listdir(source)
-                         if not name.startswith(".") and os.path.isdir(os.path.join(source, name)))
+        raise UserError(
+            f"image folder {source} does not exist; pass a folder with one "
+            "subfolder per class, or use --list_file"
+        )
+    class_names = sorted(
+        name
+        for name in os.listdir(source)
+        if not name.startswith(".") and os.path.isdir(os.path.join(source, name))
+    )
     if not class_names:
-        raise UserError(f"{source} has no class subfolders; put each class's images in its own "
-                        "subfolder, or use --list_file")
+        raise UserError(
+            f"{source} has no class subfolders; put each class's images in its own "
+            "subfolder, or use --list_file"
+        )
     entries = []
     for label, class_name in enumerate(class_names):
         for relative in _files_under(source, class_name):
@@ -152,8 +180,7 @@ def _files_under(source: str, class_name: str) -> list[str]:
     file is skipped and named later, when it is read. Symlinked folders are listed, not walked
     (no loops)."""
     relatives = []
-    for folder, subfolders, files in os.walk(os.path.join(source, class_name),
-                                             onerror=_unlistable):
+    for folder, subfolders, files in os.walk(os.path.join(source, class_name), onerror=_unlistable):
         subfolders.sort()
         linked = [name for name in subfolders if os.path.islink(os.path.join(folder, name))]
         for name in files + linked:
@@ -162,8 +189,10 @@ def _files_under(source: str, class_name: str) -> list[str]:
 
 
 def _unlistable(error: OSError) -> None:
-    raise UserError(f"cannot list the image folder {error.filename} ({error.strerror}); "
-                    "make it readable or move it out of the class folders")
+    raise UserError(
+        f"cannot list the image folder {error.filename} ({error.strerror}); "
+        "make it readable or move it out of the class folders"
+    )
 
 
 def _target_size(size: tuple[int, int], options: CreateOptions) -> tuple[int, int]:
@@ -193,8 +222,9 @@ def build_record(data: bytes, label: int, options: CreateOptions) -> Record:
         image = image.transpose(upright)
     mode = "L" if options.gray else "RGB"
     size = _target_size(image.size, options)
-    encode_format = (options.encode_type and _ENCODE_FORMATS.get(options.encode_type)) or \
-        (file_format if file_format in ("JPEG", "PNG") else "PNG")
+    encode_format = (options.encode_type and _ENCODE_FORMATS.get(options.encode_type)) or (
+        file_format if file_format in ("JPEG", "PNG") else "PNG"
+    )
     unchanged = image.mode == mode and image.size == size and upright is None
     if options.encoded and unchanged and encode_format == file_format:
         return source
@@ -211,8 +241,7 @@ def build_record(data: bytes, label: int, options: CreateOptions) -> Record:
         image.save(buffer, "JPEG", quality=options.quality)
     else:
         image.save(buffer, "PNG")
-    return Record(label=label, encoded=buffer.getvalue(), pixels=None,
-                  format=options.record_format)
+    return Record(label=label, encoded=buffer.getvalue(), pixels=None, format=options.record_format)
 
 
 def _format_and_orientation(data: bytes) -> tuple[str, Image.Transpose | None]:

@@ -113,8 +113,11 @@ def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
     loss_axes, accuracy_axes, lr_axes, _ = axes
     # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
-    _literal(loss_axes.legend(loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines],
-                              fontsize="small"))
+    _literal(
+        loss_axes.legend(
+            loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines], fontsize="small"
+        )
+    )
     if len(accuracy_axes.lines) > len(loss_axes.lines):  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.
         styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]

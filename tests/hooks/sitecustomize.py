@@ -5,6 +5,7 @@ Each rename of a checkpoint's temporary file (`.tmp-<checkpoint>.pt-<random>.pt`
 checkpoint.save_checkpoint names it) first sleeps RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME
 seconds: the writer is held between its fsync and its rename, where a test can kill it or start a
 second run beside it. The trainer itself knows nothing of this."""
+
 from __future__ import annotations
 
 import os
