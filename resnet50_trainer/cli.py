@@ -117,6 +117,7 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices.add_argument("--gpus", type=gpu_list, help="comma-separated GPU ids, e.g. 0,1")
     devices.add_argument(
         "--num_gpus",
+        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
         type=Number(int, 1, 256),
         help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
         "CPU training processes (default 1)",
@@ -125,7 +126,7 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices.add_argument(
         "--model_parallel",
         action="store_true",
-        help="split each model replica over 2 GPUs (so 2 x num_gpus devices)",
+        help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
     )
     devices.add_argument(
         "--dtype",
@@ -326,7 +327,7 @@ def derived_settings(
     gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present, launched)
     return {
         "gpus": gpu_ids,
-        "num_gpus": num_processes,
+        "processes_per_machine": num_processes,
         "scale": args.scale or default_scale(args.image_size),
         "num_workers": (
             _default_workers(num_processes) if args.num_workers is None else args.num_workers
@@ -341,9 +342,11 @@ def _devices_of_this_machine(
 ) -> tuple[tuple[int, ...], int]:
     """The GPU ids this machine trains on (none with --use_cpu) and its training processes: a
     launcher's processes each take one replica's GPUs, from the first."""
-    gpu_ids = select_gpus(args.gpus, args.num_gpus, args.use_cpu, args.model_parallel, gpus_present)
+    gpu_ids = select_gpus(
+        args.gpus, args.processes_per_machine, args.use_cpu, args.model_parallel, gpus_present
+    )
     per_replica = 2 if args.model_parallel else 1
-    num_processes = len(gpu_ids) // per_replica if gpu_ids else (args.num_gpus or 1)
+    num_processes = len(gpu_ids) // per_replica if gpu_ids else (args.processes_per_machine or 1)
     if launched is not None and not args.use_cpu:
         if len(gpu_ids) < launched.local_world_size * per_replica:
             raise UserError(
@@ -368,16 +371,16 @@ def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Nam
             f"{launched.machine_index} of {launched.num_machines}, but "
             "--num_shards/--shard_id say otherwise: leave them out"
         )
-    if args.use_cpu and args.num_gpus not in (None, launched.local_world_size):
+    if args.use_cpu and args.processes_per_machine not in (None, launched.local_world_size):
         raise UserError(
-            f"--num_gpus {args.num_gpus} but {launched.name} started "
+            f"--num_gpus {args.processes_per_machine} but {launched.name} started "
             f"{launched.local_world_size} processes on this machine: leave "
             "--num_gpus out"
         )
     adopted = argparse.Namespace(**vars(args))
     adopted.num_shards, adopted.shard_id = launched.num_machines, launched.machine_index
-    if args.use_cpu or (args.num_gpus is None and not args.gpus):
-        adopted.num_gpus = launched.local_world_size
+    if args.use_cpu or (args.processes_per_machine is None and not args.gpus):
+        adopted.processes_per_machine = launched.local_world_size
     return adopted
 
 

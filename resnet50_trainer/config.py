@@ -54,13 +54,17 @@ def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -
     return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 
+# Fields named for what they are whose flag keeps the original's name.
+FLAG_OF_FIELD = {"processes_per_machine": "num_gpus"}
+
+
 @dataclass(frozen=True)
 class Config:
     train_data: str
     test_data: str | None
     db_type: str
     gpus: tuple[int, ...]  # the GPU ids this machine trains on; empty with use_cpu
-    num_gpus: int  # processes per machine: GPUs, or CPU workers with use_cpu
+    processes_per_machine: int  # the flag --num_gpus: GPUs, or CPU workers with use_cpu
     model_parallel: bool
     num_channels: int
     image_size: int
@@ -110,11 +114,11 @@ class Config:
 
     @property
     def world_size(self) -> int:
-        return self.num_shards * self.num_gpus
+        return self.num_shards * self.processes_per_machine
 
     @property
     def device_batch_size(self) -> int:
-        return self.batch_size // self.num_gpus
+        return self.batch_size // self.processes_per_machine
 
     @property
     def global_batch_size(self) -> int:
@@ -130,8 +134,12 @@ class Config:
         return images // self.global_batch_size
 
     def to_dict(self) -> dict:
-        """Plain types only, so a checkpoint can hold it and be loaded with weights_only=True."""
-        values = dataclasses.asdict(self)
+        """The settings by their flags' names (the original's Namespace, as the run log's first line
+        and a checkpoint's arguments hold them); plain types only, so a checkpoint can hold them
+        and be loaded with weights_only=True."""
+        values = {
+            FLAG_OF_FIELD.get(name, name): value for name, value in dataclasses.asdict(self).items()
+        }
         values["gpus"] = list(self.gpus)
         # Never written to a log or a checkpoint, nor inside a redis:// URL.
         values["redis_password"] = None
@@ -158,11 +166,11 @@ def check_settings(config: Config) -> None:
             "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
             "add --model_parallel or leave it out"
         )
-    if config.batch_size % config.num_gpus:
+    if config.batch_size % config.processes_per_machine:
         raise UserError(
             f"--batch_size {config.batch_size} does not divide by the "
-            f"{config.num_gpus} devices of this machine: use a multiple of "
-            f"{config.num_gpus}"
+            f"{config.processes_per_machine} devices of this machine: use a multiple of "
+            f"{config.processes_per_machine}"
         )
     if not 0 <= config.shard_id < config.num_shards:
         raise UserError(

@@ -24,7 +24,7 @@ def claim_device(config: Config, local_index: int) -> torch.device:
     choices; with --model_parallel, the first GPU of its pair (where the input goes)."""
     if config.use_cpu:
         # Processes share the cores; more threads than a share only contend.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.num_gpus))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.processes_per_machine))
         return torch.device("cpu")
     # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the allocator's
     # largest free block); cuDNN reads this debug variable, in MiB. Set before cuDNN is first used.

@@ -58,10 +58,10 @@ def placement_for(config: Config, local_index: int) -> Placement:
     """This process's place in a run our own launcher started: global rank = shard_id x processes
     per shard + local index. (Under torchrun, srun or mpirun the launcher's ranks are used.)"""
     return Placement(
-        rank=config.shard_id * config.num_gpus + local_index,
+        rank=config.shard_id * config.processes_per_machine + local_index,
         world_size=config.world_size,
         local_rank=local_index,
-        local_world_size=config.num_gpus,
+        local_world_size=config.processes_per_machine,
     )
 
 

@@ -68,14 +68,14 @@ def _run(config: Config, launched: Launched | None) -> int:
 
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
-    if config.num_gpus == 1:
+    if config.processes_per_machine == 1:
         run_process(0, config, store_host, store_port)
         return 0
     # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
     context = mp.start_processes(
         _run_spawned,
         args=(config, store_host, store_port),
-        nprocs=config.num_gpus,
+        nprocs=config.processes_per_machine,
         join=False,
         start_method="spawn",
     )
@@ -87,7 +87,7 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         raise
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
-            rank = config.shard_id * config.num_gpus + failure.error_index
+            rank = config.shard_id * config.processes_per_machine + failure.error_index
             print(
                 error_line(
                     TRAINER,

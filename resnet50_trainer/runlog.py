@@ -39,7 +39,7 @@ NO_TEST_ACCURACY = -1
 def log_file_name(config: Config, started: float) -> str:
     stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(started))
     return (
-        f"resnet50_gpu{config.num_gpus}_b{config.batch_size}_L{config.num_labels}"
+        f"resnet50_gpu{config.processes_per_machine}_b{config.batch_size}_L{config.num_labels}"
         f"_lr{config.base_learning_rate:.2f}_v2_{stamp}.log"
     )
 

@@ -77,7 +77,12 @@ def test_every_original_flag_is_accepted_by_the_parser():
 
 def test_defaults_follow_the_original(tmp_path):
     config = parse(["--train_data", "null", "--use_cpu"])
-    assert (config.db_type, config.num_gpus, config.num_channels, config.image_size) == (
+    assert (
+        config.db_type,
+        config.processes_per_machine,
+        config.num_channels,
+        config.image_size,
+    ) == (
         "lmdb",
         1,
         3,
@@ -139,9 +144,13 @@ def test_model_parallel_takes_gpus_in_pairs():
         ["--train_data", "null", "--model_parallel", "--num_gpus", "2", "--batch_size", "64"],
         gpus_present=4,
     )
-    assert config.gpus == (0, 1, 2, 3) and config.num_gpus == 2 and config.device_batch_size == 32
+    assert (
+        config.gpus == (0, 1, 2, 3)
+        and config.processes_per_machine == 2
+        and config.device_batch_size == 32
+    )
     listed = parse(["--train_data", "null", "--model_parallel", "--gpus", "2,3"], gpus_present=4)
-    assert listed.gpus == (2, 3) and listed.num_gpus == 1
+    assert listed.gpus == (2, 3) and listed.processes_per_machine == 1
 
 
 def test_missing_database_is_refused(tmp_path):
@@ -192,18 +201,21 @@ def test_help_reads_well():
 
 
 def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
-    from resnet50_trainer.config import Config
-
     config = parse(["--train_data", "null", "--use_cpu"])
-    fields = dict(
-        config.to_dict(),
-        gpus=(),
-        redis_host="redis://:hunter2@10.0.0.5:6380/2",
-        redis_password="hunter2",
+    with_password = dataclasses.replace(
+        config, redis_host="redis://:hunter2@10.0.0.5:6380/2", redis_password="hunter2"
     )
-    saved = Config(**fields).to_dict()
+    saved = with_password.to_dict()
     assert "hunter2" not in repr(saved)
     assert saved["redis_host"] == "redis://:***@10.0.0.5:6380/2"
+
+
+def test_the_saved_settings_are_named_by_their_flags():
+    """The run log's first line and a checkpoint's arguments: the original's Namespace."""
+    saved = parse(["--train_data", "null", "--use_cpu", "--num_gpus", "2"]).to_dict()
+    flags = {action.dest for action in build_parser()._actions if action.dest != "help"}
+    assert saved["num_gpus"] == 2 and "processes_per_machine" not in saved
+    assert set(saved) == (flags - {"processes_per_machine"}) | {"num_gpus"}
 
 
 def test_help_and_refusals_do_not_import_torch():

@@ -101,7 +101,7 @@ def test_a_launcher_environment_that_places_no_process_is_one_line(
 
 def test_a_launcher_places_the_machine_and_batch_stays_per_machine():
     settings = config("--batch_size", "8", launched=detect_launcher(TORCHRUN))
-    assert (settings.num_shards, settings.shard_id, settings.num_gpus) == (2, 1, 2)
+    assert (settings.num_shards, settings.shard_id, settings.processes_per_machine) == (2, 1, 2)
     assert (settings.device_batch_size, settings.global_batch_size) == (4, 16)
     assert settings.run_id is None  # torchrun's MASTER_ADDR is the meeting point
     assert config(launched=detect_launcher(SRUN)).run_id == "4711"  # srun without MASTER_ADDR
