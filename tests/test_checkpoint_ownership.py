@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from dbfactory import write_image_db
-from resnet50_trainer import checkpoint, checkpoint_schema, cli, distributed
+from resnet50_trainer import checkpoint, checkpoint_schema, distributed
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.optim import LearningRateSchedule
@@ -27,6 +27,7 @@ from resnet50_trainer.replica import build_replica
 from resnet50_trainer.run_state import RunState
 from trainer_runs import (
     SMALL_RUN,
+    config_of,
     files,
     one_error_line,
     pause_before_rename,
@@ -354,7 +355,7 @@ def test_a_mid_epoch_checkpoint_beyond_a_shorter_epoch_warns(earlier, tmp_path):
 def saver(tmp_path):
     """The checkpoint saver of a ResNet-18 in this process, in a real Gloo group of one."""
     argv = [*SMALL_RUN, "--train_data", "null", "--epoch_size", "8", "--log_dir", str(tmp_path)]
-    config = cli.config_from_args(cli.build_parser().parse_args(argv), 0)
+    config = config_of(*argv)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         device = torch.device("cpu")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from dbfactory import write_db
-from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.cli import build_parser
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import (
     Diverged,
@@ -23,7 +23,7 @@ from resnet50_trainer.errors import (
 )
 from resnet50_trainer.flag_values import Number
 from resnet50_trainer.tools import db
-from trainer_runs import REPOSITORY
+from trainer_runs import REPOSITORY, config_of
 
 ORIGINAL_FLAGS = [
     "--train_data",
@@ -65,7 +65,7 @@ ORIGINAL_FLAGS = [
 
 
 def parse(argv, gpus_present=0):
-    return config_from_args(build_parser().parse_args(argv), gpus_present)
+    return config_of(*argv, gpus_present=gpus_present)
 
 
 def test_every_original_flag_is_accepted_by_the_parser():

@@ -11,13 +11,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from test_precision import config_of
 
 from dbfactory import write_image_db
 from resnet50_trainer.divergence import DivergenceWatch
 from resnet50_trainer.model import build_model
 from resnet50_trainer.precision import Precision
-from trainer_runs import one_error_line, run_trainer
+from trainer_runs import SMALL_RUN, config_of, one_error_line, run_trainer
 
 HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blows the weights up
 
@@ -136,7 +135,10 @@ def process_group(tmp_path):
 def test_a_float16_step_the_scaler_skips_is_no_divergence(process_group):
     """The scaler's CPU twin of the GPU path: gradients that overflow the scale are skipped, the
     loss (float32) stays finite, the weights stay as they were."""
-    precision = Precision(dataclasses.replace(config_of(), dtype="float16"), torch.device("cpu"))
+    precision = Precision(
+        dataclasses.replace(config_of("--train_data", "null", *SMALL_RUN), dtype="float16"),
+        torch.device("cpu"),
+    )
     precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # overflows every gradient
     model = build_model(18, 4, 3)
     before = [parameter.detach().clone() for parameter in model.parameters()]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 import torchvision
-from test_train import read_log, run_trainer
+
+from trainer_runs import read_log, run_trainer
 
 
 def test_split_replicas_train_and_checkpoint_like_unsplit_ones(image_db, tmp_path):

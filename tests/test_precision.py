@@ -13,6 +13,7 @@ import torch
 
 from resnet50_trainer import checkpoint, cli
 from resnet50_trainer.precision import Precision, compute_dtype, normalize
+from trainer_runs import config_of
 
 TINY = [
     "--use_cpu",
@@ -31,9 +32,8 @@ TINY = [
 ]
 
 
-def config_of(*flags: str, train_data: str = "null"):
-    args = cli.build_parser().parse_args(["--train_data", train_data, *TINY, *flags])
-    return cli.config_from_args(args, gpus_present=0)
+def tiny_config(*flags: str):
+    return config_of("--train_data", "null", *TINY, *flags)
 
 
 def test_bfloat16_run_on_cpu_trains_and_logs(image_db, tmp_path):
@@ -89,15 +89,15 @@ def test_contradictory_precision_and_pointless_gpu_decode_refuse(capsys):
 
 
 def test_compute_dtypes():
-    assert compute_dtype(config_of()) is None
-    assert compute_dtype(config_of("--dtype", "bfloat16")) is torch.bfloat16
+    assert compute_dtype(tiny_config()) is None
+    assert compute_dtype(tiny_config("--dtype", "bfloat16")) is torch.bfloat16
     # GPU-only, so refused here by the command line; the mapping itself is device-free.
-    fp16_compute = dataclasses.replace(config_of(), float16_compute=True)
+    fp16_compute = dataclasses.replace(tiny_config(), float16_compute=True)
     assert compute_dtype(fp16_compute) is torch.float16  # the same mode as --dtype float16
 
 
 def test_precision_inputs_dtype_layout_and_scaler():
-    bf16 = Precision(config_of("--dtype", "bfloat16"), torch.device("cpu"))
+    bf16 = Precision(tiny_config("--dtype", "bfloat16"), torch.device("cpu"))
     images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
     prepared = bf16.inputs(images)
     assert prepared.dtype == torch.bfloat16
@@ -105,6 +105,6 @@ def test_precision_inputs_dtype_layout_and_scaler():
     assert not bf16.scaler.is_enabled()
     with bf16.autocast():
         assert torch.nn.Linear(4, 2)(torch.ones(1, 4)).dtype == torch.bfloat16
-    plain = Precision(config_of(), torch.device("cpu"))
+    plain = Precision(tiny_config(), torch.device("cpu"))
     with plain.autocast():
         assert torch.nn.Linear(4, 2)(torch.ones(1, 4)).dtype == torch.float32

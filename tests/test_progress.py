@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.progress import EpochProgress
+from trainer_runs import config_of
 
 INPUT_S = 0.03  # what each batch takes to arrive
 
@@ -29,7 +29,7 @@ def slow_input(clock: Clock, count: int):
 
 
 def measure_share(step_s: float, count: int = 10) -> float:
-    config = config_from_args(build_parser().parse_args(["--train_data", "null", "--use_cpu"]), 0)
+    config = config_of("--train_data", "null", "--use_cpu")
     clock = Clock()
     progress = EpochProgress(config, is_main=False, epoch=0, steps=count, clock=clock)
     for index in progress.batches(slow_input(clock, count)):

@@ -19,6 +19,7 @@ import torch
 from dbfactory import write_image_db
 from resnet50_trainer import checkpoint
 from trainer_runs import (
+    config_of,
     log_rows,
     model_state,
     pause_before_rename,
@@ -204,12 +205,11 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
 
 
 def test_a_new_global_batch_continues_from_the_position_reached(caplog):
-    from resnet50_trainer.cli import build_parser, config_from_args
     from resnet50_trainer.resume import continue_with_global_batch
 
     def settings(batch):
         argv = ["--train_data", "null", "--use_cpu", "--batch_size", str(batch)]
-        return config_from_args(build_parser().parse_args(argv), 0)
+        return config_of(*argv)
 
     # Epoch 1 done, 3 steps of 16 into epoch 2: 48 records of the epoch's stream were read.
     state = {"world_size": 1, "global_batch_size": 16, "epoch": 1, "step": 3, "iteration": 13}

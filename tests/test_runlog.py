@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.runlog import HEADER, EpochRow, RunLog, log_file_name
+from trainer_runs import config_of
 
 ORIGINAL_HEADER = (
     "time_spent,cumulative_time_spent,input_count,cumulative_input_count,"
@@ -27,7 +27,7 @@ def config(tmp_path, *extra):
         str(tmp_path),
         *extra,
     ]
-    return config_from_args(build_parser().parse_args(argv), 0)
+    return config_of(*argv)
 
 
 def test_file_name_follows_the_original(tmp_path):

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import glob
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torchvision
 
 from resnet50_trainer.runlog import HEADER
+from trainer_runs import REPOSITORY, read_log, run_trainer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(REPO, "sample_data")
-
-
-def run_trainer(*argv, cwd, timeout=300):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run(
-        [sys.executable, "-m", "resnet50_trainer", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def read_log(directory):
-    (path,) = glob.glob(os.path.join(directory, "resnet50_*.log"))
-    with open(path) as file:
-        lines = file.read().splitlines()
-    return path, lines[0], list(csv.DictReader(lines[1:]))
+SAMPLE = os.path.join(REPOSITORY, "sample_data")
 
 
 @pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
@@ -48,17 +25,10 @@ def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
         test,
         "--db_type",
         db_type,
-        "--use_cpu",
         "--num_gpus",
         "2",
-        "--batch_size",
-        "8",
-        "--image_size",
-        "32",
-        "--num_labels",
-        "4",
-        "--num_layers",
-        "18",
+        "--num_workers",
+        "1",  # one input process each: the DBs are read where they are in real runs
         "--log_dir",
         str(tmp_path),
     ]
@@ -126,7 +96,10 @@ def test_resnet50_on_sample_data_two_processes(tmp_path):
         os.path.join(SAMPLE, "train_lmdb"),
         "--test_data",
         os.path.join(SAMPLE, "test_lmdb"),
-        "--use_cpu",
+        "--num_layers",
+        "50",
+        "--num_workers",
+        "1",
         "--num_gpus",
         "2",
         "--batch_size",

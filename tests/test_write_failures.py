@@ -10,11 +10,10 @@ import time
 from dataclasses import astuple
 
 import pytest
-from test_runlog import config
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.runlog import EpochRow, RunLog
-from trainer_runs import fill_up, one_error_line, run_trainer
+from trainer_runs import config_of, fill_up, one_error_line, run_trainer
 
 SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]  # 8 steps
 EARLIER = b"an earlier run's log\n"
@@ -55,7 +54,9 @@ def test_a_log_whose_header_does_not_fit_is_removed(tmpfs, tmp_path, processes):
 
 def test_a_row_that_does_not_fit_is_cut_off_and_the_rows_before_stay(tmpfs):
     directory = tmpfs("disk", "64k")
-    run_log = RunLog(config(directory), time.time())
+    run_log = RunLog(
+        config_of("--train_data", "null", "--use_cpu", "--log_dir", directory), time.time()
+    )
     fill_up(directory)
 
     def row(epoch: int) -> EpochRow:
@@ -126,7 +127,9 @@ def test_a_log_whose_directory_is_removed_mid_run_is_a_write_failure(tmp_path):
     nothing and report a log that no longer exists."""
     directory = tmp_path / "logs"
     directory.mkdir()
-    run_log = RunLog(config(str(directory)), time.time())
+    run_log = RunLog(
+        config_of("--train_data", "null", "--use_cpu", "--log_dir", str(directory)), time.time()
+    )
     shutil.rmtree(directory)
     with pytest.raises(
         UserError,

@@ -1,7 +1,10 @@
-"""Running the trainer as a real command in tests: small CPU runs, their processes and outputs."""
+"""The trainer in tests: its Config from flags, small CPU runs as real commands, their processes
+and outputs (run logs, checkpoints)."""
 
 from __future__ import annotations
 
+import csv
+import glob
 import os
 import subprocess
 import sys
@@ -9,6 +12,9 @@ import time
 from collections.abc import Callable
 
 import torch
+
+from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.config import Config
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOKS = os.path.join(REPOSITORY, "tests", "hooks")  # sitecustomize.py: fault injection
@@ -48,9 +54,18 @@ def pause_before_rename(seconds: float) -> dict:
     }
 
 
-def run_trainer(*args: str, **env: str) -> subprocess.CompletedProcess:
+def config_of(*flags: str, gpus_present: int = 0) -> Config:
+    """The Config the command line makes of exactly these flags (and `gpus_present` GPUs)."""
+    return config_from_args(build_parser().parse_args(list(flags)), gpus_present)
+
+
+def run_trainer(
+    *args: str, cwd: str | os.PathLike | None = None, **env: str
+) -> subprocess.CompletedProcess:
+    """A run on SMALL_RUN (a later flag overrides its value) to its end."""
     return subprocess.run(
         trainer_command(*args),
+        cwd=cwd,
         env=trainer_env(**env),
         capture_output=True,
         text=True,
@@ -110,15 +125,23 @@ def model_state(path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
+def read_log(directory) -> tuple[str, str, list[dict]]:
+    """The one run log in `directory`: its path, its first line (the settings) and its rows."""
+    (path,) = glob.glob(os.path.join(directory, "resnet50_*.log"))
+    with open(path) as file:
+        first_line = file.readline().rstrip("\n")
+    return path, first_line, _rows(path)
+
+
 def log_rows(directory) -> list[dict]:
     """The CSV run logs' rows in `directory`, in the order the logs were written."""
-    rows = []
-    for name in sorted(name for name in os.listdir(directory) if name.endswith(".log")):
-        with open(os.path.join(directory, name)) as file:
-            lines = [line.strip() for line in file if not line.startswith("#")]
-        header = lines[0].split(",")
-        rows += [dict(zip(header, line.split(","))) for line in lines[1:]]
-    return rows
+    names = sorted(name for name in os.listdir(directory) if name.endswith(".log"))
+    return [row for name in names for row in _rows(os.path.join(directory, name))]
+
+
+def _rows(log_path: str) -> list[dict]:
+    with open(log_path) as file:
+        return list(csv.DictReader(line for line in file if not line.startswith("#")))
 
 
 def fill_up(directory, leave_bytes: int = 0) -> None:
