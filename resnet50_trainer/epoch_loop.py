@@ -19,7 +19,7 @@ from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.divergence import DivergenceWatch, divergence_report
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
 from resnet50_trainer.evaluation import evaluate
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
@@ -29,7 +29,7 @@ from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.replica import Replica
 from resnet50_trainer.run_state import RunState
 from resnet50_trainer.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
-from resnet50_trainer.stopping import DIVERGED_EXIT_STATUS, exit_status, stop_run, stop_together
+from resnet50_trainer.stopping import stop_run, stop_together
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class EpochLoop:
             if self.placement.is_main
             else None
         )
-        stop_run(report, DIVERGED_EXIT_STATUS)
+        stop_run(report, EXIT_STATUS[Diverged])
 
     def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
         """This process's sums of the epoch so far: loss x images, correct, images, bad records.

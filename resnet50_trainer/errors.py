@@ -57,10 +57,15 @@ def error_line(prog: str, message: object) -> str:
     return f"{prog}: error: {message}"
 
 
+def exit_status(error: Exception) -> int:
+    """The exit status a command ends with on one of ONE_LINE_ERRORS."""
+    return next(status for kind, status in EXIT_STATUS.items() if isinstance(error, kind))
+
+
 def report(prog: str, error: Exception) -> int:
     """Print one of ONE_LINE_ERRORS as its one line; return its exit status."""
     print(error_line(prog, error), file=sys.stderr)
-    return next(status for kind, status in EXIT_STATUS.items() if isinstance(error, kind))
+    return exit_status(error)
 
 
 def run_command(prog: str, body: Callable[[], int | None]) -> int:

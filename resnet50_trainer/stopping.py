@@ -10,9 +10,7 @@ import torch
 import torch.distributed as dist
 
 from resnet50_trainer import distributed
-from resnet50_trainer.errors import USAGE_EXIT_STATUS, Diverged
-
-DIVERGED_EXIT_STATUS = 1
+from resnet50_trainer.errors import exit_status
 
 
 class StoppedByFirst(Exception):
@@ -22,11 +20,6 @@ class StoppedByFirst(Exception):
     def __init__(self, status: int):
         super().__init__(f"the first process stopped the run (status {status})")
         self.status = status
-
-
-def exit_status(failure: Exception) -> int:
-    """1 for diverged weights, 2 for a failed write or bad input."""
-    return DIVERGED_EXIT_STATUS if isinstance(failure, Diverged) else USAGE_EXIT_STATUS
 
 
 def stop_run(failure: Exception | None, status: int) -> NoReturn:

@@ -84,9 +84,19 @@ class Database(ABC):
     def _read_keys(self) -> list[bytes]:
         """All keys, in the database's (sorted) order."""
 
-    @abstractmethod
     def get(self, key: bytes) -> bytes:
         """The value stored under `key`; UserError if there is none."""
+        value = self._lookup(key)
+        if value is None:
+            raise UserError(
+                f"key {key!r} is not in database {self.path}; list keys with "
+                "`resnet50-db inspect` or pick a record with `dump --index`"
+            )
+        return value
+
+    @abstractmethod
+    def _lookup(self, key: bytes) -> bytes | None:
+        """The value stored under `key`, or None."""
 
     @abstractmethod
     def close(self) -> None:
@@ -97,12 +107,6 @@ class Database(ABC):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-
-    def _missing(self, key: bytes) -> UserError:
-        return UserError(
-            f"key {key!r} is not in database {self.path}; list keys with "
-            "`resnet50-db inspect` or pick a record with `dump --index`"
-        )
 
 
 class LmdbDatabase(Database):
@@ -125,11 +129,8 @@ class LmdbDatabase(Database):
         with self._txn.cursor() as cursor:
             return list(cursor.iternext(keys=True, values=False))
 
-    def get(self, key: bytes) -> bytes:
-        value = self._txn.get(key)
-        if value is None:
-            raise self._missing(key)
-        return value
+    def _lookup(self, key: bytes) -> bytes | None:
+        return self._txn.get(key)
 
     def close(self) -> None:
         if self._env is not None:
@@ -189,11 +190,8 @@ class LevelDbDatabase(Database):
     def _read_keys(self) -> list[bytes]:
         return list(self._db.iterator(include_value=False))
 
-    def get(self, key: bytes) -> bytes:
-        value = self._db.get(key)
-        if value is None:
-            raise self._missing(key)
-        return value
+    def _lookup(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
 
     def close(self) -> None:
         self._finalizer()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from resnet50_trainer.data.databases import DB_TYPES, LMDB, open_database
+from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.tools.db_arguments import add_subcommand
 
 
 def dump_record(
@@ -38,14 +39,13 @@ def dump_record(
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_subcommand(
+        subparsers,
         "dump",
         help="write one record's decoded image",
         description="Write a record's image as the trainer decodes "
         "it (before augmentation) and print its label.",
     )
-    parser.add_argument("db_path", metavar="DB")
-    parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--index", type=int, help="position in key order, from 0")
     which.add_argument("--key", help="the record's key")

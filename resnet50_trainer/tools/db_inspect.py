@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image, ImageDraw, ImageOps
 
-from resnet50_trainer.data.databases import DB_TYPES, LMDB, open_database
+from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import (
     Record,
     decode_image,
@@ -24,6 +24,7 @@ from resnet50_trainer.data.records import (
     parse_record,
 )
 from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.tools.db_arguments import add_subcommand
 
 FAILED_KEYS_SHOWN = 5
 _SHEET_CELL = 96  # pixels per contact-sheet thumbnail
@@ -189,14 +190,13 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_subcommand(
+        subparsers,
         "inspect",
         help="report what a database holds",
         description="Count records, formats, labels, sizes and "
         "unreadable records, as the trainer reads them.",
     )
-    parser.add_argument("db_path", metavar="DB")
-    parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     parser.add_argument("--limit", type=int, help="inspect only the first N records")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--sheet", metavar="OUT.png", help="write a contact sheet of images")

@@ -1,0 +1,297 @@
+"""The trainer's flags, the original's and ours, each defined once: name, type and valid values,
+default, help. Grouped as the help shows them: data, devices, model and optimisation, machines,
+outputs. A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from resnet50_trainer.config import SUPPORTED_LAYERS
+from resnet50_trainer.errors import TRAINER
+from resnet50_trainer.flag_values import (
+    BATCH_SIZE,
+    INPUT_WORKERS,
+    NO_TIME_LIMIT_S,
+    PIXELS,
+    REDIS_PORT,
+    SEED,
+    FlagHelpFormatter,
+    Number,
+    OneLineParser,
+    gpu_list,
+    redis_address,
+)
+
+DEFAULT_IMAGE_SIZE = 227
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
+# Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
+# later (a list of 10**30 GPU ids, a C int overflowing in torch, round(inf) in the LR schedule).
+TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
+MAX_SHARDS = 65536
+COUNT_FROM_0 = Number(int, 0)
+COUNT_FROM_1 = Number(int, 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=TRAINER,
+        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from "
+        "an LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
+        "Flags follow Caffe2's resnet50_trainer.py.",
+        formatter_class=FlagHelpFormatter,
+    )
+    for add_flags in (
+        _add_data_flags,
+        _add_device_flags,
+        _add_model_flags,
+        _add_distributed_flags,
+        _add_output_flags,
+    ):
+        add_flags(parser)
+    return parser
+
+
+def _add_data_flags(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--train_data",
+        required=True,
+        help="path of the training DB; the word 'null' trains on synthetic data",
+    )
+    data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
+    data.add_argument(
+        "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
+    )
+    data.add_argument(
+        "--num_channels",
+        type=Number(int),
+        default=3,
+        choices=(1, 3),
+        help="colour channels; 1 trains on grayscale",
+    )
+    data.add_argument(
+        "--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE, help="crop size in pixels, square"
+    )
+    data.add_argument(
+        "--scale",
+        type=PIXELS,
+        help="shorter side images are resized to before cropping "
+        "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
+        "--image_size 227 is exactly the original)",
+    )
+    data.add_argument(
+        "--num_labels", type=Number(int, 1, 1_000_000), default=1000, help="number of classes"
+    )
+    data.add_argument(
+        "--num_workers",
+        type=INPUT_WORKERS,
+        help="input (decoding) processes per training process; 0 decodes in the "
+        "training process (default: the cores per training process minus one, "
+        "1 to 8)",
+    )
+    data.add_argument(
+        "--decode_device",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
+        "training GPU; input processes only read bytes)",
+    )
+    data.add_argument(
+        "--max_bad_records",
+        type=Number(float, 0, 1, below_maximum=True),
+        default=0.01,
+        help="fraction of an epoch's records that may fail to decode (skipped and "
+        "named) before the run stops",
+    )
+
+
+def _add_device_flags(parser: argparse.ArgumentParser) -> None:
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--gpus", type=gpu_list, help="comma-separated GPU ids, e.g. 0,1")
+    devices.add_argument(
+        "--num_gpus",
+        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
+        type=Number(int, 1, 256),
+        help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
+        "CPU training processes (default 1)",
+    )
+    devices.add_argument("--use_cpu", action="store_true", help="train on CPU (Gloo)")
+    devices.add_argument(
+        "--model_parallel",
+        action="store_true",
+        help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
+    )
+    devices.add_argument(
+        "--dtype",
+        default="float",
+        choices=("float", "float16", "bfloat16"),
+        help="training precision: float16 uses autocast and a gradient scaler "
+        "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32",
+    )
+    devices.add_argument(
+        "--float16_compute",
+        action="store_true",
+        help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
+        "the same mode as --dtype float16",
+    )
+    devices.add_argument(
+        "--enable_tensor_core",
+        action="store_true",
+        help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
+        "convolutions, and channels_last tensors",
+    )
+    devices.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the training model with torch.compile (the first steps "
+        "take minutes; needs a C++ compiler on the CPU)",
+    )
+    devices.add_argument(
+        "--pipeline_chunks",
+        type=Number(int, 1, 1024),
+        default=1,
+        help="with --model_parallel: micro-batches per step, so both GPUs of a pair work at once",
+    )
+    devices.add_argument(
+        "--cudnn_workspace_limit_mb",
+        type=Number(int, 1, 1 << 20),
+        default=64,
+        help="cap on cuDNN's convolution workspace, in MiB (GPU only). PyTorch "
+        "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
+        "itself reads (listed in PyTorch's CUDA environment variables), unless "
+        "that variable is already set",
+    )
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument(
+        "--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS, help="ResNet depth"
+    )
+    model.add_argument(
+        "--batch_size",
+        type=BATCH_SIZE,
+        default=32,
+        help="batch size TOTAL over this machine's devices; must divide by them",
+    )
+    model.add_argument(
+        "--epoch_size",
+        type=Number(int, 1, 10**12),
+        help="images per epoch over all machines (default: one pass over the "
+        "training DB; the original's default was 1500000)",
+    )
+    model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
+    model.add_argument(
+        "--base_learning_rate",
+        type=Number(float, 0, above_minimum=True),
+        default=0.1,
+        help="learning rate for a global batch of 256, scaled linearly to the "
+        "real global batch; x0.1 every 30 epochs",
+    )
+    model.add_argument(
+        "--warmup_epochs",
+        type=Number(float, 0, 1_000_000),
+        default=0.0,
+        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
+    )
+    model.add_argument(
+        "--weight_decay",
+        type=Number(float, 0),
+        default=1e-4,
+        help="L2 on conv and fc weights and BN scales, not on biases",
+    )
+    model.add_argument(
+        "--seed",
+        type=SEED,
+        default=0,
+        help="seed of the initial weights, the data order and the augmentation",
+    )
+
+
+def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+    dist = parser.add_argument_group("distributed")
+    dist.add_argument(
+        "--num_shards", type=Number(int, 1, MAX_SHARDS), default=1, help="machines in the run"
+    )
+    dist.add_argument(
+        "--shard_id",
+        type=Number(int, 0, MAX_SHARDS - 1),
+        default=0,
+        help="this machine's index, from 0",
+    )
+    dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
+    dist.add_argument(
+        "--redis_host",
+        type=redis_address,
+        help="Redis server used for rendezvous, a host name or a "
+        "redis://[:password@]host[:port][/db] URL",
+    )
+    dist.add_argument("--redis_port", type=REDIS_PORT, default=6379, help="Redis port")
+    dist.add_argument(
+        "--redis_password",
+        default=os.environ.get("REDIS_PASSWORD"),
+        help="Redis password (default: $REDIS_PASSWORD); never printed or logged",
+    )
+    dist.add_argument(
+        "--file_store_path",
+        default="/tmp",
+        help="shared (NFS) directory for rendezvous when no Redis is given",
+    )
+    dist.add_argument(
+        "--distributed_transport",
+        default="tcp",
+        choices=("tcp", "ibverbs"),
+        help="transport between machines",
+    )
+    dist.add_argument(
+        "--distributed_interfaces",
+        default="",
+        help="network interface(s) for the distributed run, comma-separated",
+    )
+    dist.add_argument(
+        "--first_iter_timeout",
+        type=TIMEOUT_S,
+        default=1200.0,
+        help="seconds allowed for the rendezvous and the first step",
+    )
+    dist.add_argument(
+        "--timeout",
+        type=TIMEOUT_S,
+        default=60.0,
+        help="seconds a collective may wait on a peer after the first step",
+    )
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    output = parser.add_argument_group("logs and checkpoints")
+    output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
+    output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
+    output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
+    output.add_argument("--load_model_path", help="checkpoint to continue training from")
+    output.add_argument(
+        "--keep_checkpoints",
+        type=COUNT_FROM_1,
+        default=1,
+        help="how many of the newest checkpoints to keep",
+    )
+    output.add_argument(
+        "--checkpoint_every_iters",
+        type=COUNT_FROM_0,
+        default=0,
+        help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
+    )
+    output.add_argument(
+        "--profile_iters",
+        type=COUNT_FROM_0,
+        default=0,
+        help="profile N steps after warm-up with torch.profiler; writes a Chrome "
+        "trace next to the log",
+    )
+    output.add_argument(
+        "--print_every",
+        type=COUNT_FROM_1,
+        default=100,
+        help="print the original's iteration and loss lines every N iterations",
+    )
