@@ -19,6 +19,9 @@ SYNTHETIC_DATA = "null"
 SUPPORTED_LAYERS = (18, 34, 50, 101, 152)
 # The base learning rate is "based on 256 global batch size" (the original's docs).
 LR_REFERENCE_BATCH = 256
+# --lr_scaling: linear follows those docs; none, the original's code (the base LR as given).
+LINEAR_LR_SCALING = "linear"
+LR_SCALINGS = (LINEAR_LR_SCALING, "none")
 # The original's step policy: x0.1 every 30 epochs of iterations.
 LR_STEP_EPOCHS = 30
 LR_STEP_FACTOR = 0.1
@@ -48,9 +51,13 @@ def _check_crop_fits(image_size: int, scale: int) -> None:
         )
 
 
-def effective_learning_rate(base_learning_rate: float, global_batch_size: int) -> float:
+def effective_learning_rate(
+    base_learning_rate: float, global_batch_size: int, lr_scaling: str
+) -> float:
     """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not
-    do."""
+    do; or, with --lr_scaling none, the base LR as given, as its code did."""
+    if lr_scaling != LINEAR_LR_SCALING:
+        return base_learning_rate
     return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 
@@ -75,6 +82,7 @@ class Config:
     epoch_size: int | None
     num_epochs: int
     base_learning_rate: float
+    lr_scaling: str
     warmup_epochs: float
     weight_decay: float
     cudnn_workspace_limit_mb: int
@@ -126,7 +134,16 @@ class Config:
 
     @property
     def effective_learning_rate(self) -> float:
-        return effective_learning_rate(self.base_learning_rate, self.global_batch_size)
+        return effective_learning_rate(
+            self.base_learning_rate, self.global_batch_size, self.lr_scaling
+        )
+
+    @property
+    def learning_rate_origin(self) -> str:
+        """How the effective LR comes from --base_learning_rate, as the start line says it."""
+        if self.lr_scaling != LINEAR_LR_SCALING:
+            return f"base {self.base_learning_rate:g} as given: --lr_scaling {self.lr_scaling}"
+        return f"base {self.base_learning_rate:g} x {self.global_batch_size} / {LR_REFERENCE_BATCH}"
 
     def iterations_per_epoch(self, num_records: int) -> int:
         """Steps per epoch: epoch_size over the global batch, or one pass over the DB without it."""

@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 from urllib.parse import urlsplit
@@ -26,6 +27,8 @@ _NEGATIVE_NUMBER = re.compile(
     r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE
 )
 _HOST_WITH_PORT = re.compile(r"[^:]+:[^:]*")  # "host:6379"; IPv6 literals hold two colons or more
+# A switch's value words, any case: the original's scripts say --use_cpu True (or False, 1, 0).
+SWITCH_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,44 @@ def _check_url_port(url) -> None:
         )
 
 
+def switch_value(text: str) -> bool:
+    """A switch's value where one is given. False means off: Python's bool("False"), which the
+    original's type=bool flags called, is True, but no script that says False means that."""
+    try:
+        return SWITCH_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: use true or false (or 1/0, yes/no), "
+            "or the flag alone for true"
+        ) from None
+
+
+class Switch(argparse.Action):
+    """A boolean flag, off unless given: alone it turns on, as an ordinary switch, and it also
+    takes a value as the original's type=bool flags did (--use_cpu True, --use_cpu False)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None):
+        super().__init__(
+            option_strings,
+            dest,
+            nargs="?",
+            const=True,
+            default=False,
+            type=switch_value,
+            metavar="BOOL",
+            help=help,
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose refusals are one line (no usage block), exit status 2."""
 
@@ -172,15 +213,18 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(USAGE_EXIT_STATUS)
 
 
+HELP_DEFAULT = "(default: "  # how --help shows a default, once per flag
+
+
 class FlagHelpFormatter(argparse.HelpFormatter):
     """--help: each flag's default where it has one, and a number flag's valid values, read from
     the Number that checks them (a flag with choices shows those)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         notes = []
-        # A help text that names its default itself knows better (and $REDIS_PASSWORD's value
-        # must never be shown).
-        stated = "default" in (action.help or "")
+        # A help text that states its default itself, as "(default: ...)", knows better (and
+        # $REDIS_PASSWORD's value must never be shown).
+        stated = HELP_DEFAULT in (action.help or "")
         if not stated and all(
             action.default is not no_value for no_value in (None, False, argparse.SUPPRESS)
         ):

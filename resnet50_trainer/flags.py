@@ -8,7 +8,7 @@ import argparse
 import os
 import re
 
-from resnet50_trainer.config import SUPPORTED_LAYERS
+from resnet50_trainer.config import LINEAR_LR_SCALING, LR_SCALINGS, SUPPORTED_LAYERS
 from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
     BATCH_SIZE,
@@ -20,6 +20,7 @@ from resnet50_trainer.flag_values import (
     FlagHelpFormatter,
     Number,
     OneLineParser,
+    Switch,
     gpu_list,
     redis_address,
 )
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=TRAINER,
         description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from "
         "an LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
-        "Flags follow Caffe2's resnet50_trainer.py.",
+        "Flags follow Caffe2's resnet50_trainer.py. A switch such as --use_cpu may also be "
+        "given a value, as the original's were: true or false (or 1/0, yes/no, any case).",
         formatter_class=FlagHelpFormatter,
     )
     for add_flags in (
@@ -113,14 +115,15 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices.add_argument(
         "--num_gpus",
         dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
+        metavar="NUM_GPUS",
         type=Number(int, 1, 256),
         help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
-        "CPU training processes (default 1)",
+        "CPU training processes (default: 1)",
     )
-    devices.add_argument("--use_cpu", action="store_true", help="train on CPU (Gloo)")
+    devices.add_argument("--use_cpu", action=Switch, help="train on CPU (Gloo)")
     devices.add_argument(
         "--model_parallel",
-        action="store_true",
+        action=Switch,
         help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
     )
     devices.add_argument(
@@ -132,19 +135,19 @@ def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     )
     devices.add_argument(
         "--float16_compute",
-        action="store_true",
+        action=Switch,
         help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
         "the same mode as --dtype float16",
     )
     devices.add_argument(
         "--enable_tensor_core",
-        action="store_true",
+        action=Switch,
         help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
         "convolutions, and channels_last tensors",
     )
     devices.add_argument(
         "--compile",
-        action="store_true",
+        action=Switch,
         help="compile the training model with torch.compile (the first steps "
         "take minutes; needs a C++ compiler on the CPU)",
     )
@@ -188,7 +191,14 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         type=Number(float, 0, above_minimum=True),
         default=0.1,
         help="learning rate for a global batch of 256, scaled linearly to the "
-        "real global batch; x0.1 every 30 epochs",
+        "real global batch (see --lr_scaling); x0.1 every 30 epochs",
+    )
+    model.add_argument(
+        "--lr_scaling",
+        default=LINEAR_LR_SCALING,
+        choices=LR_SCALINGS,
+        help="linear: the LR is --base_learning_rate x global batch / 256; none: "
+        "--base_learning_rate as given, as the original's code did",
     )
     model.add_argument(
         "--warmup_epochs",
@@ -248,7 +258,8 @@ def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     dist.add_argument(
         "--distributed_interfaces",
         default="",
-        help="network interface(s) for the distributed run, comma-separated",
+        help="network interface(s) for the distributed run, comma-separated "
+        "(default: NCCL's and Gloo's own choice)",
     )
     dist.add_argument(
         "--first_iter_timeout",

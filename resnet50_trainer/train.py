@@ -107,14 +107,13 @@ def _log_start(
 ) -> None:
     log.info(
         "ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
-        "(base %g x %d / 256), %d iterations per epoch%s",
+        "(%s), %d iterations per epoch%s",
         config.num_layers,
         placement.world_size,
         config.device_batch_size,
         config.global_batch_size,
         config.effective_learning_rate,
-        config.base_learning_rate,
-        config.global_batch_size,
+        config.learning_rate_origin,
         steps_per_epoch,
         f"; log {runlog.path}" if runlog else "",
     )
