@@ -183,7 +183,7 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         "--epoch_size",
         type=Number(int, 1, 10**12),
         help="images per epoch over all machines (default: one pass over the "
-        "training DB; the original's default was 1500000)",
+        "training DB; the original's was 1500000)",
     )
     model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
     model.add_argument(

@@ -1,0 +1,126 @@
+"""A command line ported from Caffe2's resnet50_trainer.py: its `--use_cpu True` boolean values, and
+its learning rate (the base LR as given) one flag away."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from resnet50_trainer.cli import build_parser
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.flag_values import HELP_DEFAULT, FlagHelpFormatter
+from trainer_runs import SMALL_RUN, config_of, read_log, refused_in_process, run_trainer
+
+# Every boolean flag, found from the parser: one added later as a plain store_true is tested too.
+SWITCHES = [action for action in build_parser()._actions if action.const is True]
+SYNTHETIC_EPOCH = ["--train_data", "null", "--epoch_size", "16", "--num_epochs", "1"]
+# SMALL_RUN's global batch is 8: the default scaling makes the base LR 0.1 into 0.1 x 8 / 256.
+BASE_LR, SCALED_LR = 0.1, 0.1 * 8 / 256
+
+
+def test_every_boolean_flag_is_found():
+    assert {action.dest for action in SWITCHES} >= {
+        "use_cpu",
+        "model_parallel",
+        "float16_compute",
+        "enable_tensor_core",
+        "compile",
+    }
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, True),  # the bare switch
+        ("True", True),
+        ("False", False),  # off, as a ported script means (Python's bool("False") is True)
+        ("1", True),
+        ("0", False),
+        ("yes", True),
+        ("NO", False),
+        ("tRuE", True),
+    ],
+)
+@pytest.mark.parametrize("action", SWITCHES, ids=lambda action: action.dest)
+def test_every_boolean_flag_is_a_switch_and_takes_the_original_s_values(action, value, expected):
+    flag = action.option_strings[0]
+    given = [flag] if value is None else [flag, value]
+    # The flag first, so that a bare switch is followed by another flag, as in most scripts.
+    config = config_of(*given, "--train_data", "null", gpus_present=2)
+    assert getattr(config, action.dest) is expected
+    assert (
+        getattr(
+            config_of(f"{flag}={value or 'true'}", "--train_data", "null", gpus_present=2),
+            action.dest,
+        )
+        is expected
+    )
+    assert getattr(config_of("--train_data", "null", gpus_present=2), action.dest) is False
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "2", "on", "True "])
+@pytest.mark.parametrize("action", SWITCHES, ids=lambda action: action.dest)
+def test_a_boolean_flag_s_other_values_are_refused_in_one_line(action, value, capsys):
+    flag = action.option_strings[0]
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--train_data", "null", flag, value])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "Traceback" not in error, error
+    assert error.startswith(f"resnet50-trainer: error: argument {flag}: invalid value {value!r}")
+    assert "use true or false (or 1/0, yes/no)" in error
+
+
+def test_use_cpu_false_on_a_machine_without_gpus_is_refused_as_a_gpu_run(capsys):
+    with pytest.raises(UserError) as gpu_run:
+        config_of("--train_data", "null")  # no --use_cpu: a GPU run
+    line = refused_in_process(capsys, "--use_cpu", "False", "--train_data", "null")
+    assert line == f"resnet50-trainer: error: {gpu_run.value}"
+
+
+def test_an_original_run_s_learning_rate_and_a_resume_with_the_default_scaling(tmp_path):
+    """--use_cpu True trains; --lr_scaling none keeps the base LR in the start line, the log's
+    column and its name; a resume with the default scaling warns of the change and scales."""
+    log_dir = ["--log_dir", str(tmp_path)]
+    original = run_trainer(
+        "--use_cpu", "True", *SYNTHETIC_EPOCH, "--lr_scaling", "none", *log_dir, cwd=tmp_path
+    )
+    assert original.returncode == 0, original.stderr
+    assert f"effective LR {BASE_LR:g} (base {BASE_LR:g} as given: --lr_scaling none)" in (
+        original.stderr
+    )
+    path, _, rows = read_log(tmp_path)
+    assert os.path.basename(path).startswith("resnet50_gpu1_b8_L4_lr0.10_v2_")  # the base LR
+    assert [float(row["learning_rate"]) for row in rows] == [BASE_LR]
+
+    os.unlink(path)
+    checkpoint = str(tmp_path / "resnet50_model_1.pt")
+    resumed = run_trainer(
+        *SYNTHETIC_EPOCH,
+        "--num_epochs",
+        "2",
+        "--load_model_path",
+        checkpoint,
+        *log_dir,
+        cwd=tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"effective LR {SCALED_LR:.5g} (base {BASE_LR:g} x 8 / 256)" in resumed.stderr
+    assert f"changes on resume from {BASE_LR:g} to {SCALED_LR:.6g}" in resumed.stderr
+    assert "--lr_scaling" in resumed.stderr
+    path, _, rows = read_log(tmp_path)
+    assert os.path.basename(path).startswith("resnet50_gpu1_b8_L4_lr0.10_v2_")
+    assert [float(row["learning_rate"]) for row in rows] == [pytest.approx(SCALED_LR)]
+
+
+def test_the_learning_rate_scaling_is_linear_unless_none_is_asked_for():
+    assert config_of(*SMALL_RUN, "--train_data", "null").effective_learning_rate == SCALED_LR
+    config = config_of(*SMALL_RUN, "--train_data", "null", "--lr_scaling", "none")
+    assert config.effective_learning_rate == BASE_LR
+
+
+@pytest.mark.parametrize("action", build_parser()._actions, ids=lambda action: action.dest)
+def test_help_shows_each_flag_s_default_once(action):
+    shown = FlagHelpFormatter("resnet50-trainer")._expand_help(action) if action.help else ""
+    assert shown.count("default") == shown.count(HELP_DEFAULT) <= 1, shown
