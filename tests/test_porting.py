@@ -45,18 +45,12 @@ def test_every_boolean_flag_is_found():
 @pytest.mark.parametrize("action", SWITCHES, ids=lambda action: action.dest)
 def test_every_boolean_flag_is_a_switch_and_takes_the_original_s_values(action, value, expected):
     flag = action.option_strings[0]
-    given = [flag] if value is None else [flag, value]
-    # The flag first, so that a bare switch is followed by another flag, as in most scripts.
-    config = config_of(*given, "--train_data", "null", gpus_present=2)
-    assert getattr(config, action.dest) is expected
-    assert (
-        getattr(
-            config_of(f"{flag}={value or 'true'}", "--train_data", "null", gpus_present=2),
-            action.dest,
-        )
-        is expected
-    )
-    assert getattr(config_of("--train_data", "null", gpus_present=2), action.dest) is False
+    spaced = [flag] if value is None else [flag, value]
+    joined = [f"{flag}={value or 'true'}"]  # --use_cpu=True, as some of the original's scripts
+    for given in (spaced, joined, []):
+        # The flag first, so that a bare switch is followed by another flag, as in most scripts.
+        config = config_of(*given, "--train_data", "null", gpus_present=2)
+        assert getattr(config, action.dest) is (expected if given else False)
 
 
 @pytest.mark.parametrize("value", ["maybe", "", "2", "on", "True "])
