@@ -8,17 +8,15 @@ keys are torchvision's (no `module.` prefix), so the weights load into torchvisi
 they are.
 
 Checkpoints belong to a run: each holds its run's `lineage` (a random id; a resumed run keeps the
-one it resumed), and retention deletes only checkpoints of this run's lineage. A lock file
-`.{save_model_name}.lock` in the directory, held by one run at a time, keeps a second run from
-writing (or cleaning up) the same names.
+one it resumed), and retention deletes only checkpoints of this run's lineage. A lock
+(checkpoint_lock.py), held by one run at a time, keeps a second run from writing (or cleaning up)
+the same names.
 
 What a checkpoint holds is defined in checkpoint_schema.py; this module handles the files.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import io
 import logging
 import os
@@ -241,53 +239,11 @@ def remove_older(directory: str, name: str, keep: int, lineage: str, written: st
             )
 
 
-class CheckpointLock:
-    """This run's hold on its checkpoint names: an open descriptor with a flock, released by
-    release() or, for a crashed run, by the kernel when the process dies. Forked input processes
-    close their copy, so that ones outliving a killed run do not keep its lock."""
-
-    def __init__(self, descriptor: int):
-        self.descriptor: int | None = descriptor
-        os.register_at_fork(after_in_child=self.release)
-
-    def release(self) -> None:
-        if self.descriptor is not None:
-            os.close(self.descriptor)
-            self.descriptor = None
-
-
-def lock_checkpoints(directory: str, name: str) -> CheckpointLock:
-    """Lock this name's checkpoints in `directory` for this run. The file itself is never deleted
-    (that would race with a run opening it)."""
-    path = os.path.join(directory, f".{name}.lock")
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: no write-open file
-    except OSError as error:
-        raise UserError(
-            f"cannot create the lock file {path} ({error.strerror}): choose a "
-            "writable --checkpoint_dir"
-        ) from None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        os.close(descriptor)
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise UserError(
-                f"another run is writing checkpoints {name}_*{SUFFIX} in {directory} "
-                f"(it holds {path}): wait for it to end, or give this run another "
-                "--checkpoint_dir or --save_model_name"
-            ) from None
-        raise UserError(
-            f"cannot lock {path} ({error.strerror}): choose a --checkpoint_dir on a "
-            "file system with file locks"
-        ) from None
-    return CheckpointLock(descriptor)
-
-
 def remove_temporary_files(directory: str, name: str) -> None:
     """The temporary files that writers of this name, killed mid-write, left behind. Only for the
-    holder of lock_checkpoints: no live run of this name can be writing them. The pattern is
-    exact, so a name that merely starts with this one (`{name}_x`) keeps its files."""
+    holder of this name's lock (checkpoint_lock.py): no live run of this name can be writing them.
+    The pattern is exact, so a name that merely starts with this one (`{name}_x`) keeps its
+    files."""
     for entry in os.listdir(directory):
         temporary = _TEMPORARY.fullmatch(entry)
         target = temporary and _NAME.fullmatch(temporary["checkpoint"])

@@ -10,6 +10,7 @@ import tempfile
 import torch
 
 from resnet50_trainer import checkpoint, checkpoint_schema
+from resnet50_trainer.checkpoint_lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
@@ -24,9 +25,7 @@ RECORDS_SAMPLED = 16
 LARGEST_STEP = 10**12
 
 
-def check_inputs(
-    config: Config, writes_checkpoints: bool = True
-) -> checkpoint.CheckpointLock | None:
+def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointLock | None:
     """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
     checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
     run ends."""
@@ -96,13 +95,13 @@ def _check_checkpoint_names_fit(config: Config) -> None:
         ) from None
 
 
-def _claim_checkpoint_names(config: Config, resumed: dict | None) -> checkpoint.CheckpointLock:
+def _claim_checkpoint_names(config: Config, resumed: dict | None) -> CheckpointLock:
     """This run's checkpoint names are its own: take their lock (a second live run refuses), make
     sure no other run's checkpoints carry them (a fresh run: none at all of this name; a resumed
     one: none of another lineage), then clear the temporary files killed writers left."""
     directory, name = config.checkpoint_dir, config.save_model_name
     _check_checkpoint_names_fit(config)
-    lock = checkpoint.lock_checkpoints(directory, name)
+    lock = lock_checkpoints(directory, name)
     try:
         lineage = None if resumed is None else checkpoint.lineage_of(resumed, directory)
         others = checkpoint.checkpoints_of_other_runs(directory, name, lineage)

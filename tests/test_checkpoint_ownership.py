@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from dbfactory import write_image_db
 from resnet50_trainer import checkpoint, checkpoint_schema, distributed
+from resnet50_trainer.checkpoint_lock import lock_checkpoints
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.optim import LearningRateSchedule
@@ -517,11 +518,11 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
 def test_a_released_lock_can_be_taken_again_in_the_same_process(tmp_path):
     """A run called twice in one process (tests, notebooks) on one directory: the first run's
     lock ends with it."""
-    lock = checkpoint.lock_checkpoints(str(tmp_path), NAME)
+    lock = lock_checkpoints(str(tmp_path), NAME)
     with pytest.raises(UserError, match="another run is writing checkpoints"):
-        checkpoint.lock_checkpoints(str(tmp_path), NAME)
+        lock_checkpoints(str(tmp_path), NAME)
     lock.release()
-    checkpoint.lock_checkpoints(str(tmp_path), NAME).release()
+    lock_checkpoints(str(tmp_path), NAME).release()
 
 
 def test_machines_that_would_resume_different_checkpoints_are_refused(earlier, tmp_path):
