@@ -21,28 +21,12 @@ import torch.utils.data
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
 from resnet50_trainer import distributed
-from trainer_runs import wait_for
+from trainer_runs import trainer_command, trainer_env, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
 RUN_LIMIT_S = 240  # a hang fails the test instead of blocking CI
-TINY = [
-    "--use_cpu",
-    "--num_layers",
-    "18",
-    "--image_size",
-    "32",
-    "--batch_size",
-    "8",
-    "--num_labels",
-    str(RECORDS),
-    "--num_epochs",
-    "1",
-    "--num_workers",
-    "0",
-    "--first_iter_timeout",
-    "120",
-]
+# On SMALL_RUN (trainer_command's): one epoch of RECORDS labels.
+ONE_EPOCH = ["--num_labels", str(RECORDS), "--num_epochs", "1", "--first_iter_timeout", "120"]
 
 
 @pytest.fixture
@@ -55,21 +39,13 @@ def start(tmp_path, name, *flags, launcher=(), environment=None):
     """A trainer command in its own process group, writing its log under tmp_path/name."""
     out = tmp_path / name
     out.mkdir()
-    env = dict(os.environ, PYTHONPATH=REPO, **(environment or {}))
-    command = [
-        *launcher,
-        *([] if launcher else [sys.executable]),
-        "-m",
-        "resnet50_trainer",
-        *TINY,
-        "--log_dir",
-        str(out),
-        *flags,
-    ]
+    command = trainer_command(*ONE_EPOCH, "--log_dir", str(out), *flags)
+    if launcher:
+        command[:1] = launcher  # in place of the interpreter: `torchrun ... -m resnet50_trainer`
     process = subprocess.Popen(
         command,
         cwd=out,
-        env=env,
+        env=trainer_env(**(environment or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
