@@ -20,15 +20,8 @@ def image_db(tmp_path):
     Record i has label i % num_labels and key "%08d_img{i}.jpg", so tests can count what was read.
     """
 
-    def make(
-        name: str,
-        num_records: int,
-        num_labels: int,
-        db_type: str = "lmdb",
-        height: int = 40,
-        width: int = 48,
-    ) -> str:
-        return write_image_db(str(tmp_path / name), num_records, num_labels, db_type, height, width)
+    def make(name: str, *args, **kwargs) -> str:
+        return write_image_db(str(tmp_path / name), *args, **kwargs)
 
     return make
 

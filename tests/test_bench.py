@@ -83,16 +83,19 @@ def cpu_and_gpu_path_batches(db, count):
         yield cpu, BatchDecoder(CPU, 3, 32)(encoded)
 
 
+def db_of_8_jpegs(tmp_path, height: int, width: int, taller: int, wider: int) -> str:
+    """Record i: label i % 4, a JPEG of (height + taller * i) x (width + wider * i) pixels."""
+
+    def jpeg(i: int) -> bytes:
+        return make_jpeg(height + taller * i, width + wider * i, seed=i)
+
+    records = [(b"%08d" % i, datum_record(i % 4, encoded=jpeg(i))) for i in range(8)]
+    return write_db(str(tmp_path / "db"), "lmdb", records)
+
+
 def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
     # Shorter side below 2 x scale (40), so the CPU path decodes at full size too.
-    db = write_db(
-        str(tmp_path / "db"),
-        "lmdb",
-        [
-            (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(50 + 3 * i, 60 + 7 * i, seed=i)))
-            for i in range(8)
-        ],
-    )
+    db = db_of_8_jpegs(tmp_path, 50, 60, 3, 7)
     for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
         # Both decoders are libjpeg-turbo and both resizes PyTorch's: the same pixels.
         assert torch.equal(decoded.images, cpu.images) and torch.equal(decoded.labels, cpu.labels)
@@ -103,14 +106,7 @@ def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path):
     # size, and the same plan cuts both (each in its own pixels). Tolerance: mean absolute
     # difference under 3 levels a crop (here 0.3 to 1.9: the DCT's filter against PyTorch's
     # antialiased bilinear; a crop shifted by a pixel would be off by about the noise, 4 levels).
-    db = write_db(
-        str(tmp_path / "db"),
-        "lmdb",
-        [
-            (b"%08d" % i, datum_record(i % 4, encoded=make_jpeg(80 + 9 * i, 90 + 13 * i, seed=i)))
-            for i in range(8)
-        ],
-    )
+    db = db_of_8_jpegs(tmp_path, 80, 90, 9, 13)
     for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
         difference = (cpu.images.float() - decoded.images.float()).abs()
         assert difference.mean(dim=(1, 2, 3)).max() < 3 and torch.equal(decoded.labels, cpu.labels)

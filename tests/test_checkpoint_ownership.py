@@ -34,6 +34,7 @@ from trainer_runs import (
     pause_before_rename,
     refused_in_process,
     run_trainer,
+    start_long_run,
     start_trainer,
     wait_for,
 )
@@ -49,16 +50,8 @@ def earlier(tmp_path_factory):
     database = write_image_db(str(root / "db"), 32, 4)
     out = root / "earlier"
     done = run_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "1",
-        "--log_dir",
-        str(out),
-        "--checkpoint_every_iters",
-        "3",
-        "--keep_checkpoints",
-        "10",
+        *("--train_data", database, "--num_epochs", "1", "--log_dir", str(out)),
+        *("--checkpoint_every_iters", "3", "--keep_checkpoints", "10"),
     )
     assert done.returncode == 0, done.stderr
     return database, out
@@ -97,12 +90,8 @@ def test_a_resume_refuses_a_directory_holding_checkpoints_of_another_lineage(
     before = files(tmp_path)
     line = refused_in_process(
         capsys,
-        "--train_data",
-        database,
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(tmp_path / f"{NAME}_0_step3.pt"),
+        *("--train_data", database, "--log_dir", str(tmp_path)),
+        *("--load_model_path", str(tmp_path / f"{NAME}_0_step3.pt")),
     )
     assert (
         f"of another run than {tmp_path / NAME}_0_step3.pt's (newest: {tmp_path / NAME}_1.pt)"
@@ -138,12 +127,7 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
     while the first is certainly alive and mid-write; nothing of the first's is touched."""
     database, _ = earlier
     first = start_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "2",
-        "--log_dir",
-        str(tmp_path),
+        *("--train_data", database, "--num_epochs", "2", "--log_dir", str(tmp_path)),
         **pause_before_rename(2),
     )
     try:
@@ -180,18 +164,8 @@ def lock_is_free(path) -> bool:
 def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, tmp_path):
     """The run is killed, not its input processes: they outlive it a while, without its lock."""
     database, _ = earlier
-    run = start_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "1000",
-        "--log_dir",
-        str(tmp_path),
-        "--num_workers",
-        "2",
-    )
+    run = start_long_run(database, tmp_path, "--num_workers", "2")
     try:
-        wait_for(lambda: (tmp_path / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
         os.kill(run.pid, signal.SIGKILL)
         run.wait()
         assert lock_is_free(tmp_path / f".{NAME}.lock")
@@ -204,14 +178,8 @@ def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, t
     for path in (ours, theirs):
         path.write_bytes(b"partial")
     done = run_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "2",
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(tmp_path),
+        *("--train_data", database, "--num_epochs", "2"),
+        *("--log_dir", str(tmp_path), "--load_model_path", str(tmp_path)),
     )
     assert done.returncode == 0, done.stderr
     assert not ours.exists() and theirs.read_bytes() == b"partial"
@@ -317,14 +285,9 @@ def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
     _, changes, expected = crafted(state)[case]
     path = tmp_path / "crafted_1.pt"
     checkpoint.save_checkpoint({**state, **changes}, str(path))
+    logs = tmp_path / "logs"
     line = refused_in_process(
-        capsys,
-        "--train_data",
-        database,
-        "--log_dir",
-        str(tmp_path / "logs"),
-        "--load_model_path",
-        str(path),
+        capsys, "--train_data", database, "--log_dir", str(logs), "--load_model_path", str(path)
     )
     assert expected in line and str(path) in line, line
 
@@ -333,16 +296,8 @@ def test_a_mid_epoch_checkpoint_beyond_a_shorter_epoch_warns(earlier, tmp_path):
     """3 steps into epoch 1 of 4 steps, resumed with epochs of 2 steps: epoch 1 ends at once."""
     database, out = earlier
     done = run_trainer(
-        "--train_data",
-        database,
-        "--epoch_size",
-        "16",
-        "--num_epochs",
-        "2",
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(out / f"{NAME}_0_step3.pt"),
+        *("--train_data", database, "--epoch_size", "16", "--num_epochs", "2"),
+        *("--log_dir", str(tmp_path), "--load_model_path", str(out / f"{NAME}_0_step3.pt")),
     )
     assert done.returncode == 0, done.stderr
     assert (
@@ -400,20 +355,9 @@ def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
     copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
     before = files(tmp_path)
     done = run_trainer(
-        "--train_data",
-        database,
-        "--num_gpus",
-        "2",
-        "--num_epochs",
-        "2",
-        "--base_learning_rate",
-        "1e30",
-        "--log_dir",
-        str(tmp_path / "logs"),
-        "--checkpoint_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(tmp_path),
+        *("--train_data", database, "--num_gpus", "2", "--num_epochs", "2"),
+        *("--base_learning_rate", "1e30", "--log_dir", str(tmp_path / "logs")),
+        *("--checkpoint_dir", str(tmp_path), "--load_model_path", str(tmp_path)),
     )
     assert done.returncode == 1, done.stderr
     assert "finite" in one_error_line(done.stderr)
@@ -425,16 +369,8 @@ def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, t
     database, _ = earlier
     disk = Path(tmpfs("disk", "400m"))
     run = start_trainer(
-        "--train_data",
-        database,
-        "--num_gpus",
-        "2",
-        "--num_epochs",
-        "1000",
-        "--log_dir",
-        str(tmp_path / "logs"),
-        "--checkpoint_dir",
-        str(disk),
+        *("--train_data", database, "--num_gpus", "2", "--num_epochs", "1000"),
+        *("--log_dir", str(tmp_path / "logs"), "--checkpoint_dir", str(disk)),
     )
     try:
         wait_for(lambda: (disk / f"{NAME}_1.pt").exists(), 180, "the first checkpoint")
@@ -470,14 +406,8 @@ def test_a_directory_resumes_this_name_s_checkpoints_not_another_name_s(capsys, 
     assert state["path"] == str(tmp_path / "B_0_step3.pt")
     line = refused_in_process(
         capsys,
-        "--train_data",
-        database,
-        "--log_dir",
-        str(tmp_path / "logs"),
-        "--save_model_name",
-        "C",
-        "--load_model_path",
-        str(tmp_path),
+        *("--train_data", database, "--log_dir", str(tmp_path / "logs")),
+        *("--save_model_name", "C", "--load_model_path", str(tmp_path)),
     )
     assert "without checkpoints named C_<epoch>.pt" in line, line
 
@@ -497,12 +427,8 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
     before = files(tmp_path / "here")
     line = refused_in_process(
         capsys,
-        "--train_data",
-        database,
-        "--log_dir",
-        str(tmp_path / "here"),
-        "--load_model_path",
-        str(tmp_path / "old" / f"{NAME}_1.pt"),
+        *("--train_data", database, "--log_dir", str(tmp_path / "here")),
+        *("--load_model_path", str(tmp_path / "old" / f"{NAME}_1.pt")),
     )
     assert "holds checkpoints of another run" in line and f"{NAME}_3.pt" in line, line
     assert {name: files(tmp_path / "here")[name] for name in before} == before
@@ -530,26 +456,14 @@ def test_machines_that_would_resume_different_checkpoints_are_refused(earlier, t
     The replicas would part silently; the run stops before the first step instead."""
     database, out = earlier
     common = [
-        "--train_data",
-        database,
-        "--num_shards",
-        "2",
-        "--run_id",
-        "differ",
-        "--file_store_path",
-        str(tmp_path),
-        "--num_epochs",
-        "2",
+        *("--train_data", database, "--num_shards", "2", "--run_id", "differ"),
+        *("--file_store_path", str(tmp_path), "--num_epochs", "2"),
     ]
     shards = [
         start_trainer(
             *common,
-            "--shard_id",
-            str(shard),
-            "--log_dir",
-            str(tmp_path / str(shard)),
-            "--load_model_path",
-            str(out / name),
+            *("--shard_id", str(shard), "--log_dir", str(tmp_path / str(shard))),
+            *("--load_model_path", str(out / name)),
         )
         for shard, name in ((0, f"{NAME}_1.pt"), (1, f"{NAME}_0_step3.pt"))
     ]

@@ -23,7 +23,7 @@ from resnet50_trainer.errors import (
 )
 from resnet50_trainer.flag_values import Number
 from resnet50_trainer.tools import db
-from trainer_runs import REPOSITORY, config_of
+from trainer_runs import config_of, imported_by, run_python
 
 ORIGINAL_FLAGS = [
     "--train_data",
@@ -221,27 +221,12 @@ def test_the_saved_settings_are_named_by_their_flags():
 def test_help_and_refusals_do_not_import_torch():
     """--help and a refused flag answer at once: torch's import (seconds) waits until the flags
     hold."""
-    probe = (
-        "import sys\n"
-        "from resnet50_trainer.cli import main\n"
-        "for argv in (['--help'], ['--train_data', 'x', '--batch_size', 'nan'],\n"
-        "             ['--train_data', '/nonexistent', '--use_cpu']):\n"
-        "    try:\n"
-        "        main(argv)\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        "print(sorted(name for name in sys.modules "
-        "if name.split('.')[0] in ('torch', 'torchvision')))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    argvs = [
+        ["--help"],
+        ["--train_data", "x", "--batch_size", "nan"],
+        ["--train_data", "/nonexistent", "--use_cpu"],
+    ]
+    assert imported_by("resnet50_trainer.cli", argvs, ("torch", "torchvision")) == []
 
 
 def test_each_flag_is_the_config_field_of_its_name():
@@ -302,11 +287,5 @@ def test_a_training_process_leaves_without_the_interpreters_teardown():
         "sys.stdout.write('buffered')\n"
         "leave(3)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
-        timeout=60,
-    )
+    done = run_python(script)
     assert (done.returncode, done.stdout, done.stderr) == (3, "buffered exit handler\n", "")

@@ -34,10 +34,9 @@ from resnet50_trainer.data import protos
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import parse_record
 from resnet50_trainer.tools.db import main
-from trainer_runs import wait_for
+from trainer_runs import imported_by, trainer_env, wait_for
 
 SAMPLE_DATA = os.path.join(os.path.dirname(__file__), os.pardir, "sample_data")
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _dump(db, db_type, index, out, num_channels=3):
@@ -370,7 +369,7 @@ def _create(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        env=trainer_env(),
     )
 
 
@@ -581,7 +580,7 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        env=trainer_env(),
     )
     try:
         wait_for(lambda: os.listdir(tmp_path / "out"), 60, "the temporary database")
@@ -625,18 +624,5 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(
 
 def test_help_and_the_subcommands_but_bench_do_not_import_torch():
     """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
-    probe = (
-        "import sys\nfrom resnet50_trainer.tools.db import main\n"
-        "for argv in (['--help'], ['bench', '--help'], "
-        "['bench', 'db', '--batch_size', 'nan']):\n"
-        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch'))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
-        timeout=60,
-    )
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
+    argvs = [["--help"], ["bench", "--help"], ["bench", "db", "--batch_size", "nan"]]
+    assert imported_by("resnet50_trainer.tools.db", argvs, ("torch",)) == []

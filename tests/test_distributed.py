@@ -21,28 +21,12 @@ import torch.utils.data
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
 from resnet50_trainer import distributed
-from trainer_runs import wait_for
+from trainer_runs import trainer_command, trainer_env, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
 RUN_LIMIT_S = 240  # a hang fails the test instead of blocking CI
-TINY = [
-    "--use_cpu",
-    "--num_layers",
-    "18",
-    "--image_size",
-    "32",
-    "--batch_size",
-    "8",
-    "--num_labels",
-    str(RECORDS),
-    "--num_epochs",
-    "1",
-    "--num_workers",
-    "0",
-    "--first_iter_timeout",
-    "120",
-]
+# On SMALL_RUN (trainer_command's): one epoch of RECORDS labels.
+ONE_EPOCH = ["--num_labels", str(RECORDS), "--num_epochs", "1", "--first_iter_timeout", "120"]
 
 
 @pytest.fixture
@@ -55,21 +39,13 @@ def start(tmp_path, name, *flags, launcher=(), environment=None):
     """A trainer command in its own process group, writing its log under tmp_path/name."""
     out = tmp_path / name
     out.mkdir()
-    env = dict(os.environ, PYTHONPATH=REPO, **(environment or {}))
-    command = [
-        *launcher,
-        *([] if launcher else [sys.executable]),
-        "-m",
-        "resnet50_trainer",
-        *TINY,
-        "--log_dir",
-        str(out),
-        *flags,
-    ]
+    command = trainer_command(*ONE_EPOCH, "--log_dir", str(out), *flags)
+    if launcher:
+        command[:1] = launcher  # in place of the interpreter: `torchrun ... -m resnet50_trainer`
     process = subprocess.Popen(
         command,
         cwd=out,
-        env=env,
+        env=trainer_env(**(environment or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -121,10 +97,20 @@ def shards(tmp_path, db, run_id, *flags, processes=2, name=""):
     return start(tmp_path, f"{name}shard0", *common, "--shard_id", "0"), shard_1
 
 
+def through_redis(port: int) -> list[str]:
+    return ["--redis_host", "127.0.0.1", "--redis_port", str(port)]
+
+
+def shard_of_two(db, shard_id: int, run_id: str, port: int) -> list[str]:
+    """The flags of one machine of a run of 2 that meet through the redis-server on `port`."""
+    return [
+        *("--train_data", db, "--num_shards", "2", "--shard_id", str(shard_id), "--run_id", run_id),
+        *through_redis(port),
+    ]
+
+
 def test_two_shards_of_two_processes_through_redis(tmp_path, train_db, redis_port):  # noqa: F811
-    shard_0, shard_1 = shards(
-        tmp_path, train_db, "r1", "--redis_host", "127.0.0.1", "--redis_port", str(redis_port)
-    )
+    shard_0, shard_1 = shards(tmp_path, train_db, "r1", *through_redis(redis_port))
     output = assert_trained_one_pass(shard_0, [shard_1])
     assert "All 2 shards of run r1 met" in output
     assert redis_keys(redis_port) == []
@@ -158,21 +144,8 @@ def test_torchrun_one_node_two_processes(tmp_path, train_db):
 
 
 def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_db, redis_port):  # noqa: F811
-    redis_flags = ("--redis_host", "127.0.0.1", "--redis_port", str(redis_port))
     # A run killed after shard 0 published its address leaves a stale entry under run id "again".
-    killed = start(
-        tmp_path,
-        "killed",
-        "--train_data",
-        train_db,
-        "--num_shards",
-        "2",
-        "--shard_id",
-        "0",
-        "--run_id",
-        "again",
-        *redis_flags,
-    )
+    killed = start(tmp_path, "killed", *shard_of_two(train_db, 0, "again", redis_port))
     deadline = time.monotonic() + 60
     while not redis.Redis(port=redis_port).exists("resnet50_trainer:again:address"):
         assert time.monotonic() < deadline and killed.poll() is None, "shard 0 never published"
@@ -180,7 +153,7 @@ def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     runs = [
-        shards(tmp_path, train_db, run_id, *redis_flags, processes=1, name=run_id)
+        shards(tmp_path, train_db, run_id, *through_redis(redis_port), processes=1, name=run_id)
         for run_id in ("again", "other")
     ]
     for shard_0, shard_1 in runs:
@@ -190,24 +163,8 @@ def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_
 
 
 def test_a_shard_that_never_starts_is_named(tmp_path, train_db, redis_port):  # noqa: F811
-    alone = start(
-        tmp_path,
-        "alone",
-        "--train_data",
-        train_db,
-        "--num_shards",
-        "2",
-        "--shard_id",
-        "0",
-        "--run_id",
-        "lonely",
-        "--redis_host",
-        "127.0.0.1",
-        "--redis_port",
-        str(redis_port),
-        "--first_iter_timeout",
-        "10",
-    )
+    shard_0 = shard_of_two(train_db, 0, "lonely", redis_port)
+    alone = start(tmp_path, "alone", *shard_0, "--first_iter_timeout", "10")
     # The clock starts when the meeting does, after Python and torch have loaded (seconds, here).
     first_line = alone.stdout.readline()
     meeting_started = time.monotonic()
@@ -222,22 +179,7 @@ def test_a_shard_that_never_starts_is_named(tmp_path, train_db, redis_port):  # 
 
 def test_redis_down_exits_2_naming_host_and_port(tmp_path, train_db):
     port = free_port()
-    run = start(
-        tmp_path,
-        "down",
-        "--train_data",
-        train_db,
-        "--num_shards",
-        "2",
-        "--shard_id",
-        "1",
-        "--run_id",
-        "x",
-        "--redis_host",
-        "127.0.0.1",
-        "--redis_port",
-        str(port),
-    )
+    run = start(tmp_path, "down", *shard_of_two(train_db, 1, "x", port))
     code, output = finish(run, limit_s=60)
     assert code == 2 and f"redis 127.0.0.1:{port}" in output and "Traceback" not in output, output
 
@@ -287,10 +229,7 @@ def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_
         "2",
         "--run_id",
         "d1",
-        "--redis_host",
-        "127.0.0.1",
-        "--redis_port",
-        str(redis_port),
+        *through_redis(redis_port),
         "--timeout",
         "10",
         "--print_every",

@@ -45,29 +45,24 @@ def checkpoints(directory) -> list[str]:
     return sorted(name for name in os.listdir(directory) if name.endswith(".pt") or ".tmp-" in name)
 
 
+def diverge(database: str, out, processes: int, *args: str) -> str:
+    """Epochs 2 and 3 at HUGE_LR, resumed from `out`: the run fails (status 1); its error line."""
+    diverged = run_trainer(
+        *("--train_data", database, "--num_gpus", str(processes), "--num_epochs", "3"),
+        *("--load_model_path", str(out), "--log_dir", str(out), *HUGE_LR, *args),
+    )
+    assert diverged.returncode == 1, diverged.stderr
+    return one_error_line(diverged.stderr)
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_diverged_run_stops_naming_the_iteration_and_keeps_the_last_good_checkpoint(
     small_db, tmp_path, processes
 ):
     good = good_first_epoch(small_db, tmp_path, processes)
     # Checked at the epoch's end only (--print_every 1000): the loss first went nan at step 2.
-    diverged = run_trainer(
-        "--train_data",
-        small_db,
-        "--num_gpus",
-        str(processes),
-        "--num_epochs",
-        "3",
-        "--keep_checkpoints",
-        "1",
-        "--load_model_path",
-        str(tmp_path),
-        "--log_dir",
-        str(tmp_path),
-        *HUGE_LR,
-    )
-    assert diverged.returncode == 1, diverged.stderr
-    assert one_error_line(diverged.stderr).endswith(
+    line = diverge(small_db, tmp_path, processes, "--keep_checkpoints", "1")
+    assert line.endswith(
         "error: training diverged: the loss was no longer finite (inf or nan) at iteration 6 "
         "(epoch 2, step 2); "
         f"the last good checkpoint {tmp_path / 'resnet50_model_1.pt'} is kept: lower "
@@ -80,23 +75,7 @@ def test_a_diverged_run_stops_naming_the_iteration_and_keeps_the_last_good_check
 
 def test_weights_are_checked_before_a_mid_epoch_checkpoint(small_db, tmp_path):
     good = good_first_epoch(small_db, tmp_path, 2)
-    diverged = run_trainer(
-        "--train_data",
-        small_db,
-        "--num_gpus",
-        "2",
-        "--num_epochs",
-        "3",
-        "--checkpoint_every_iters",
-        "1",
-        "--load_model_path",
-        str(tmp_path),
-        "--log_dir",
-        str(tmp_path),
-        *HUGE_LR,
-    )
-    assert diverged.returncode == 1, diverged.stderr
-    line = one_error_line(diverged.stderr)
+    line = diverge(small_db, tmp_path, 2, "--checkpoint_every_iters", "1")
     assert (
         "the weights were no longer finite (inf, nan, or too large to square in float32) by "
         "iteration 5 (epoch 2, step 1)"

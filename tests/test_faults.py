@@ -29,7 +29,7 @@ from trainer_runs import (
     log_rows,
     pause_before_rename,
     run_trainer,
-    start_trainer,
+    start_long_run,
     trainer_command,
     trainer_env,
     training_processes,
@@ -37,6 +37,7 @@ from trainer_runs import (
 )
 
 TIMEOUT_S = 5  # --timeout of the runs below
+TIMEOUT = ["--timeout", str(TIMEOUT_S)]
 BATCH_20 = ["--batch_size", "20", "--num_gpus", "2"]
 
 
@@ -97,27 +98,6 @@ def small_db(tmp_path_factory):
     return write_image_db(str(tmp_path_factory.mktemp("faults") / "db"), 32, 4)
 
 
-def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
-    """A run far longer than the test; returns once its first checkpoint is in place."""
-    run = start_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "1000",
-        "--log_dir",
-        str(out),
-        "--timeout",
-        str(TIMEOUT_S),
-        *args,
-    )
-    try:
-        wait_for(lambda: os.path.exists(out / "resnet50_model_1.pt"), 180, "the first checkpoint")
-    except AssertionError:
-        run.kill()
-        raise AssertionError(run.communicate()[1]) from None
-    return run
-
-
 def finish(run: subprocess.Popen, within_s: float) -> tuple[int, str, float]:
     """Wait for the run to end; its status, stderr and seconds taken. Killed if it hangs."""
     started = time.monotonic()
@@ -130,7 +110,7 @@ def finish(run: subprocess.Popen, within_s: float) -> tuple[int, str, float]:
 
 
 def test_a_killed_peer_ends_the_run_naming_it(small_db, tmp_path):
-    run = start_long_run(small_db, tmp_path, "--num_gpus", "2")
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
     processes = training_processes(run.pid)
     os.kill(processes[1], signal.SIGKILL)
     status, stderr, seconds = finish(run, TIMEOUT_S + 10)
@@ -141,7 +121,7 @@ def test_a_killed_peer_ends_the_run_naming_it(small_db, tmp_path):
 
 
 def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
-    run = start_long_run(small_db, tmp_path, "--num_workers", "1")
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_workers", "1")
     with open(f"/proc/{run.pid}/task/{run.pid}/children") as file:
         input_processes = [int(pid) for pid in file.read().split()]
     for pid in input_processes:
@@ -153,7 +133,7 @@ def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
 
 @pytest.mark.parametrize("how", ["SIGTERM to the launcher", "SIGINT to the process group"])
 def test_signals_stop_every_process_and_keep_the_last_checkpoint(small_db, tmp_path, how):
-    run = start_long_run(small_db, tmp_path, "--num_gpus", "2")
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
     processes = training_processes(run.pid)
     if how.startswith("SIGTERM"):
         os.kill(run.pid, signal.SIGTERM)
@@ -249,16 +229,7 @@ LOST_PEER = re.compile(
 def start_ranks(store: dist.TCPStore, ranks, out, *args: str, **env: str) -> list[subprocess.Popen]:
     """Training processes of a 2-process run as independent commands (as on two machines): no
     launcher, they only have each other and the store."""
-    args = [
-        *SMALL_RUN,
-        "--num_gpus",
-        "2",
-        "--log_dir",
-        str(out),
-        "--timeout",
-        str(TIMEOUT_S),
-        *args,
-    ]
+    args = [*SMALL_RUN, "--num_gpus", "2", "--log_dir", str(out), *TIMEOUT, *args]
     return [
         subprocess.Popen(
             [sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *args],
@@ -391,29 +362,26 @@ def test_the_store_lost_while_the_group_forms_is_named(small_db, tmp_path):
     )
 
 
-def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(tmp_path):
+def run_on_test_records(tmp_path, good: int, bad: int, *args: str) -> str:
+    """One epoch of 8 synthetic images, tested on a DB of `good` readable records followed by
+    `bad` unreadable ones; the run's stderr."""
     records = [
         (caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
-        for i in range(10)
+        for i in range(good)
     ]
-    records += [(caffe_key(10 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(2)]
+    records += [(caffe_key(good + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(bad)]
     test_db = write_db(str(tmp_path / "test"), "lmdb", records)
     done = run_trainer(
-        "--train_data",
-        "null",
-        "--epoch_size",
-        "8",
-        "--test_data",
-        test_db,
-        "--num_epochs",
-        "1",
-        "--log_dir",
-        str(tmp_path),
+        *("--train_data", "null", "--epoch_size", "8", "--num_epochs", "1"),
+        *("--test_data", test_db, "--log_dir", str(tmp_path), *args),
     )
     assert done.returncode == 0, done.stderr
-    assert (
-        "Test accuracy over 10 records: 2 of the test DB's records could not be read" in done.stderr
-    )
+    return done.stderr
+
+
+def test_unreadable_test_records_are_left_out_of_the_test_accuracy_and_counted(tmp_path):
+    stderr = run_on_test_records(tmp_path, 10, 2)
+    assert "Test accuracy over 10 records: 2 of the test DB's records could not be read" in stderr
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -425,30 +393,10 @@ def test_unreadable_test_records_never_stop_the_run_however_they_fall_into_batch
 ):
     """8 good records, then the bad ones: one process reads them as a batch of its own; two read
     every other record, so rank 0's last batch holds only bad ones."""
-    records = [
-        (caffe_key(i, f"{i}.jpg"), datum_record(i % 4, encoded=make_jpeg(40, 48, seed=i)))
-        for i in range(8)
-    ]
-    records += [(caffe_key(8 + i, "bad.jpg"), b"\x08\x01 garbage") for i in range(bad_records)]
-    test_db = write_db(str(tmp_path / "test"), "lmdb", records)
-    done = run_trainer(
-        "--train_data",
-        "null",
-        "--epoch_size",
-        "8",
-        "--test_data",
-        test_db,
-        "--num_gpus",
-        str(processes),
-        "--num_epochs",
-        "1",
-        "--log_dir",
-        str(tmp_path),
-    )
-    assert done.returncode == 0, done.stderr
+    stderr = run_on_test_records(tmp_path, 8, bad_records, "--num_gpus", str(processes))
     assert (
         f"Test accuracy over 8 records: {bad_records} of the test DB's records could not be "
-        "read" in done.stderr
+        "read" in stderr
     )
     assert os.path.exists(tmp_path / "resnet50_model_1.pt")
     assert float(log_rows(tmp_path)[0]["test_accuracy"]) >= 0

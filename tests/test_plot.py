@@ -15,7 +15,7 @@ from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.logfile import LOG_COLUMNS, read_run_log
 from resnet50_trainer.tools.plot import main
 from resnet50_trainer.tools.plot_figure import PANELS, plot_logs
-from trainer_runs import REPOSITORY
+from trainer_runs import imported_by
 
 HEADER = ",".join(LOG_COLUMNS)
 OURS_NAME = "resnet50_gpu2_b64_L1000_lr0.10_v2_20261121_101530.log"
@@ -328,16 +328,4 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
 
 def test_help_does_not_import_matplotlib():
     """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
-    probe = (
-        "import sys\nfrom resnet50_trainer.tools.plot import main\n"
-        "try:\n    main(['--help'])\n"
-        "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
-        timeout=60,
-    )
-    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr
+    assert imported_by("resnet50_trainer.tools.plot", [["--help"]], ("matplotlib",)) == []

@@ -13,23 +13,9 @@ import torch
 
 from resnet50_trainer import checkpoint, cli
 from resnet50_trainer.precision import Precision, compute_dtype, normalize
-from trainer_runs import config_of
+from trainer_runs import SMALL_RUN, config_of
 
-TINY = [
-    "--use_cpu",
-    "--num_layers",
-    "18",
-    "--image_size",
-    "32",
-    "--num_labels",
-    "4",
-    "--batch_size",
-    "8",
-    "--num_epochs",
-    "1",
-    "--num_workers",
-    "0",
-]
+TINY = [*SMALL_RUN, "--num_epochs", "1"]
 
 
 def tiny_config(*flags: str):
@@ -83,8 +69,9 @@ def test_gpu_only_flags_refuse_on_cpu_in_one_line(image_db, tmp_path, capsys, fl
 
 
 def test_contradictory_precision_and_pointless_gpu_decode_refuse(capsys):
+    without_use_cpu = [flag for flag in TINY if flag != "--use_cpu"]
     for flags in (["--float16_compute", "--dtype", "bfloat16"], ["--decode_device", "gpu"]):
-        assert cli.main(["--train_data", "null", *TINY[1:], *flags]) == 2
+        assert cli.main(["--train_data", "null", *without_use_cpu, *flags]) == 2
         assert capsys.readouterr().err.count("\n") == 1
 
 

@@ -39,38 +39,22 @@ def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     database = write_image_db(str(root / "db"), RECORDS, 4)
     out = root / "uninterrupted"
-    done = run_trainer(
-        "--train_data",
-        database,
-        "--num_gpus",
-        "2",
-        "--num_epochs",
-        "3",
-        "--log_dir",
-        str(out),
-        "--checkpoint_every_iters",
-        "3",
-        "--keep_checkpoints",
-        "10",
+    three_epochs_on_two_processes(
+        database, out, "--checkpoint_every_iters", "3", "--keep_checkpoints", "10"
     )
-    assert done.returncode == 0, done.stderr
     return database, out
 
 
-def resume(database: str, checkpoint_path, out) -> list[dict]:
+def three_epochs_on_two_processes(database: str, out, *args: str) -> None:
     done = run_trainer(
-        "--train_data",
-        database,
-        "--num_gpus",
-        "2",
-        "--num_epochs",
-        "3",
-        "--log_dir",
-        str(out),
-        "--load_model_path",
-        str(checkpoint_path),
+        *("--train_data", database, "--num_gpus", "2", "--num_epochs", "3", "--log_dir", str(out)),
+        *args,
     )
     assert done.returncode == 0, done.stderr
+
+
+def resume(database: str, checkpoint_path, out) -> list[dict]:
+    three_epochs_on_two_processes(database, out, "--load_model_path", str(checkpoint_path))
     return log_rows(out)
 
 
@@ -132,16 +116,9 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     database, out = uninterrupted
     shutil.copy(out / "resnet50_model_1.pt", tmp_path / "resnet50_model_1.pt")
     previous = (tmp_path / "resnet50_model_1.pt").read_bytes()
+    resume_here = ["--load_model_path", str(tmp_path), "--log_dir", str(tmp_path)]
     writer = start_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "2",
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(tmp_path),
-        **pause_before_rename(300),
+        "--train_data", database, "--num_epochs", "2", *resume_here, **pause_before_rename(300)
     )
     try:
         wait_for(
@@ -163,16 +140,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(uninterrupted, tmp_
     assert (tmp_path / "resnet50_model_1.pt").read_bytes() == previous
     torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)  # loads
 
-    done = run_trainer(
-        "--train_data",
-        database,
-        "--num_epochs",
-        "2",
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(tmp_path),
-    )
+    done = run_trainer("--train_data", database, "--num_epochs", "2", *resume_here)
     assert done.returncode == 0, done.stderr
     assert "Resumed from " + str(tmp_path / "resnet50_model_1.pt") in done.stderr
     assert sorted(os.listdir(tmp_path)) == sorted(
@@ -186,16 +154,8 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
     were; the weights differ only because batch norm now sees batches of 8, not 2 x 4."""
     database, out = uninterrupted
     done = run_trainer(
-        "--train_data",
-        database,
-        "--num_gpus",
-        "1",
-        "--num_epochs",
-        "3",
-        "--log_dir",
-        str(tmp_path),
-        "--load_model_path",
-        str(out / "resnet50_model_2_step1.pt"),
+        *("--train_data", database, "--num_gpus", "1", "--num_epochs", "3"),
+        *("--log_dir", str(tmp_path), "--load_model_path", str(out / "resnet50_model_2_step1.pt")),
     )
     assert done.returncode == 0, done.stderr
     assert "Checkpoint made with 2 processes, resuming on 1" in done.stderr

@@ -15,19 +15,10 @@ ORIGINAL_HEADER = (
 
 
 def config(tmp_path, *extra):
-    argv = [
-        "--train_data",
-        "null",
-        "--use_cpu",
-        "--num_gpus",
-        "2",
-        "--batch_size",
-        "64",
-        "--log_dir",
-        str(tmp_path),
-        *extra,
-    ]
-    return config_of(*argv)
+    return config_of(
+        *("--train_data", "null", "--use_cpu", "--num_gpus", "2", "--batch_size", "64"),
+        *("--log_dir", str(tmp_path), *extra),
+    )
 
 
 def test_file_name_follows_the_original(tmp_path):

@@ -65,23 +65,8 @@ def test_two_cpu_processes_train_and_resume(image_db, tmp_path, db_type):
 
 def test_synthetic_data_without_test_data(tmp_path):
     result = run_trainer(
-        "--train_data",
-        "null",
-        "--use_cpu",
-        "--batch_size",
-        "4",
-        "--epoch_size",
-        "8",
-        "--image_size",
-        "32",
-        "--num_labels",
-        "10",
-        "--num_layers",
-        "18",
-        "--num_epochs",
-        "1",
-        "--log_dir",
-        str(tmp_path),
+        *("--train_data", "null", "--batch_size", "4", "--epoch_size", "8", "--num_labels", "10"),
+        *("--num_epochs", "1", "--log_dir", str(tmp_path)),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
@@ -92,28 +77,11 @@ def test_synthetic_data_without_test_data(tmp_path):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(SAMPLE, "train_lmdb")), reason="no sample_data")
 def test_resnet50_on_sample_data_two_processes(tmp_path):
     result = run_trainer(
-        "--train_data",
-        os.path.join(SAMPLE, "train_lmdb"),
-        "--test_data",
-        os.path.join(SAMPLE, "test_lmdb"),
-        "--num_layers",
-        "50",
-        "--num_workers",
-        "1",
-        "--num_gpus",
-        "2",
-        "--batch_size",
-        "16",
-        "--image_size",
-        "32",
-        "--num_epochs",
-        "1",
-        "--num_labels",
-        "10",
-        "--epoch_size",
-        "160",
-        "--log_dir",
-        str(tmp_path),
+        *("--train_data", os.path.join(SAMPLE, "train_lmdb")),
+        *("--test_data", os.path.join(SAMPLE, "test_lmdb")),
+        *("--num_layers", "50", "--num_workers", "1", "--num_gpus", "2", "--batch_size", "16"),
+        *("--num_labels", "10", "--epoch_size", "160", "--num_epochs", "1"),
+        *("--log_dir", str(tmp_path)),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

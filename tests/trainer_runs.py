@@ -1,8 +1,9 @@
 """The trainer in tests: its Config from flags, small CPU runs as real commands, their processes
-and outputs (run logs, checkpoints)."""
+and outputs (run logs, checkpoints); and what a fresh interpreter imports for a command line."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import glob
 import os
@@ -85,6 +86,21 @@ def start_trainer(*args: str, **env: str) -> subprocess.Popen:
     )
 
 
+def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
+    """A run of 1000 epochs, far longer than any test, logging and checkpointing into `out`;
+    returns once its first checkpoint is in place."""
+    run = start_trainer(
+        "--train_data", database, "--num_epochs", "1000", "--log_dir", str(out), *args
+    )
+    first = os.path.join(out, "resnet50_model_1.pt")
+    try:
+        wait_for(lambda: os.path.exists(first), 180, "the first checkpoint")
+    except AssertionError:
+        run.kill()
+        raise AssertionError(run.communicate()[1]) from None
+    return run
+
+
 def training_processes(launcher_pid: int) -> list[int]:
     """The launcher's spawned training processes, in rank order (they are started in that order)."""
     with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as file:
@@ -162,6 +178,32 @@ def one_error_line(stderr: str) -> str:
     errors = [line for line in stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in stderr, stderr
     return errors[0]
+
+
+def run_python(source: str) -> subprocess.CompletedProcess:
+    """`python -c source` in a fresh interpreter that imports this repository's package."""
+    return subprocess.run(
+        [sys.executable, "-c", source],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=60,
+    )
+
+
+def imported_by(module: str, argvs: list[list[str]], packages: tuple[str, ...]) -> list[str]:
+    """The modules of `packages` a fresh interpreter holds after `module`.main(argv) for each argv
+    in turn (the SystemExit of --help or a refusal is caught): what a command loads early."""
+    probe = (
+        "import sys\n"
+        f"from {module} import main\n"
+        f"for argv in {argvs!r}:\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        f"print(sorted(name for name in sys.modules if name.split('.')[0] in {packages!r}))\n"
+    )
+    done = run_python(probe)
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
 
 
 def refused_in_process(capsys, *args: str) -> str:
