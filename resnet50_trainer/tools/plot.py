@@ -13,9 +13,8 @@ from pathlib import Path
 
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.flag_values import Number
+from resnet50_trainer.tools.plot_size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
-FIGURE_SIZE_INCHES = (12.0, 8.0)
-DEFAULT_DPI = 100.0
 DEFAULT_OUTPUT = "plot.png"
 PROG = "resnet50-plot"
 

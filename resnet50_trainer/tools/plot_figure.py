@@ -25,7 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.runlog import NO_TEST_ACCURACY
 from resnet50_trainer.tools.logfile import RunLog, read_run_log
-from resnet50_trainer.tools.plot import DEFAULT_DPI, FIGURE_SIZE_INCHES
+from resnet50_trainer.tools.plot_size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
 # Dashed, points where tested.
 TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
