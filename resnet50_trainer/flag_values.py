@@ -98,13 +98,18 @@ INPUT_WORKERS = Number(int, 0, 128)
 SEED = Number(int, 0, 2**64 - 1)  # what torch.manual_seed takes
 
 
+ALL_GPUS = (-1,)  # --gpus all: every GPU of this machine (gpu_ids.select_gpus counts them)
+
+
 def gpu_list(text: str) -> tuple[int, ...]:
     """--gpus: distinct GPU ids separated by commas (select_gpus checks them against this
-    machine's GPUs)."""
+    machine's GPUs), or `all`, as Caffe's `--gpu all`."""
+    if text.strip().lower() == "all":
+        return ALL_GPUS
     parts = text.split(",")
     if not all(_DIGITS.fullmatch(part) for part in parts):
         raise argparse.ArgumentTypeError(
-            f"invalid value {text!r}: use GPU ids (0, 1, ...) separated by commas, e.g. 0,1"
+            f"invalid value {text!r}: use GPU ids (0, 1, ...) separated by commas, e.g. 0,1, or all"
         )
     ids = [int(part) for part in parts]
     repeated = sorted({gpu for gpu in ids if ids.count(gpu) > 1})

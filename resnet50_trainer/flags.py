@@ -111,7 +111,11 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices = parser.add_argument_group("devices")
-    devices.add_argument("--gpus", type=gpu_list, help="comma-separated GPU ids, e.g. 0,1")
+    devices.add_argument(
+        "--gpus",
+        type=gpu_list,
+        help="comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)",
+    )
     devices.add_argument(
         "--num_gpus",
         dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.flag_values import ALL_GPUS
 
 
 def select_gpus(
@@ -15,15 +16,20 @@ def select_gpus(
     model_parallel: bool,
     gpus_present: int,
 ) -> list[int]:
-    """The GPU ids this machine trains on: --gpus as listed, else the first --num_gpus replicas'
-    worth (two GPUs a replica with --model_parallel); none with --use_cpu."""
+    """The GPU ids this machine trains on: --gpus as listed (or all of them), else the first
+    --num_gpus replicas' worth (two GPUs a replica with --model_parallel); none with --use_cpu."""
     per_replica = 2 if model_parallel else 1
     if use_cpu:
         if gpus:
             raise UserError("--gpus names GPUs but --use_cpu trains on the CPU: drop one of them")
         return []
     if gpus:
-        ids = list(gpus)  # distinct ids, checked as the flag was read (flag_values.gpu_list)
+        # Distinct ids, checked as the flag was read (flag_values.gpu_list); or every GPU here.
+        ids = list(range(gpus_present)) if tuple(gpus) == ALL_GPUS else list(gpus)
+        if not ids:
+            raise UserError(
+                "--gpus all: no GPU found on this machine; add --use_cpu to train on the CPU"
+            )
         if num_gpus is not None and num_gpus * per_replica != len(ids):
             raise UserError(
                 f"--gpus lists {len(ids)} GPUs but --num_gpus says {num_gpus}"

@@ -1,5 +1,5 @@
-"""A command line ported from Caffe2's resnet50_trainer.py: its `--use_cpu True` boolean values, and
-its learning rate (the base LR as given) one flag away."""
+"""A command line ported from Caffe2's resnet50_trainer.py (or Caffe's): its `--use_cpu True`
+boolean values, its learning rate (the base LR as given) one flag away, Caffe's `--gpus all`."""
 
 from __future__ import annotations
 
@@ -118,3 +118,31 @@ def test_the_learning_rate_scaling_is_linear_unless_none_is_asked_for():
 def test_help_shows_each_flag_s_default_once(action):
     shown = FlagHelpFormatter("resnet50-trainer")._expand_help(action) if action.help else ""
     assert shown.count("default") == shown.count(HELP_DEFAULT) <= 1, shown
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpus", "processes"),
+    [
+        (["--gpus", "all"], (0, 1, 2, 3), 4),
+        (["--gpus", "ALL", "--num_gpus", "4"], (0, 1, 2, 3), 4),
+        (["--gpus", "all", "--model_parallel"], (0, 1, 2, 3), 2),
+    ],
+)
+def test_gpus_all_takes_every_gpu_of_the_machine(flags, gpus, processes):
+    config = config_of("--train_data", "null", "--batch_size", "64", *flags, gpus_present=4)
+    assert (config.gpus, config.processes_per_machine) == (gpus, processes)
+    assert config.device_batch_size == 64 // processes
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpus_present", "message"),
+    [
+        (["--gpus", "all"], 0, "--gpus all: no GPU found on this machine; add --use_cpu"),
+        (["--gpus", "all", "--num_gpus", "2"], 4, "--gpus lists 4 GPUs but --num_gpus says 2"),
+        (["--gpus", "all", "--model_parallel"], 3, "needs an even number of GPUs (got 3: 0,1,2)"),
+        (["--gpus", "all", "--use_cpu"], 0, "--gpus names GPUs but --use_cpu trains on the CPU"),
+    ],
+)
+def test_gpus_all_that_does_not_add_up_is_refused(flags, gpus_present, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        config_of("--train_data", "null", *flags, gpus_present=gpus_present)
