@@ -19,7 +19,7 @@ from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 __all__ = ["build_parser", "command", "config_from_args", "main"]
 # How each launcher starts one rank per machine, the original's way.
 _ONE_RANK_PER_MACHINE = {
-    "mpirun": "mpirun -npernode 1",
+    "mpirun": "mpirun --map-by ppr:1:node",
     "mpiexec": "mpiexec -ppn 1",
     "srun": "srun --ntasks-per-node 1",
 }

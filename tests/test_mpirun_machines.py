@@ -95,7 +95,7 @@ def test_each_launcher_s_one_rank_per_machine_is_a_shard_named_by_its_job(enviro
             ["--num_gpus", "8"],
             "mpirun started 4 processes on this machine but --num_gpus/--gpus ask for 8: use "
             "one form, one rank per GPU (leave --num_gpus/--gpus out) or one rank per machine "
-            "(mpirun -npernode 1, --num_gpus 8)",
+            "(mpirun --map-by ppr:1:node, --num_gpus 8)",
         ),
         (
             dict(mpirun_environment(3, per_machine=4), **MASTER),
