@@ -113,8 +113,8 @@ def test_each_launcher_s_one_rank_per_machine_is_a_shard_named_by_its_job(enviro
             "places this process on machine 1 of 2, but --num_shards/--shard_id say otherwise",
         ),
         (
-            dict(mpirun_environment(1), **MASTER),
-            ["--num_gpus", "2", "--num_shards", "2", "--shard_id", "0"],
+            dict(mpirun_environment(0), **MASTER),
+            ["--num_gpus", "2", "--num_shards", "2", "--shard_id", "1"],
             "--num_shards/--shard_id say otherwise: leave them out",
         ),
         (
