@@ -5,15 +5,16 @@ a shared directory, Redis and MASTER_ADDR:MASTER_PORT; a launch that does not ad
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
-from test_distributed import assert_trained_one_pass, start, train_db  # noqa: F401 (fixture)
+from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
-from trainer_runs import config_of, refused_in_process
+from trainer_runs import config_of, one_error_line, refused_in_process
 
 
 def mpirun_environment(rank: int, per_machine: int = 1, **extra: str) -> dict:
@@ -193,3 +194,28 @@ def test_two_machines_of_two_processes_at_master_addr(tmp_path, train_db):  # no
     )
     output = assert_trained_one_pass(rank_0, [rank_1])
     assert f"Shard 0 of 2: meeting the others at MASTER_ADDR:MASTER_PORT 127.0.0.1:{port}" in output
+
+
+def alone_at_master(tmp_path, rank: int, port: int):
+    """One machine's rank of a run of 2 that meets at 127.0.0.1:`port`, run to its end."""
+    environment = mpirun_environment(rank, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    flags = ["--train_data", "null", "--num_gpus", "2", "--first_iter_timeout", "3"]
+    code, output = finish(start(tmp_path, f"rank{rank}", *flags, environment=environment), 60)
+    assert code == 2, output
+    assert "Traceback" not in output and "frame #" not in output, output
+    return one_error_line(output)
+
+
+def test_a_machine_whose_rank_0_never_starts_names_master_addr(tmp_path):
+    port = free_port()
+    assert (
+        f"shard 1 of 2 found no store at MASTER_ADDR:MASTER_PORT 127.0.0.1:{port} by the "
+        "deadline (Connection refused): start rank 0"
+    ) in alone_at_master(tmp_path, 1, port)
+
+
+def test_rank_0_on_a_master_port_in_use_is_one_line(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        line = alone_at_master(tmp_path, 0, taken.getsockname()[1])
+    assert "shard 0 of 2 could not serve the run's store (is MASTER_PORT free" in line
+    assert "EADDRINUSE" in line

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import datetime
 import logging
+import socket
+import time
 
 import torch.distributed as dist
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.rendezvous.meeting import Meeting, first_line
+from resnet50_trainer.rendezvous.meeting import POLL_S, PROBE_TIMEOUT_S, Meeting, first_line
 
 log = logging.getLogger(__name__)
 
@@ -22,22 +24,36 @@ def meet_at_master(shard: int, shards: int, master: tuple[str, int], timeout_s: 
     where = f"MASTER_ADDR:MASTER_PORT {host}:{port}"
     log.info("Shard %d of %d: meeting the others at %s", shard, shards, where)
     timeout = datetime.timedelta(seconds=timeout_s)
+    if shard:
+        _wait_for_shard_0(host, port, time.monotonic() + timeout_s, f"shard {shard} of {shards}")
     try:
-        if shard == 0:
-            store = dist.TCPStore(
-                host, port, is_master=True, wait_for_workers=False, timeout=timeout
-            )
-        else:  # the client retries until shard 0 listens, or the timeout
-            store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+        store = dist.TCPStore(
+            host, port, is_master=shard == 0, wait_for_workers=False, timeout=timeout
+        )
     except (dist.DistError, RuntimeError) as error:
         problem = (
             "could not serve the run's store (is MASTER_PORT free on this machine, and "
             "MASTER_ADDR its address?)"
             if shard == 0
-            else f"did not reach shard 0's store within {timeout_s:g} s (was rank 0 started, "
-            "and does this machine reach MASTER_ADDR?)"
+            else "lost shard 0's store as it connected"
         )
         raise UserError(
             f"shard {shard} of {shards} {problem} at {where}: {first_line(error)}"
         ) from None
     return Meeting(store, host, port)
+
+
+def _wait_for_shard_0(host: str, port: int, deadline: float, who: str) -> None:
+    """Plain connects until shard 0 listens: a TCPStore client's own retries print C++ errors."""
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+            return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"{who} found no store at MASTER_ADDR:MASTER_PORT {host}:{port} by the "
+                    f"deadline ({error.strerror or error}): start rank 0, check that this "
+                    "machine reaches that address, or raise --first_iter_timeout"
+                ) from None
+            time.sleep(POLL_S)
