@@ -17,6 +17,12 @@ from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 
 __all__ = ["build_parser", "command", "config_from_args", "main"]
+# How each launcher starts one rank per machine, the original's way.
+_ONE_RANK_PER_MACHINE = {
+    "mpirun": "mpirun --map-by ppr:1:node",
+    "mpiexec": "mpiexec -ppn 1",
+    "srun": "srun --ntasks-per-node 1",
+}
 
 
 def config_from_args(
@@ -41,7 +47,7 @@ def derived_settings(
 ) -> dict[str, Any]:
     """The settings that are not a flag's value as given: the GPU ids and processes of this machine,
     the defaults that depend on other settings, and the run id."""
-    gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present, launched)
+    gpu_ids, num_processes = _devices_of_this_machine(args, gpus_present)
     return {
         "gpus": gpu_ids,
         "processes_per_machine": num_processes,
@@ -55,30 +61,23 @@ def derived_settings(
 
 
 def _devices_of_this_machine(
-    args: argparse.Namespace, gpus_present: int, launched: Launched | None
+    args: argparse.Namespace, gpus_present: int
 ) -> tuple[tuple[int, ...], int]:
-    """The GPU ids this machine trains on (none with --use_cpu) and its training processes: a
-    launcher's processes each take one replica's GPUs, from the first."""
+    """The GPU ids this machine trains on (none with --use_cpu) and its training processes, one a
+    replica."""
     gpu_ids = select_gpus(
         args.gpus, args.processes_per_machine, args.use_cpu, args.model_parallel, gpus_present
     )
     per_replica = 2 if args.model_parallel else 1
     num_processes = len(gpu_ids) // per_replica if gpu_ids else (args.processes_per_machine or 1)
-    if launched is not None and not args.use_cpu:
-        if len(gpu_ids) < launched.local_world_size * per_replica:
-            raise UserError(
-                f"{launched.name} started {launched.local_world_size} processes on "
-                f"this machine but --gpus/--num_gpus name {len(gpu_ids)} GPUs: "
-                f"{per_replica} GPU(s) each"
-            )
-        gpu_ids = gpu_ids[: launched.local_world_size * per_replica]
-        num_processes = launched.local_world_size
     return tuple(gpu_ids), num_processes
 
 
 def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Namespace:
-    """A copy of the flags with the machines, this machine's index and its process count taken from
-    the launcher: a machine is a shard, --batch_size stays the total of one machine."""
+    """A copy of the flags with the machines and this machine's index taken from the launcher: a
+    machine is a shard, --batch_size stays the total of one machine. Two forms: the launcher starts
+    one process per GPU (--num_gpus left out), or, the original's way, one rank per machine that
+    starts --num_gpus processes itself (launch.py), as a run without a launcher does."""
     if args.num_shards not in (1, launched.num_machines) or args.shard_id not in (
         0,
         launched.machine_index,
@@ -88,22 +87,66 @@ def adopt_launcher(args: argparse.Namespace, launched: Launched) -> argparse.Nam
             f"{launched.machine_index} of {launched.num_machines}, but "
             "--num_shards/--shard_id say otherwise: leave them out"
         )
-    if args.use_cpu and args.processes_per_machine not in (None, launched.local_world_size):
-        raise UserError(
-            f"--num_gpus {args.processes_per_machine} but {launched.name} started "
-            f"{launched.local_world_size} processes on this machine: leave "
-            "--num_gpus out"
-        )
+    asked = _replicas_asked_for(args)
+    _check_one_form(launched, asked)
+    _check_a_way_to_meet(args, launched)
     adopted = argparse.Namespace(**vars(args))
     adopted.num_shards, adopted.shard_id = launched.num_machines, launched.machine_index
-    if args.use_cpu or (args.processes_per_machine is None and not args.gpus):
+    if asked is None:
         adopted.processes_per_machine = launched.local_world_size
     return adopted
 
 
+def _replicas_asked_for(args: argparse.Namespace) -> int | None:
+    """The processes --num_gpus or --gpus ask for on this machine; None when neither is given."""
+    if args.processes_per_machine is not None:
+        return args.processes_per_machine
+    if args.gpus:
+        return len(args.gpus) // (2 if args.model_parallel else 1)
+    return None
+
+
+def _check_one_form(launched: Launched, asked: int | None) -> None:
+    """One rank per GPU, or one per machine with --num_gpus; never both, and never a rank that
+    quietly trains a machine's batch on one GPU."""
+    local = launched.local_world_size
+    if asked is None or asked == local:
+        return
+    if launched.name == "torchrun":
+        raise UserError(
+            f"torchrun started {local} processes on this machine but --num_gpus/--gpus ask "
+            f"for {asked}: torchrun starts one process per GPU itself; give it "
+            f"--nproc-per-node {asked} and leave --num_gpus/--gpus out"
+        )
+    if local > 1:
+        raise UserError(
+            f"{launched.name} started {local} processes on this machine but --num_gpus/--gpus "
+            f"ask for {asked}: use one form, one rank per GPU (leave --num_gpus/--gpus out) or "
+            f"one rank per machine ({_ONE_RANK_PER_MACHINE[launched.name]}, --num_gpus {asked})"
+        )
+
+
+def _check_a_way_to_meet(args: argparse.Namespace, launched: Launched) -> None:
+    """Machines meet at MASTER_ADDR:MASTER_PORT, through Redis, or in a directory they share; the
+    default directory is each machine's own, where the others would never be found."""
+    unshared = build_parser().get_default("file_store_path")
+    if (
+        launched.num_machines == 1
+        or launched.master is not None
+        or args.redis_host
+        or args.file_store_path != unshared
+    ):
+        return
+    raise UserError(
+        f"{launched.name} started {launched.num_machines} machines but no way for them to meet: "
+        "set MASTER_ADDR and MASTER_PORT (rank 0's machine and a free port there), or give "
+        f"--redis_host, or --file_store_path on a directory every machine shares (not {unshared})"
+    )
+
+
 def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None:
-    """--run_id, or srun's job id under srun. Required wherever machines meet through Redis or a
-    shared directory."""
+    """--run_id, or the launcher's job id under one. Required wherever machines meet through Redis
+    or a shared directory."""
     if launched is None:
         run_id, needed_by = args.run_id, f"--num_shards {args.num_shards}"
         through_board = args.num_shards > 1

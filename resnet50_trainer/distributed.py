@@ -5,7 +5,9 @@ Three ways to meet:
 - several machines (shards), our own launcher: the launching process of each shard meets the others
   through Redis or a shared directory (rendezvous/), and its processes join the store found there;
 - torchrun, srun or mpirun started us: each process meets at MASTER_ADDR:MASTER_PORT when the
-  launcher gives one (env://), else through Redis or a shared directory like shards, one rank each.
+  launcher gives one (env://), else through Redis or a shared directory like shards, one rank each;
+- mpirun or srun started one rank per machine, which starts the machine's processes itself (the
+  original's way): the ranks are the shards, and meet like shards or at MASTER_ADDR:MASTER_PORT.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from resnet50_trainer import network, rendezvous
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import PeerLost, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
+from resnet50_trainer.rendezvous.master import meet_at_master
 from resnet50_trainer.rendezvous.meeting import Meeting, Seat, first_line, meet
 
 log = logging.getLogger(__name__)
@@ -65,9 +68,10 @@ def placement_for(config: Config, local_index: int) -> Placement:
     )
 
 
-def meet_shards(config: Config) -> Meeting:
-    """The launching process's meeting: a local store for one shard, else the shards' rendezvous.
-    Keep the result for the whole run: shard 0's launching process serves the run's store."""
+def meet_shards(config: Config, master: tuple[str, int] | None = None) -> Meeting:
+    """The launching process's meeting: a local store for one shard, else the shards' rendezvous,
+    at `master` (a launcher's MASTER_ADDR:MASTER_PORT) when given. Keep the result for the whole
+    run: shard 0's launching process serves the run's store."""
     if config.num_shards == 1:
         store = dist.TCPStore(
             LOCALHOST,
@@ -77,6 +81,8 @@ def meet_shards(config: Config) -> Meeting:
             timeout=datetime.timedelta(seconds=config.first_iter_timeout),
         )
         return Meeting(store, LOCALHOST, store.port)
+    if master is not None:
+        return meet_at_master(config.shard_id, config.num_shards, master, config.first_iter_timeout)
     return _meet_through_board(
         config, Seat(config.shard_id, config.num_shards, "shard", _board_run_id(config))
     )

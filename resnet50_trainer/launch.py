@@ -1,5 +1,6 @@
 """One training process per device of this machine (GPU, or CPU worker with --use_cpu), or none of
-our own when torchrun, srun or mpirun started this process as one rank."""
+our own when torchrun, srun or mpirun started this process as one rank of one device; a launcher's
+one rank per machine (the original's way) starts them as a run without a launcher does."""
 
 from __future__ import annotations
 
@@ -56,15 +57,21 @@ def launch(config: Config, launched: Launched | None = None) -> int:
 def _run(config: Config, launched: Launched | None) -> int:
     network.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
-    if launched is not None:
+    if launched is not None and not _one_rank_per_machine(config, launched):
         _run_launched(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
-    meeting = distributed.meet_shards(config)
+    meeting = distributed.meet_shards(config, launched.master if launched else None)
     try:
         return _run_processes(config, meeting.host, meeting.port)
     finally:
         meeting.close()
+
+
+def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
+    """mpirun or srun the original's way: the launcher's one rank on this machine, asked for
+    --num_gpus processes; cli.adopt_launcher made the ranks the shards."""
+    return launched.local_world_size == 1 and config.processes_per_machine > 1
 
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:

@@ -104,7 +104,8 @@ def test_a_launcher_places_the_machine_and_batch_stays_per_machine():
     assert (settings.num_shards, settings.shard_id, settings.processes_per_machine) == (2, 1, 2)
     assert (settings.device_batch_size, settings.global_batch_size) == (4, 16)
     assert settings.run_id is None  # torchrun's MASTER_ADDR is the meeting point
-    assert config(launched=detect_launcher(SRUN)).run_id == "4711"  # srun without MASTER_ADDR
+    srun = detect_launcher(SRUN)  # without MASTER_ADDR: the machines meet in a shared directory
+    assert config("--file_store_path", "/nfs", launched=srun).run_id == "4711"
     with pytest.raises(UserError, match="mpirun without MASTER_ADDR needs --run_id"):
         config(launched=detect_launcher(MPIRUN))
     with pytest.raises(UserError, match="leave them out"):

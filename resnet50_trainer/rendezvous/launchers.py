@@ -1,8 +1,10 @@
-"""Rank and world from the launcher that started this process: torchrun, srun (SLURM) or mpirun
-(Open MPI). Read once, from the environment; without any, our own launcher starts the processes."""
+"""Rank and world from the launcher that started this process: torchrun, srun (SLURM), mpirun
+(Open MPI) or mpiexec (MPICH, Intel MPI). Read once, from the environment; without any, our own
+launcher starts the processes."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,10 +25,15 @@ _LAUNCHERS = (
             "OMPI_COMM_WORLD_LOCAL_SIZE",
         ),
     ),
+    # MPICH's and Intel MPI's process manager (Hydra); after srun, whose PMI plugins set PMI_RANK.
+    ("mpiexec", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
 )
 # Launchers that always set all four variables: a part of them is a hand-made environment that
 # would otherwise quietly train alone (srun's shell sets a part: an sbatch script outside a step).
-_ALL_OR_NONE = ("torchrun", "mpirun")
+_ALL_OR_NONE = ("torchrun", "mpirun", "mpiexec")
+# The launcher's id of this job, the same in every process of it: Open MPI up to 4, PMIx (Open MPI
+# 5, srun --mpi=pmix), SLURM. The more particular first: one SLURM job may hold several runs.
+_JOB_ID_VARIABLES = ("OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "SLURM_JOB_ID")
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class Launched:
     local_rank: int
     local_world_size: int  # processes on this machine; the same on every machine
     master: tuple[str, int] | None  # MASTER_ADDR:MASTER_PORT when set: the meeting point
-    job_id: str | None  # SLURM_JOB_ID: the run id when none is given
+    job_id: str | None  # the launcher's job id, as a run id: the run id when none is given
 
     @property
     def num_machines(self) -> int:
@@ -68,8 +75,19 @@ def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
                 local_rank,
                 local_world,
                 _master(environ),
-                environ.get("SLURM_JOB_ID"),
+                _job_id(environ),
             )
+    return None
+
+
+def _job_id(environ: Mapping[str, str]) -> str | None:
+    """The launcher's job id made a plain name (a run id names Redis keys and files): PMIx's
+    "prterun-host-4711@1" becomes "prterun-host-4711_1"."""
+    for variable in _JOB_ID_VARIABLES:
+        value = environ.get(variable, "").strip()
+        if value:
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", value)
+            return name if len(name) <= 128 else hashlib.sha256(value.encode()).hexdigest()
     return None
 
 
