@@ -64,6 +64,7 @@ SPLIT_POINTS = ("layer1", "layer2", "layer3", "layer4")
 #   50     0.236  1.336  2.055  2.929  1.618  0.004 | 3.63 | 4.55
 #   101    0.236  1.336  2.055 10.353  1.618  0.004 | 3.63 | 11.98
 #   152    0.236  1.336  3.802 16.031  1.618  0.004 | 5.37 | 17.65
+#   200    0.236  1.336 10.790 16.031  1.618  0.004 | 12.36 | 17.65
 # At stage granularity layer3 is the most even boundary for every depth (backward costs ~2x
 # forward per stage, so the same boundary balances a training step).
 DEFAULT_SPLIT_AT = "layer3"
