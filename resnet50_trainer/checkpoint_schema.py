@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from resnet50_trainer.config import Config
+from resnet50_trainer.config import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.finite import non_finite_tensors
 from resnet50_trainer.run_state import RunState
@@ -202,10 +202,17 @@ def _non_finite_problem(state: dict) -> str | None:
     )
 
 
+ARCHITECTURE_DEFAULTS = {
+    "resnext_num_groups": RESNET_GROUPS,
+    "resnext_width_per_group": RESNET_WIDTH_PER_GROUP,
+}
+
+
 def check_matches(state: dict, config: Config) -> None:
     """A checkpoint of another architecture or label count cannot continue this run."""
-    saved = state.get("arguments", {})
-    for name in ("num_layers", "num_labels", "num_channels"):
+    # A checkpoint from before the ResNeXt flags holds a plain ResNet.
+    saved = {**ARCHITECTURE_DEFAULTS, **state.get("arguments", {})}
+    for name in ("num_layers", "num_labels", "num_channels", *ARCHITECTURE_DEFAULTS):
         if saved.get(name) != getattr(config, name):
             raise UserError(
                 f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "

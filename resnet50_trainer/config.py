@@ -16,7 +16,12 @@ from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
 # ResNet depths: torchvision's builders (model.py), named here so the command line needs no torch.
-SUPPORTED_LAYERS = (18, 34, 50, 101, 152)
+SUPPORTED_LAYERS = (18, 34, 50, 101, 152, 200)
+# Depths built of basic blocks, which torchvision makes only with 1 group of width 64.
+BASIC_BLOCK_LAYERS = (18, 34)
+# --resnext_num_groups and --resnext_width_per_group at these values: a plain ResNet.
+RESNET_GROUPS = 1
+RESNET_WIDTH_PER_GROUP = 64
 # The base learning rate is "based on 256 global batch size" (the original's docs).
 LR_REFERENCE_BATCH = 256
 # --lr_scaling: linear follows those docs; none, the original's code (the base LR as given).
@@ -115,10 +120,24 @@ class Config:
     decode_device: str
     profile_iters: int
     pipeline_chunks: int
+    test_epoch_size: int | None
+    image_mean_per_channel: tuple[float, ...] | None  # the original's channel order: BGR
+    image_std_per_channel: tuple[float, ...] | None
+    resnext_num_groups: int
+    resnext_width_per_group: int
+    log_top5: bool
 
     @property
     def synthetic(self) -> bool:
         return self.train_data == SYNTHETIC_DATA
+
+    @property
+    def resnext(self) -> bool:
+        """Grouped or widened bottlenecks: a ResNeXt, not torchvision's plain ResNet."""
+        return (self.resnext_num_groups, self.resnext_width_per_group) != (
+            RESNET_GROUPS,
+            RESNET_WIDTH_PER_GROUP,
+        )
 
     @property
     def world_size(self) -> int:
@@ -157,7 +176,8 @@ class Config:
         values = {
             FLAG_OF_FIELD.get(name, name): value for name, value in dataclasses.asdict(self).items()
         }
-        values["gpus"] = list(self.gpus)
+        for name in ("gpus", "image_mean_per_channel", "image_std_per_channel"):
+            values[name] = None if values[name] is None else list(values[name])
         # Never written to a log or a checkpoint, nor inside a redis:// URL.
         values["redis_password"] = None
         values["redis_host"] = _without_password(self.redis_host)
@@ -203,6 +223,24 @@ def check_settings(config: Config) -> None:
             "--base_learning_rate"
         )
     _check_precision_and_decoding(config)
+    _check_later_flags(config)
+
+
+def _check_later_flags(config: Config) -> None:
+    """The later original's flags (imagenet_trainer.py) against the others."""
+    for flag in ("image_mean_per_channel", "image_std_per_channel"):
+        values = getattr(config, flag)
+        if values is not None and len(values) != config.num_channels:
+            raise UserError(
+                f"--{flag} has {len(values)} values for --num_channels {config.num_channels}: "
+                f"give one per channel ({config.num_channels})"
+            )
+    if config.resnext and config.num_layers in BASIC_BLOCK_LAYERS:
+        raise UserError(
+            f"--resnext_num_groups and --resnext_width_per_group change bottleneck blocks, "
+            f"and ResNet-{config.num_layers} has none: use --num_layers 50, 101, 152 or 200, "
+            "or leave them at 1 and 64"
+        )
 
 
 def _check_precision_and_decoding(config: Config) -> None:

@@ -20,7 +20,7 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.divergence import DivergenceWatch, divergence_report
 from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
-from resnet50_trainer.evaluation import evaluate
+from resnet50_trainer.evaluation import TestAccuracy, evaluate
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
 from resnet50_trainer.optim import LearningRateSchedule, set_learning_rate
@@ -104,7 +104,7 @@ class EpochLoop:
                 run.epochs_done,
                 result.loss,
                 result.accuracy,
-                self.rows[-1].test_accuracy,
+                _test_accuracy_text(test_accuracy),
                 result.images / result.seconds,
                 _peak_memory(self.device),
             )
@@ -223,7 +223,7 @@ class EpochLoop:
             dist.all_reduce(epoch_sums)
         self.saver.save(self.run, epoch_sums, seconds)
 
-    def _row(self, result: EpochResult, test_accuracy: float | None) -> EpochRow:
+    def _row(self, result: EpochResult, test: TestAccuracy | None) -> EpochRow:
         run = self.run
         return EpochRow(
             time_spent=round(result.seconds, 3),
@@ -236,7 +236,8 @@ class EpochLoop:
             epoch=run.epochs_done,
             learning_rate=self.schedule(run.iteration - 1),
             loss=round(result.loss, 6),
-            test_accuracy=NO_TEST_ACCURACY if test_accuracy is None else round(test_accuracy, 6),
+            test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top1, 6),
+            top5_test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top5, 6),
         )
 
 
@@ -248,6 +249,12 @@ def _write_row(runlog: RunLog | None, row: EpochRow) -> UserError | None:
     except UserError as failure:
         return failure
     return None
+
+
+def _test_accuracy_text(test: TestAccuracy | None) -> str:
+    if test is None:
+        return str(NO_TEST_ACCURACY)
+    return f"{test.top1:.4f}, test top-5 {test.top5:.4f} over {test.images} images"
 
 
 def _peak_memory(device: torch.device) -> str:

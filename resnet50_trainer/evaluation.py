@@ -1,9 +1,11 @@
-"""Top-1 accuracy over the whole test DB, shared by all processes."""
+"""Top-1 and top-5 accuracy over the test DB (or its first --test_epoch_size records), shared by
+all processes."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -12,19 +14,28 @@ from resnet50_trainer import distributed
 from resnet50_trainer.replica import Replica
 
 log = logging.getLogger(__name__)
+# Top-5 as the later original logged it; with fewer labels every one is in the top k.
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class TestAccuracy:
+    top1: float
+    top5: float
+    images: int  # scored, over all processes
 
 
 @torch.no_grad()
 def evaluate(
     replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
-) -> float | None:
+) -> TestAccuracy | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
-    already); the counts are all-reduced on this process's own `device`."""
+    already); the counts are all-reduced, at once, on this process's own `device`."""
     if test_batches is None:
         return None
     model, precision = replica.model, replica.precision
     model.eval()
-    correct = torch.zeros(1, dtype=torch.float64, device=replica.output_device)
+    correct = torch.zeros(2, dtype=torch.float64, device=replica.output_device)  # top-1, top-5
     images = bad = 0
     for batch in test_batches:
         if not len(batch.labels):  # every record of the batch failed
@@ -32,8 +43,9 @@ def evaluate(
             continue
         good = batch.num_real  # filled-in copies are not scored
         with precision.autocast():
-            predictions = model(precision.inputs(batch.images[:good])).argmax(1)
-        correct += (predictions == batch.labels[:good].to(replica.output_device)).sum()
+            logits = model(precision.inputs(batch.images[:good]))
+        labels = batch.labels[:good].to(replica.output_device)
+        correct += _correct_in_top(logits, labels)
         images, bad = images + good, bad + len(batch.bad_keys)
     model.train()
     counts = torch.cat(
@@ -41,7 +53,7 @@ def evaluate(
     )
     with distributed.waiting_for_peers("the all-reduce of the test counts"):
         dist.all_reduce(counts)
-        correct, images, bad = counts.tolist()  # NCCL: the wait is here
+        top1, top5, images, bad = counts.tolist()  # NCCL: the wait is here
     if bad and is_main:
         log.warning(
             "Test accuracy over %d records: %d of the test DB's records could not be "
@@ -49,4 +61,12 @@ def evaluate(
             images,
             bad,
         )
-    return correct / max(images, 1)
+    return TestAccuracy(top1 / max(images, 1), top5 / max(images, 1), int(images))
+
+
+def _correct_in_top(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """How many labels are the top prediction, and how many are among the top 5 (of at most
+    as many labels as there are), as float64 on the logits' device."""
+    top = logits.topk(min(TOP_K, logits.shape[1]), dim=1).indices
+    hits = top == labels[:, None]
+    return torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum()]).double()

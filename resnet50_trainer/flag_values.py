@@ -203,6 +203,41 @@ class Switch(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+@dataclass(frozen=True)
+class PerChannel:
+    """An argparse type: one value per colour channel, each a `Number`, separated by commas
+    (104,117,123); the PerChannelValues action also takes them apart, as the original's
+    nargs='+' flags did (104 117 123)."""
+
+    number: Number
+
+    def __call__(self, text: str) -> tuple[float, ...]:
+        try:
+            return tuple(self.number(part) for part in text.split(","))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"invalid value {text!r}: use one number per channel, separated by commas or "
+                f"spaces, each {self.number.describe()}"
+            ) from None
+
+
+class PerChannelValues(argparse.Action):
+    """A PerChannel flag's values, given together or apart, as one tuple."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs="+", metavar="VALUE", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parts: list[tuple[float, ...]] = values  # type: ignore[assignment]
+        setattr(namespace, self.dest, tuple(value for part in parts for value in part))
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose refusals are one line (no usage block), exit status 2."""
 

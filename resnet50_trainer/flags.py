@@ -8,7 +8,13 @@ import argparse
 import os
 import re
 
-from resnet50_trainer.config import LINEAR_LR_SCALING, LR_SCALINGS, SUPPORTED_LAYERS
+from resnet50_trainer.config import (
+    LINEAR_LR_SCALING,
+    LR_SCALINGS,
+    RESNET_GROUPS,
+    RESNET_WIDTH_PER_GROUP,
+    SUPPORTED_LAYERS,
+)
 from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
     BATCH_SIZE,
@@ -20,6 +26,8 @@ from resnet50_trainer.flag_values import (
     FlagHelpFormatter,
     Number,
     OneLineParser,
+    PerChannel,
+    PerChannelValues,
     Switch,
     gpu_list,
     redis_address,
@@ -33,13 +41,18 @@ TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
 MAX_SHARDS = 65536
 COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
+PIXEL_MEAN = Number(float, 0, 255)
+PIXEL_STD = Number(float, 0, 255, above_minimum=True)
+RESNEXT_GROUPS = Number(int, 1, 1024)
+RESNEXT_WIDTH = Number(int, 1, 4096)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=TRAINER,
-        description="Train ResNet-50 (or 18/34/101/152) with PyTorch DistributedDataParallel from "
-        "an LMDB or LevelDB image database of Caffe Datum or Caffe2 TensorProtos records. "
+        description="Train ResNet-50 (or 18/34/101/152/200, or a ResNeXt) with PyTorch "
+        "DistributedDataParallel from an LMDB or LevelDB image database of Caffe Datum or "
+        "Caffe2 TensorProtos records. "
         "Flags follow Caffe2's resnet50_trainer.py. A switch such as --use_cpu may also be "
         "given a value, as the original's were: true or false (or 1/0, yes/no, any case).",
         formatter_class=FlagHelpFormatter,
@@ -107,6 +120,22 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
         help="fraction of an epoch's records that may fail to decode (skipped and "
         "named) before the run stops",
     )
+    data.add_argument(
+        "--test_epoch_size",
+        type=Number(int, 1, 10**12),
+        help="test images per evaluation: the first N of the test DB in key order "
+        "(default: the whole test DB)",
+    )
+    for statistic, values in (("mean", PIXEL_MEAN), ("std", PIXEL_STD)):
+        data.add_argument(
+            f"--image_{statistic}_per_channel",
+            action=PerChannelValues,
+            type=PerChannel(values),
+            help=f"the pixels' {statistic} per channel in 0..255 units, one value per "
+            "channel in the original's order (blue, green, red), separated by commas or "
+            "spaces; inputs are (x - mean) / std (default: 128 each, the original's "
+            "(x - 128) / 128)",
+        )
 
 
 def _add_device_flags(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +251,19 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of the initial weights, the data order and the augmentation",
     )
+    model.add_argument(
+        "--resnext_num_groups",
+        type=RESNEXT_GROUPS,
+        default=RESNET_GROUPS,
+        help="groups of the bottlenecks' 3x3 convolutions: with --resnext_width_per_group, "
+        "a ResNeXt (32 and 4 at 50 layers: ResNeXt-50 32x4d)",
+    )
+    model.add_argument(
+        "--resnext_width_per_group",
+        type=RESNEXT_WIDTH,
+        default=RESNET_WIDTH_PER_GROUP,
+        help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",
+    )
 
 
 def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
@@ -309,4 +351,10 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
         type=COUNT_FROM_1,
         default=100,
         help="print the original's iteration and loss lines every N iterations",
+    )
+    output.add_argument(
+        "--log_top5",
+        action=Switch,
+        help="add a top5_test_accuracy column to the run log (the console shows top-5 "
+        "anyway; without it the log keeps the original's columns)",
     )

@@ -3,6 +3,7 @@ training device."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.data.synthetic import SyntheticBatches
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,10 +66,19 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
 def build_test_input(
     config: Config, placement: Placement, device: torch.device
 ) -> DevicePrefetcher | None:
-    """This process's share of the whole test DB, or None without --test_data."""
+    """This process's share of the test DB (its first --test_epoch_size records in key order),
+    or None without --test_data."""
     if config.test_data is None:
         return None
     keys = read_keys(config.test_data, config.db_type)
+    wanted = config.test_epoch_size
+    if wanted is not None and wanted > len(keys) and placement.is_main:
+        log.warning(
+            "--test_epoch_size %d is more than the test DB's %d records: evaluating all of them",
+            wanted,
+            len(keys),
+        )
+    keys = keys[:wanted]
     batches = evaluation_batches(
         len(keys), config.device_batch_size, placement.rank, placement.world_size
     )

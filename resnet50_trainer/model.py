@@ -1,4 +1,5 @@
-"""torchvision's ResNet with our options: depth, input channels, weight-decay groups, and the
+"""torchvision's ResNet with our options: depth, input channels, ResNeXt's groups and width,
+weight-decay groups, and the
 --model_parallel split of one replica over two devices (optionally pipelined over micro-batches).
 
 Every model built here keeps torchvision's state-dict keys (conv1, bn1, layer1..layer4, fc), so a
@@ -14,9 +15,21 @@ import torch
 from torch import nn
 from torchvision import models
 
-from resnet50_trainer.config import SUPPORTED_LAYERS
+from resnet50_trainer.config import (
+    RESNET_GROUPS,
+    RESNET_WIDTH_PER_GROUP,
+    SUPPORTED_LAYERS,
+    Config,
+)
 
 logger = logging.getLogger(__name__)
+
+
+def _resnet200(weights: None = None, **kwargs) -> models.ResNet:
+    """torchvision builds no ResNet-200; the original's depth list (Caffe2's resnet.py) had it,
+    as bottlenecks [3, 24, 36, 3]."""
+    return models.ResNet(models.resnet.Bottleneck, [3, 24, 36, 3], **kwargs)
+
 
 # All of these are ResNet v1.5 (stride on the bottleneck's 3x3) with global average pooling.
 RESNET_BUILDERS: dict[int, Callable[..., models.ResNet]] = {
@@ -25,6 +38,7 @@ RESNET_BUILDERS: dict[int, Callable[..., models.ResNet]] = {
     50: models.resnet50,
     101: models.resnet101,
     152: models.resnet152,
+    200: _resnet200,
 }
 
 # torchvision's ResNet.forward, as an ordered list of its child modules (flatten comes before fc).
@@ -50,17 +64,28 @@ SPLIT_POINTS = ("layer1", "layer2", "layer3", "layer4")
 #   50     0.236  1.336  2.055  2.929  1.618  0.004 | 3.63 | 4.55
 #   101    0.236  1.336  2.055 10.353  1.618  0.004 | 3.63 | 11.98
 #   152    0.236  1.336  3.802 16.031  1.618  0.004 | 5.37 | 17.65
+#   200    0.236  1.336 10.790 16.031  1.618  0.004 | 12.36 | 17.65
 # At stage granularity layer3 is the most even boundary for every depth (backward costs ~2x
 # forward per stage, so the same boundary balances a training step).
 DEFAULT_SPLIT_AT = "layer3"
 
 
-def build_model(num_layers: int, num_labels: int, num_channels: int) -> models.ResNet:
+def build_model(
+    num_layers: int,
+    num_labels: int,
+    num_channels: int,
+    groups: int = RESNET_GROUPS,
+    width_per_group: int = RESNET_WIDTH_PER_GROUP,
+) -> models.ResNet:
     """Return torchvision's resnet{num_layers} with random weights, num_labels outputs and
-    num_channels input channels (conv1 rebuilt when it is not 3, keeping its key and init)."""
+    num_channels input channels (conv1 rebuilt when it is not 3, keeping its key and init). With
+    groups and width_per_group, torchvision's ResNeXt of that depth (32 and 4 at 50 layers:
+    resnext50_32x4d)."""
     if num_layers not in RESNET_BUILDERS:
         raise ValueError(f"num_layers must be one of {SUPPORTED_LAYERS}, got {num_layers}")
-    model = RESNET_BUILDERS[num_layers](weights=None, num_classes=num_labels)
+    model = RESNET_BUILDERS[num_layers](
+        weights=None, num_classes=num_labels, groups=groups, width_per_group=width_per_group
+    )
     if num_channels != 3:
         stock = model.conv1
         model.conv1 = nn.Conv2d(
@@ -74,6 +99,17 @@ def build_model(num_layers: int, num_labels: int, num_channels: int) -> models.R
         # The same initialisation torchvision gives every conv of a ResNet.
         nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model
+
+
+def model_for(config: Config) -> models.ResNet:
+    """build_model with the run's --num_layers, --num_labels, --num_channels and ResNeXt flags."""
+    return build_model(
+        config.num_layers,
+        config.num_labels,
+        config.num_channels,
+        config.resnext_num_groups,
+        config.resnext_width_per_group,
+    )
 
 
 def weight_decay_groups(model: nn.Module) -> list[dict]:
@@ -165,10 +201,13 @@ def build_split_model(
     num_channels: int,
     devices: tuple[torch.device, torch.device],
     pipeline_chunks: int = 1,
+    groups: int = RESNET_GROUPS,
+    width_per_group: int = RESNET_WIDTH_PER_GROUP,
 ) -> SplitResNet:
-    """build_model, split at DEFAULT_SPLIT_AT over the two devices."""
+    """build_model, split at DEFAULT_SPLIT_AT over the two devices (a ResNeXt splits at the same
+    stage: grouping changes the convolutions inside a stage, not the stages)."""
     return SplitResNet(
-        build_model(num_layers, num_labels, num_channels),
+        build_model(num_layers, num_labels, num_channels, groups, width_per_group),
         devices,
         DEFAULT_SPLIT_AT,
         pipeline_chunks,

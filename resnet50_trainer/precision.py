@@ -33,10 +33,29 @@ def compute_dtype(config: Config) -> torch.dtype | None:
     return None
 
 
-def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 NCHW on the device -> centred floats, as the original did. Exact in float16 and
-    bfloat16 too: integers to 255, minus 128, over a power of two."""
-    return images.to(dtype).sub_(PIXEL_CENTRE).div_(PIXEL_SCALE)
+def normalize(
+    images: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    mean: torch.Tensor | float = PIXEL_CENTRE,
+    std: torch.Tensor | float = PIXEL_SCALE,
+) -> torch.Tensor:
+    """uint8 NCHW on the device -> (x - mean) / std in `dtype`; mean and std per channel as
+    (1, C, 1, 1) tensors, or one number for all. Worked in float32 and then cast, so the
+    original's (x - 128) / 128 is exact in float16 and bfloat16 too."""
+    return images.float().sub_(mean).div_(std).to(dtype)
+
+
+def channel_statistics(config: Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """--image_mean_per_channel and --image_std_per_channel as (1, C, 1, 1) tensors in our
+    tensors' channel order: the flags follow the original's BGR, our colour tensors are RGB."""
+    statistics = []
+    for values, default in (
+        (config.image_mean_per_channel, PIXEL_CENTRE),
+        (config.image_std_per_channel, PIXEL_SCALE),
+    ):
+        per_channel = list(values or [default] * config.num_channels)[::-1]
+        statistics.append(torch.tensor(per_channel, device=device).view(1, -1, 1, 1))
+    return statistics[0], statistics[1]
 
 
 class Precision:
@@ -46,6 +65,7 @@ class Precision:
         self.device = device
         self.dtype = compute_dtype(config)
         self.channels_last = config.enable_tensor_core
+        self.mean, self.std = channel_statistics(config, device)
         # A disabled scaler passes backward() and step() straight through.
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
         if config.enable_tensor_core and device.type == "cuda":
@@ -64,7 +84,7 @@ class Precision:
         """uint8 NCHW on the device -> normalised, in the compute dtype and the model's layout."""
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return normalize(images, self.dtype or torch.float32)
+        return normalize(images, self.dtype or torch.float32, self.mean, self.std)
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.scale(loss).backward()

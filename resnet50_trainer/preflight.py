@@ -15,7 +15,7 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import RecordError, UserError
-from resnet50_trainer.model import build_model
+from resnet50_trainer.model import model_for
 from resnet50_trainer.optim import build_optimizer
 
 # Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
@@ -42,7 +42,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
         )
         checkpoint_schema.check_matches(resumed, config)
         with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-            model = build_model(config.num_layers, config.num_labels, config.num_channels)
+            model = model_for(config)
             checkpoint_schema.check_fits(resumed, model, build_optimizer(model, config))
     return _claim_checkpoint_names(config, resumed) if writes_checkpoints else None
 

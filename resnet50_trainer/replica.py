@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import replica_devices
-from resnet50_trainer.model import build_model, build_split_model
+from resnet50_trainer.model import build_split_model, model_for
 from resnet50_trainer.optim import build_optimizer
 from resnet50_trainer.precision import Precision
 
@@ -46,7 +46,13 @@ def build_replica(config: Config, local_rank: int, device: torch.device) -> Repl
 
 def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:
     if not config.model_parallel:
-        return build_model(config.num_layers, config.num_labels, config.num_channels).to(devices[0])
+        return model_for(config).to(devices[0])
     return build_split_model(
-        config.num_layers, config.num_labels, config.num_channels, devices, config.pipeline_chunks
+        config.num_layers,
+        config.num_labels,
+        config.num_channels,
+        devices,
+        config.pipeline_chunks,
+        config.resnext_num_groups,
+        config.resnext_width_per_group,
     )

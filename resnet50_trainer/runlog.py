@@ -9,10 +9,14 @@ import errno
 import io
 import os
 import time
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import UserError
+
+NO_TEST_ACCURACY = -1
+# The later original's name for it; a log column only with --log_top5.
+TOP5_COLUMN = "top5_test_accuracy"
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,23 @@ class EpochRow:
     learning_rate: float
     loss: float
     test_accuracy: float  # -1 without --test_data, as the original
+    top5_test_accuracy: float = NO_TEST_ACCURACY
 
 
-HEADER = [field.name for field in fields(EpochRow)]
-NO_TEST_ACCURACY = -1
+# The original's columns; --log_top5 adds TOP5_COLUMN after them.
+HEADER = [field.name for field in fields(EpochRow) if field.name != TOP5_COLUMN]
+
+
+def log_columns(config: Config) -> list[str]:
+    return HEADER + [TOP5_COLUMN] if config.log_top5 else HEADER
 
 
 def log_file_name(config: Config, started: float) -> str:
+    """The original's name; a ResNeXt's starts with resnext{depth}, as the later original's did."""
     stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(started))
+    model = f"resnext{config.num_layers}" if config.resnext else "resnet50"
     return (
-        f"resnet50_gpu{config.processes_per_machine}_b{config.batch_size}_L{config.num_labels}"
+        f"{model}_gpu{config.processes_per_machine}_b{config.batch_size}_L{config.num_labels}"
         f"_lr{config.base_learning_rate:.2f}_v2_{stamp}.log"
     )
 
@@ -52,6 +63,7 @@ class RunLog:
     but could not write its header into is removed."""
 
     def __init__(self, config: Config, started: float):
+        self.columns = log_columns(config)
         stem, suffix = os.path.splitext(log_file_name(config, started))
         self.path = os.path.join(config.log_dir, stem + suffix)
         attempt = 1
@@ -68,7 +80,7 @@ class RunLog:
                 raise self._failed(error, "") from error
         # The original's first line: '# ' and the parsed arguments, as argparse prints them.
         try:
-            self._append(f"# {argparse.Namespace(**config.to_dict())}\n", HEADER)
+            self._append(f"# {argparse.Namespace(**config.to_dict())}\n", self.columns)
         except UserError:
             self.close()
             with contextlib.suppress(OSError):  # the write's error is the one to report
@@ -76,7 +88,7 @@ class RunLog:
             raise
 
     def write(self, row: EpochRow) -> None:
-        self._append("", astuple(row))
+        self._append("", [getattr(row, column) for column in self.columns])
 
     def close(self) -> None:
         os.close(self._descriptor)

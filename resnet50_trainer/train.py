@@ -128,7 +128,11 @@ def _summarise(loop: EpochLoop, log_path: str, seconds: float) -> None:
         "checkpoint %s",
         seconds,
         mean_rate,
-        f"{best.test_accuracy:.4f} (epoch {best.epoch})" if best.test_accuracy >= 0 else "n/a",
+        (
+            f"{best.test_accuracy:.4f} (epoch {best.epoch}, top-5 {best.top5_test_accuracy:.4f})"
+            if best.test_accuracy >= 0
+            else "n/a"
+        ),
         log_path,
         loop.last_saved,
     )

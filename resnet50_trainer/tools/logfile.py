@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.runlog import HEADER
+from resnet50_trainer.runlog import HEADER, TOP5_COLUMN
 
-# The writer's layout is the one definition of the format.
+# The writer's layout is the one definition of the format; TOP5_COLUMN may follow it (--log_top5).
 LOG_COLUMNS = tuple(HEADER)
 
 _LOG_NAME = re.compile(
-    r"^resnet50_gpu(?P<gpus>\d+)_b(?P<batch>\d+)_L(?P<labels>\d+)_lr(?P<lr>-?\d+\.\d+)"
+    r"^(?P<model>resnet50|resnext\d+)_gpu(?P<gpus>\d+)_b(?P<batch>\d+)_L(?P<labels>\d+)_lr(?P<lr>-?\d+\.\d+)"
     r"_v2_(?P<stamp>\d{8}_\d{6})\.log$"
 )
 _BRACKETED_NUMBER = re.compile(r"^\[\s*([^\s\[\],]+)\s*\]$")
@@ -34,7 +34,8 @@ class RunLog:
 
     path: Path
     arguments: str | None  # the text after `#` on line 1; None when the log has no such line
-    columns: dict[str, list[float]]  # each name of LOG_COLUMNS -> one value per epoch row
+    # each name of LOG_COLUMNS (and TOP5_COLUMN where the log has it) -> one value per epoch row
+    columns: dict[str, list[float]]
     label: str
 
     @property
@@ -43,14 +44,15 @@ class RunLog:
 
 
 def run_label(path: str | Path) -> str:
-    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name; the file name if it does
-    not fit."""
+    """'2 GPUs, batch 64, 1000 labels, lr 0.10' from a log's file name, led by 'ResNeXt-50, ' for
+    a ResNeXt's; the file name if it does not fit."""
     name = Path(path).name
     match = _LOG_NAME.match(name)
     if match is None:
         return name
+    model = "" if match["model"] == "resnet50" else f"ResNeXt-{match['model'][7:]}, "
     return (
-        f"{_count(int(match['gpus']), 'GPU')}, batch {int(match['batch'])}, "
+        f"{model}{_count(int(match['gpus']), 'GPU')}, batch {int(match['batch'])}, "
         f"{_count(int(match['labels']), 'label')}, lr {match['lr']}"
     )
 
@@ -65,11 +67,13 @@ def read_run_log(path: str | Path) -> RunLog:
         arguments = lines[0][1:].strip()
         header_index = 1
     _check_header(path, lines, header_index)
-    num_cells = len(lines[header_index].split(","))
-    columns: dict[str, list[float]] = {name: [] for name in LOG_COLUMNS}
+    header = lines[header_index].strip().split(",")
+    has_top5 = header[len(LOG_COLUMNS) : len(LOG_COLUMNS) + 1] == [TOP5_COLUMN]
+    names = LOG_COLUMNS + ((TOP5_COLUMN,) if has_top5 else ())
+    columns: dict[str, list[float]] = {name: [] for name in names}
     for index in range(header_index + 1, len(lines)):
         if lines[index].strip():
-            _append_row(path, index + 1, lines[index], num_cells, columns)
+            _append_row(path, index + 1, lines[index], len(header), columns)
     return RunLog(path=path, arguments=arguments, columns=columns, label=run_label(path))
 
 
@@ -115,7 +119,7 @@ def _append_row(
             f"{path}: line {line_number} has {len(cells)} values but the header has {num_cells} "
             f"(a line cut short while the run was writing?)"
         )
-    for name, cell in zip(LOG_COLUMNS, cells):
+    for name, cell in zip(columns, cells):
         number = _parse_number(cell)
         if number is None:
             raise UserError(f"{path}: line {line_number}: {name} is not a number: {_shorten(cell)}")

@@ -30,8 +30,9 @@ def _png_path(text: str) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Plot training loss, training and test accuracy, learning rate and images/s "
-        "against epoch from resnet50 run logs (ours or Caffe2's resnet50_trainer.py); "
+        description="Plot training loss, training and test accuracy (and test top-5 where "
+        "logged), learning rate and images/s against epoch from resnet50 run logs (ours or "
+        "Caffe2's resnet50_trainer.py); "
         "several logs overlay.",
     )
     parser.add_argument(

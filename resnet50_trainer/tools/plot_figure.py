@@ -23,12 +23,13 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.runlog import NO_TEST_ACCURACY
+from resnet50_trainer.runlog import NO_TEST_ACCURACY, TOP5_COLUMN
 from resnet50_trainer.tools.logfile import RunLog, read_run_log
 from resnet50_trainer.tools.plot_size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
-# Dashed, points where tested.
+# Dashed, points where tested; top-5 (where the log has it) dotted, squares.
 TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
+TOP5_STYLE: dict[str, Any] = {"linestyle": ":", "marker": "s", "markersize": 3}
 
 # (title, y label) of the four panels, left to right, top to bottom.
 PANELS = (
@@ -77,7 +78,9 @@ def build_figure(
         epochs = log.columns["epoch"]
         loss_axes.plot(epochs, log.columns["loss"], color=colour, label=label)
         accuracy_axes.plot(epochs, log.columns["accuracy"], color=colour)
-        _plot_test_accuracy(accuracy_axes, log, colour)
+        _plot_test_accuracy(accuracy_axes, log, "test_accuracy", colour, TEST_ACCURACY_STYLE)
+        if TOP5_COLUMN in log.columns:
+            _plot_test_accuracy(accuracy_axes, log, TOP5_COLUMN, colour, TOP5_STYLE)
         # Caffe2 logged the rate with the sign of descent (negative); the magnitude is what was set.
         lr_axes.plot(epochs, [abs(rate) for rate in log.columns["learning_rate"]], color=colour)
         speed_axes.plot(epochs, log.columns["inputs_per_sec"], color=colour)
@@ -92,15 +95,17 @@ def legend_labels(logs: Sequence[RunLog]) -> list[str]:
     return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
 
 
-def _plot_test_accuracy(axes: Axes, log: RunLog, colour: str) -> None:
+def _plot_test_accuracy(
+    axes: Axes, log: RunLog, column: str, colour: str, style: dict[str, Any]
+) -> None:
     points = [
         (epoch, accuracy)
-        for epoch, accuracy in zip(log.columns["epoch"], log.columns["test_accuracy"])
+        for epoch, accuracy in zip(log.columns["epoch"], log.columns[column])
         if accuracy != NO_TEST_ACCURACY
     ]
     if points:
         epochs, accuracies = zip(*points)
-        axes.plot(epochs, accuracies, color=colour, **TEST_ACCURACY_STYLE)
+        axes.plot(epochs, accuracies, color=colour, label=column, **style)
 
 
 def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
@@ -118,10 +123,15 @@ def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
             loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines], fontsize="small"
         )
     )
-    if len(accuracy_axes.lines) > len(loss_axes.lines):  # some run has test points
+    tested = {line.get_label() for line in accuracy_axes.lines}
+    if "test_accuracy" in tested:  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.
         styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]
-        accuracy_axes.legend(styles, ["training", "test"], fontsize="small")
+        names = ["training", "test"]
+        if TOP5_COLUMN in tested:
+            styles.append(Line2D([], [], color="grey", **TOP5_STYLE))
+            names.append("test top-5")
+        accuracy_axes.legend(styles, names, fontsize="small")
     if all(rate > 0 for line in lr_axes.lines for rate in np.asarray(line.get_ydata())):
         lr_axes.set_yscale("log")  # step schedules divide the rate by 10: equal steps on a log axis
     if title:
