@@ -115,6 +115,8 @@ class Config:
     decode_device: str
     profile_iters: int
     pipeline_chunks: int
+    test_only: bool
+    init_model: str | None
 
     @property
     def synthetic(self) -> bool:
@@ -203,6 +205,7 @@ def check_settings(config: Config) -> None:
             "--base_learning_rate"
         )
     _check_precision_and_decoding(config)
+    _check_evaluate_and_init(config)
 
 
 def _check_precision_and_decoding(config: Config) -> None:
@@ -239,3 +242,26 @@ def _check_precision_and_decoding(config: Config) -> None:
     for flag, (given, reason) in gpu_only.items():
         if given:
             raise UserError(f"{flag} with --use_cpu: {reason}")
+
+
+def _check_evaluate_and_init(config: Config) -> None:
+    """--test_only evaluates a checkpoint on a test DB; --init_model starts a run, which a resume
+    (--load_model_path) continues."""
+    if config.test_only and not (config.load_model_path and config.test_data):
+        missing = " and ".join(
+            flag
+            for flag, value in (
+                ("--load_model_path", config.load_model_path),
+                ("--test_data", config.test_data),
+            )
+            if not value
+        )
+        raise UserError(
+            f"--test_only evaluates a checkpoint on a test DB: give {missing} "
+            "(the checkpoint, or its directory, and the DB)"
+        )
+    if config.init_model and config.load_model_path:
+        raise UserError(
+            "--init_model starts a new run from weights and --load_model_path continues an "
+            "earlier one: give one of them"
+        )

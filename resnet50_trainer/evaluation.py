@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -14,10 +15,25 @@ from resnet50_trainer.replica import Replica
 log = logging.getLogger(__name__)
 
 
-@torch.no_grad()
+@dataclass(frozen=True)
+class Score:
+    accuracy: float
+    images: int  # scored, over all processes
+    bad_records: int  # left out, over all processes
+
+
 def evaluate(
     replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
 ) -> float | None:
+    """The top-1 accuracy (score_test_db's), None without --test_data."""
+    score = score_test_db(replica, test_batches, device, is_main)
+    return None if score is None else score.accuracy
+
+
+@torch.no_grad()
+def score_test_db(
+    replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
+) -> Score | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
     already); the counts are all-reduced on this process's own `device`."""
     if test_batches is None:
@@ -49,4 +65,4 @@ def evaluate(
             images,
             bad,
         )
-    return correct / max(images, 1)
+    return Score(correct / max(images, 1), int(images), int(bad))
