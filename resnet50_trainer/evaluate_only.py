@@ -39,7 +39,7 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
         f" and {state['step']} steps" if state["step"] else "",
         score.images,
         config.test_data,
-        f", {score.bad_records} unreadable ones left out" if score.bad_records else "",
+        f" (unreadable records left out: {score.bad_records})" if score.bad_records else "",
     )
 
 

@@ -69,13 +69,14 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
             f"with {config.num_channels} input channel(s), or set --num_layers and "
             "--num_channels to the file's"
         )
-    if replaced and say:
+    if say:
         log.info(
-            "--init_model %s: its classifier has %d classes, this run's %d: fc is replaced by a "
-            "freshly initialised one; every other layer starts from the file",
+            "A new run from the weights of --init_model %s%s",
             path,
-            file_labels,
-            config.num_labels,
+            f": its classifier has {file_labels} classes, this run's {config.num_labels}: fc is "
+            "replaced by a freshly initialised one"
+            if replaced
+            else "",
         )
     return weights
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torchvision import models
 
-from dbfactory import write_db, write_image_db
+from dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
 from resnet50_trainer.checkpoint_lock import lock_checkpoints
 from trainer_runs import (
     files,
@@ -21,15 +21,26 @@ from trainer_runs import (
 
 ACCURACY_LINE = re.compile(r"Test accuracy (\S+) of (\S+) .*: (\d+) records of --test_data")
 RUNNING_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+# The test DB's labels: a model that always answers class k scores a different accuracy for each
+# k; the second of 2 processes scores the odd records (data/order.py), mostly class 3.
+TEST_LABELS = [0, 3, 0, 3, 0, 3, 0, 3, 1, 0, 2, 1]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """One epoch (2 processes) with a test DB of 12 records; its directory holds the run log and
-    the checkpoint resnet50_model_1.pt."""
+    """One epoch (2 processes) with a test DB of the 12 TEST_LABELS and an unreadable record; its
+    directory holds the run log and the checkpoint resnet50_model_1.pt."""
     root = tmp_path_factory.mktemp("trained")
     train = write_image_db(str(root / "train"), 16, 4)
-    test = write_image_db(str(root / "test"), 12, 4)
+    test = write_db(
+        str(root / "test"),
+        "lmdb",
+        [
+            (caffe_key(i, f"img{i}.jpg"), datum_record(label, encoded=make_jpeg(40, 48, seed=i)))
+            for i, label in enumerate(TEST_LABELS)
+        ]
+        + [(caffe_key(len(TEST_LABELS), "unreadable.jpg"), datum_record(0, encoded=b"no JPEG"))],
+    )
     out = root / "run"
     done = run_trainer(
         "--train_data", train, "--test_data", test, "--num_gpus", "2", "--num_epochs", "1",
@@ -43,9 +54,9 @@ def trained(tmp_path_factory):
 # of the same shape.
 @pytest.mark.parametrize(("processes", "batch_size"), [("1", "4"), ("2", "8")])
 def test_test_only_gives_the_accuracy_the_run_logged(trained, tmp_path, processes, batch_size):
-    """On 1 or 2 processes: the epoch's logged test accuracy, over every test record; no file
-    written anywhere, no writable --log_dir needed, and neither another run's checkpoints in
-    --checkpoint_dir nor its live lock on them stand in the way."""
+    """On 1 or 2 processes: the epoch's logged test accuracy over every readable test record, the
+    unreadable one counted; no file written anywhere, no writable --log_dir needed, and neither
+    another run's checkpoints in --checkpoint_dir nor its live lock on them stand in the way."""
     train, test, out = trained
     _, _, rows = read_log(out)
     before = files(out)
@@ -65,8 +76,29 @@ def test_test_only_gives_the_accuracy_the_run_logged(trained, tmp_path, processe
     accuracy, path, records = ACCURACY_LINE.search(done.stderr).groups()
     assert float(accuracy) == float(rows[-1]["test_accuracy"]), done.stderr
     assert path == str(out / "resnet50_model_1.pt") and records == "12"
+    assert "(unreadable records left out: 1)" in done.stderr
     assert files(out) == before and os.listdir(tmp_path) == ["a_file"]
     assert "Nothing to train" not in done.stderr and "Epoch" not in done.stderr
+
+
+def test_test_only_scores_the_files_weights_on_every_process(trained, tmp_path):
+    """A checkpoint whose classifier always answers class 3 scores class 3's share of the test DB
+    on 2 processes: the second process, whose share is mostly class 3, scores with the weights
+    the first read from the file (with its own, it would score a class it guessed)."""
+    train, test, out = trained
+    state = torch.load(out / "resnet50_model_1.pt", weights_only=True)
+    state["model"]["fc.weight"].zero_()
+    state["model"]["fc.bias"].copy_(torch.tensor([0.0, 0.0, 0.0, 1.0]))
+    always_three = tmp_path / "always_three.pt"
+    torch.save(state, always_three)
+    done = run_trainer(
+        "--train_data", train, "--test_data", test, "--test_only", "--num_gpus", "2",
+        "--load_model_path", str(always_three), "--log_dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    accuracy, _, records = ACCURACY_LINE.search(done.stderr).groups()
+    assert float(accuracy) == round(TEST_LABELS.count(3) / len(TEST_LABELS), 6)
+    assert records == "12" and os.listdir(tmp_path) == ["always_three.pt"]
 
 
 def test_init_model_with_new_labels_starts_from_the_files_weights(image_db, tmp_path):
