@@ -55,9 +55,10 @@ def trained(tmp_path_factory):
 @pytest.mark.parametrize(("processes", "batch_size"), [("1", "4"), ("2", "8")])
 def test_test_only_gives_the_accuracy_the_run_logged(trained, tmp_path, processes, batch_size):
     """On 1 or 2 processes: the epoch's logged test accuracy over every readable test record, the
-    unreadable one counted; no file written anywhere, no writable --log_dir needed, and neither
-    another run's checkpoints in --checkpoint_dir nor its live lock on them stand in the way."""
-    train, test, out = trained
+    unreadable one counted; no file written anywhere, no training DB nor a writable --log_dir
+    needed, and neither another run's checkpoints in --checkpoint_dir nor its live lock on them
+    stand in the way."""
+    _, test, out = trained
     _, _, rows = read_log(out)
     before = files(out)
     not_a_directory = tmp_path / "a_file"
@@ -65,8 +66,8 @@ def test_test_only_gives_the_accuracy_the_run_logged(trained, tmp_path, processe
     held = lock_checkpoints(str(out), "resnet50_model")  # as a live run in that directory holds it
     try:
         done = run_trainer(
-            "--train_data", train, "--test_data", test, "--test_only", "--num_gpus", processes,
-            "--batch_size", batch_size,
+            "--train_data", str(tmp_path / "no_training_db"), "--test_data", test, "--test_only",
+            "--num_gpus", processes, "--batch_size", batch_size,
             "--load_model_path", str(out), "--checkpoint_dir", str(out),
             "--log_dir", str(not_a_directory),
         )  # fmt: skip
