@@ -225,28 +225,32 @@ def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optim
     """Every saved tensor has the shape of this run's: one line, not load_state_dict's traceback
     or a momentum buffer that fails at the first step. Shapes only, so a model on the meta device
     serves as well."""
-    expected, saved = model.state_dict(), state["model"]
-    problem: str | None
-    unknown = sorted(saved.keys() - expected.keys()) or sorted(expected.keys() - saved.keys())
-    wrong = [
-        name for name in expected if name in saved and saved[name].shape != expected[name].shape
-    ]
-    if unknown:
-        relation = "unknown to" if unknown[0] in saved else "missing for"
-        problem = f"model tensor {unknown[0]} {relation} this model"
-    elif wrong:
-        problem = (
-            f"model tensor {wrong[0]} of shape {tuple(saved[wrong[0]].shape)}, this "
-            f"model's is {tuple(expected[wrong[0]].shape)}"
-        )
-    else:
-        problem = _optimizer_problem(state["optimizer"], optimizer)
+    problem = model_problem(state["model"], model.state_dict()) or _optimizer_problem(
+        state["optimizer"], optimizer
+    )
     if problem:
         raise UserError(
             f"checkpoint {state['path']} has {problem}: it was not made for this "
             "model; give a checkpoint of this run's --num_layers, --num_labels and "
             "--num_channels"
         )
+
+
+def model_problem(saved: dict, expected: dict) -> str | None:
+    """How the saved model tensors differ from a model's state dict `expected`: names, shapes."""
+    unknown = sorted(saved.keys() - expected.keys()) or sorted(expected.keys() - saved.keys())
+    if unknown:
+        relation = "unknown to" if unknown[0] in saved else "missing for"
+        return f"model tensor {unknown[0]} {relation} this model"
+    wrong = [
+        name for name in expected if name in saved and saved[name].shape != expected[name].shape
+    ]
+    if wrong:
+        return (
+            f"model tensor {wrong[0]} of shape {tuple(saved[wrong[0]].shape)}, this "
+            f"model's is {tuple(expected[wrong[0]].shape)}"
+        )
+    return None
 
 
 def _optimizer_problem(saved: dict, optimizer: torch.optim.Optimizer) -> str | None:

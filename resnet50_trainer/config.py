@@ -126,6 +126,8 @@ class Config:
     resnext_num_groups: int
     resnext_width_per_group: int
     log_top5: bool
+    test_only: bool
+    init_model: str | None
 
     @property
     def synthetic(self) -> bool:
@@ -224,6 +226,7 @@ def check_settings(config: Config) -> None:
         )
     _check_precision_and_decoding(config)
     _check_later_flags(config)
+    _check_evaluate_and_init(config)
 
 
 def _check_later_flags(config: Config) -> None:
@@ -277,3 +280,26 @@ def _check_precision_and_decoding(config: Config) -> None:
     for flag, (given, reason) in gpu_only.items():
         if given:
             raise UserError(f"{flag} with --use_cpu: {reason}")
+
+
+def _check_evaluate_and_init(config: Config) -> None:
+    """--test_only evaluates a checkpoint on a test DB; --init_model starts a run, which a resume
+    (--load_model_path) continues."""
+    if config.test_only and not (config.load_model_path and config.test_data):
+        missing = " and ".join(
+            flag
+            for flag, value in (
+                ("--load_model_path", config.load_model_path),
+                ("--test_data", config.test_data),
+            )
+            if not value
+        )
+        raise UserError(
+            f"--test_only evaluates a checkpoint on a test DB: give {missing} "
+            "(the checkpoint, or its directory, and the DB)"
+        )
+    if config.init_model and config.load_model_path:
+        raise UserError(
+            "--init_model starts a new run from weights and --load_model_path continues an "
+            "earlier one: give one of them"
+        )

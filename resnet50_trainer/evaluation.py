@@ -23,6 +23,7 @@ class TestAccuracy:
     top1: float
     top5: float
     images: int  # scored, over all processes
+    bad_records: int  # left out, over all processes
 
 
 @torch.no_grad()
@@ -61,7 +62,7 @@ def evaluate(
             images,
             bad,
         )
-    return TestAccuracy(top1 / max(images, 1), top5 / max(images, 1), int(images))
+    return TestAccuracy(top1 / max(images, 1), top5 / max(images, 1), int(images), int(bad))
 
 
 def _correct_in_top(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -358,3 +358,16 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
         help="add a top5_test_accuracy column to the run log (the console shows top-5 "
         "anyway; without it the log keeps the original's columns)",
     )
+    output.add_argument(
+        "--test_only",
+        action=Switch,
+        help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "
+        "its test accuracy, and stop: nothing is trained or written",
+    )
+    output.add_argument(
+        "--init_model",
+        metavar="PATH",
+        help="start a fresh run from these weights (Caffe's --weights): one of our "
+        "checkpoints or a torch.save(model.state_dict()) file; a classifier of another "
+        "--num_labels is replaced by a fresh one",
+    )

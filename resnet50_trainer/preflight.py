@@ -15,6 +15,7 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
 from resnet50_trainer.data.records import decode_image, parse_record
 from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.initial_weights import read_init_model
 from resnet50_trainer.model import model_for
 from resnet50_trainer.optim import build_optimizer
 
@@ -27,12 +28,14 @@ LARGEST_STEP = 10**12
 
 def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointLock | None:
     """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
-    checkpoints; it then takes the checkpoints' lock, returned for the caller to hold until the
-    run ends."""
+    checkpoints (and alone reads --init_model); it then takes the checkpoints' lock, returned for
+    the caller to hold until the run ends. A --test_only run reads no training DB and writes
+    nothing: it needs no writable directory and takes no lock."""
     check_checkpoint_name(config.save_model_name)
-    check_outputs_writable(config)
-    if not config.synthetic:
-        _check_holds_images(config)
+    if not config.test_only:
+        check_outputs_writable(config)
+        if not config.synthetic:
+            _check_holds_images(config)
     if config.test_data is not None:
         _check_test_labels(config, config.test_data)
     resumed = None
@@ -40,11 +43,20 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
         resumed = checkpoint.load_checkpoint(
             config.load_model_path, config.save_model_name, warn=False
         )
-        checkpoint_schema.check_matches(resumed, config)
-        with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-            model = model_for(config)
-            checkpoint_schema.check_fits(resumed, model, build_optimizer(model, config))
-    return _claim_checkpoint_names(config, resumed) if writes_checkpoints else None
+        check_checkpoint(resumed, config)
+    if config.init_model and writes_checkpoints:
+        read_init_model(config.init_model, config, say=False)
+    if config.test_only or not writes_checkpoints:
+        return None
+    return _claim_checkpoint_names(config, resumed)
+
+
+def check_checkpoint(state: dict, config: Config) -> None:
+    """The checkpoint `state` is of this run's model: architecture, labels, tensor shapes."""
+    checkpoint_schema.check_matches(state, config)
+    with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
+        model = model_for(config)
+        checkpoint_schema.check_fits(state, model, build_optimizer(model, config))
 
 
 def check_checkpoint_name(name: str) -> None:

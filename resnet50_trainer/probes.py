@@ -25,7 +25,7 @@ def gpus_on_this_machine() -> int:
 
 def _check_databases_exist(config: Config) -> None:
     paths = [("--test_data", config.test_data)]
-    if not config.synthetic:
+    if not config.synthetic and not config.test_only:  # --test_only reads no training DB
         paths.insert(0, ("--train_data", config.train_data))
     for flag, path in paths:
         if path is not None and not os.path.exists(path):

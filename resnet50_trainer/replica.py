@@ -27,12 +27,22 @@ class Replica:
     output_device: torch.device
 
 
-def build_replica(config: Config, local_rank: int, device: torch.device) -> Replica:
-    """`device`: this process's own (claim_device's), the first of a split replica's pair."""
+def build_replica(
+    config: Config,
+    local_rank: int,
+    device: torch.device,
+    initial_weights: dict[str, torch.Tensor] | None = None,
+) -> Replica:
+    """`device`: this process's own (claim_device's), the first of a split replica's pair.
+    `initial_weights` (checked to fit; a subset leaves the rest as initialised): loaded before DDP
+    wraps the model, whose broadcast from rank 0 then gives every process rank 0's weights."""
     # A model-parallel replica's pair; the logits come out on its second device.
     devices = replica_devices(config, local_rank) if config.model_parallel else (device, device)
     precision = Precision(config, device)
-    model = precision.prepare_model(_build_model(config, devices))
+    model = _build_model(config, devices)
+    if initial_weights is not None:
+        model.load_state_dict(initial_weights, strict=False)
+    model = precision.prepare_model(model)
     ddp = DistributedDataParallel(
         model,
         gradient_as_bucket_view=True,

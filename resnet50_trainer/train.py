@@ -16,7 +16,9 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.epoch_loop import EpochLoop, Outputs
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.gpu_monitor import GpuMonitor
+from resnet50_trainer.initial_weights import read_init_model, read_on_first_process
 from resnet50_trainer.inputs import build_test_input, build_train_input
 from resnet50_trainer.optim import LearningRateSchedule
 from resnet50_trainer.profiling import StepProfiler
@@ -41,10 +43,19 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
 
 
 def _train(config: Config, placement: Placement, device: torch.device) -> None:
+    if config.test_only:
+        evaluate_checkpoint(config, placement, device)
+        return
     started = time.time()
     train_input = build_train_input(config, placement, device)
     test_batches = build_test_input(config, placement, device)
-    replica = build_replica(config, placement.local_rank, device)
+    init_model = config.init_model
+    initial_weights = (
+        read_on_first_process(lambda: read_init_model(init_model, config), placement, device)
+        if init_model
+        else None
+    )
+    replica = build_replica(config, placement.local_rank, device, initial_weights)
     schedule = LearningRateSchedule(
         config.effective_learning_rate, train_input.steps_per_epoch, config.warmup_epochs
     )

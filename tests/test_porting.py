@@ -14,6 +14,9 @@ from trainer_runs import SMALL_RUN, config_of, read_log, refused_in_process, run
 
 # Every boolean flag, found from the parser: one added later as a plain store_true is tested too.
 SWITCHES = [action for action in build_parser()._actions if action.const is True]
+# What a switch needs beside it: --test_only evaluates a checkpoint on a test DB (any existing
+# path here: a Config is made, nothing is opened).
+NEEDED_WITH = {"test_only": ["--load_model_path", "checkpoint.pt", "--test_data", os.curdir]}
 SYNTHETIC_EPOCH = ["--train_data", "null", "--epoch_size", "16", "--num_epochs", "1"]
 # SMALL_RUN's global batch is 8: the default scaling makes the base LR 0.1 into 0.1 x 8 / 256.
 BASE_LR, SCALED_LR = 0.1, 0.1 * 8 / 256
@@ -49,7 +52,9 @@ def test_every_boolean_flag_is_a_switch_and_takes_the_original_s_values(action, 
     joined = [f"{flag}={value or 'true'}"]  # --use_cpu=True, as some of the original's scripts
     for given in (spaced, joined, []):
         # The flag first, so that a bare switch is followed by another flag, as in most scripts.
-        config = config_of(*given, "--train_data", "null", gpus_present=2)
+        config = config_of(
+            *given, "--train_data", "null", *NEEDED_WITH.get(action.dest, []), gpus_present=2
+        )
         assert getattr(config, action.dest) is (expected if given else False)
 
 

@@ -1,0 +1,52 @@
+"""--test_only: a checkpoint's test accuracy on the whole test DB, scored by every process with
+the evaluation that follows each training epoch; nothing is trained and nothing is written."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from resnet50_trainer import checkpoint
+from resnet50_trainer.config import Config
+from resnet50_trainer.distributed import Placement
+from resnet50_trainer.evaluation import evaluate
+from resnet50_trainer.initial_weights import read_on_first_process
+from resnet50_trainer.inputs import build_test_input
+from resnet50_trainer.preflight import check_checkpoint
+from resnet50_trainer.replica import build_replica
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_checkpoint(config: Config, placement: Placement, device: torch.device) -> None:
+    """The first process reads the checkpoint (a directory: its newest usable one, as a resume
+    takes it); DDP's broadcast gives the others its weights, so all score the same model even
+    while a training run adds checkpoints to that directory."""
+    state = read_on_first_process(lambda: _read_checkpoint(config), placement, device)
+    test_batches = build_test_input(config, placement, device)
+    replica = build_replica(
+        config, placement.local_rank, device, state["model"] if state is not None else None
+    )
+    score = evaluate(replica, test_batches, device, placement.is_main)
+    if state is None or score is None:  # not the first process; score is None only without a DB
+        return
+    log.info(
+        "Test accuracy %.6f of %s (%d epochs%s done): %d records of --test_data %s scored, "
+        "top-5 accuracy %.6f%s",
+        score.top1,
+        state["path"],
+        state["epoch"],
+        f" and {state['step']} steps" if state["step"] else "",
+        score.images,
+        config.test_data,
+        score.top5,
+        f" (unreadable records left out: {score.bad_records})" if score.bad_records else "",
+    )
+
+
+def _read_checkpoint(config: Config) -> dict:
+    assert config.load_model_path is not None  # config.check_settings: --test_only requires it
+    state = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name)
+    check_checkpoint(state, config)
+    return state

@@ -1,0 +1,121 @@
+"""Weights a run starts from (--init_model) or evaluates (--test_only), read by the first process
+alone and loaded into its replica before DDP wraps it: DDP's broadcast at construction hands them
+to every other process, so all hold the same weights even where machines hold different files.
+
+--init_model takes one of our checkpoints (its model) or a torchvision-format state dict
+(torch.save(model.state_dict())), loaded with weights_only=True."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from resnet50_trainer.checkpoint import describe_error
+from resnet50_trainer.checkpoint_schema import model_problem
+from resnet50_trainer.config import Config
+from resnet50_trainer.distributed import Placement
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.finite import non_finite_tensors
+from resnet50_trainer.model import model_for
+from resnet50_trainer.stopping import stop_together
+
+log = logging.getLogger(__name__)
+CLASSIFIER = "fc."  # torchvision's final layer: the one part a new --num_labels replaces
+_FILES_READ = "one of our .pt checkpoints or a torch.save(model.state_dict()) file"
+Read = TypeVar("Read")
+
+
+def read_on_first_process(
+    read: Callable[[], Read], placement: Placement, device: torch.device
+) -> Read | None:
+    """What `read` returns on the first process (None on the others); a UserError there stops
+    every process, the first reporting it."""
+    result, failure = None, None
+    if placement.is_main:
+        try:
+            result = read()
+        except UserError as error:
+            failure = error
+    stop_together(failure, device, "the first process's reading of the weights")
+    return result
+
+
+def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, torch.Tensor]:
+    """The weights of `path` for this run's model. A classifier of another label count is left
+    out, so the model keeps its freshly initialised one (said in one line when `say`)."""
+    weights = _load_named_tensors(path)
+    non_finite = non_finite_tensors(weights)
+    if non_finite:
+        raise UserError(
+            f"--init_model {path} has non-finite values in {non_finite[0]}: give weights "
+            "that are all finite (an earlier checkpoint of that run, before it diverged)"
+        )
+    with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
+        expected = model_for(config)
+    ours = expected.state_dict()
+    file_labels = _classifier_labels(weights)
+    replaced = file_labels is not None and file_labels != config.num_labels
+    if replaced:
+        weights = _without_classifier(weights)
+        ours = _without_classifier(ours)
+    problem = model_problem(weights, ours)
+    if problem:
+        raise UserError(
+            f"--init_model {path} has {problem}: give weights of a ResNet-{config.num_layers} "
+            f"with {config.num_channels} input channel(s), or set --num_layers and "
+            "--num_channels to the file's"
+        )
+    if say:
+        log.info(
+            "A new run from the weights of --init_model %s%s",
+            path,
+            f": its classifier has {file_labels} classes, this run's {config.num_labels}: fc is "
+            "replaced by a freshly initialised one"
+            if replaced
+            else "",
+        )
+    return weights
+
+
+def _load_named_tensors(path: str) -> dict[str, torch.Tensor]:
+    if os.path.isdir(path):
+        raise UserError(f"--init_model {path} is a directory: give {_FILES_READ}")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"--init_model {path} does not exist: give {_FILES_READ}") from None
+    except Exception as error:  # torch raises several types for a file that holds no weights
+        raise UserError(
+            f"--init_model {path} is not a PyTorch weights file ({describe_error(error)}): "
+            f"give {_FILES_READ} (Caffe2 .mdl files are not read)"
+        ) from None
+    if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict):
+        loaded = loaded["model"]  # one of our checkpoints
+    if not (
+        isinstance(loaded, dict)
+        and loaded
+        and all(
+            isinstance(name, str) and isinstance(value, torch.Tensor)
+            for name, value in loaded.items()
+        )
+    ):
+        raise UserError(
+            f"--init_model {path} holds no state dict of named tensors: give {_FILES_READ}"
+        )
+    return loaded
+
+
+def _classifier_labels(weights: dict[str, torch.Tensor]) -> int | None:
+    """The classes of the file's classifier, or None when it has no fc of torchvision's form."""
+    fc_weight, fc_bias = weights.get(CLASSIFIER + "weight"), weights.get(CLASSIFIER + "bias")
+    if fc_weight is None or fc_bias is None or fc_weight.dim() != 2 or fc_bias.dim() != 1:
+        return None
+    return fc_weight.shape[0]
+
+
+def _without_classifier(weights: dict) -> dict:
+    return {name: value for name, value in weights.items() if not name.startswith(CLASSIFIER)}
