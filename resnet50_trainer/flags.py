@@ -5,7 +5,6 @@ outputs. A flag's name is its Config field's (config.py), but where `dest` says 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 
 from resnet50_trainer.config import (
@@ -19,9 +18,7 @@ from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
     BATCH_SIZE,
     INPUT_WORKERS,
-    NO_TIME_LIMIT_S,
     PIXELS,
-    REDIS_PORT,
     SEED,
     FlagHelpFormatter,
     Number,
@@ -29,16 +26,11 @@ from resnet50_trainer.flag_values import (
     PerChannel,
     PerChannelValues,
     Switch,
-    gpu_list,
-    redis_address,
 )
+from resnet50_trainer.flags_machines import add_device_flags, add_distributed_flags
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
-# Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
-# later (a list of 10**30 GPU ids, a C int overflowing in torch, round(inf) in the LR schedule).
-TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
-MAX_SHARDS = 65536
 COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
 PIXEL_MEAN = Number(float, 0, 255)
@@ -59,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_flags in (
         _add_data_flags,
-        _add_device_flags,
+        add_device_flags,
         _add_model_flags,
-        _add_distributed_flags,
+        add_distributed_flags,
         _add_output_flags,
     ):
         add_flags(parser)
@@ -138,69 +130,6 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def _add_device_flags(parser: argparse.ArgumentParser) -> None:
-    devices = parser.add_argument_group("devices")
-    devices.add_argument(
-        "--gpus",
-        type=gpu_list,
-        help="comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)",
-    )
-    devices.add_argument(
-        "--num_gpus",
-        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
-        metavar="NUM_GPUS",
-        type=Number(int, 1, 256),
-        help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
-        "CPU training processes (default: 1)",
-    )
-    devices.add_argument("--use_cpu", action=Switch, help="train on CPU (Gloo)")
-    devices.add_argument(
-        "--model_parallel",
-        action=Switch,
-        help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
-    )
-    devices.add_argument(
-        "--dtype",
-        default="float",
-        choices=("float", "float16", "bfloat16"),
-        help="training precision: float16 uses autocast and a gradient scaler "
-        "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32",
-    )
-    devices.add_argument(
-        "--float16_compute",
-        action=Switch,
-        help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
-        "the same mode as --dtype float16",
-    )
-    devices.add_argument(
-        "--enable_tensor_core",
-        action=Switch,
-        help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
-        "convolutions, and channels_last tensors",
-    )
-    devices.add_argument(
-        "--compile",
-        action=Switch,
-        help="compile the training model with torch.compile (the first steps "
-        "take minutes; needs a C++ compiler on the CPU)",
-    )
-    devices.add_argument(
-        "--pipeline_chunks",
-        type=Number(int, 1, 1024),
-        default=1,
-        help="with --model_parallel: micro-batches per step, so both GPUs of a pair work at once",
-    )
-    devices.add_argument(
-        "--cudnn_workspace_limit_mb",
-        type=Number(int, 1, 1 << 20),
-        default=64,
-        help="cap on cuDNN's convolution workspace, in MiB (GPU only). PyTorch "
-        "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
-        "itself reads (listed in PyTorch's CUDA environment variables), unless "
-        "that variable is already set",
-    )
-
-
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model and optimisation")
     model.add_argument(
@@ -263,61 +192,6 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         type=RESNEXT_WIDTH,
         default=RESNET_WIDTH_PER_GROUP,
         help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",
-    )
-
-
-def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
-    dist = parser.add_argument_group("distributed")
-    dist.add_argument(
-        "--num_shards", type=Number(int, 1, MAX_SHARDS), default=1, help="machines in the run"
-    )
-    dist.add_argument(
-        "--shard_id",
-        type=Number(int, 0, MAX_SHARDS - 1),
-        default=0,
-        help="this machine's index, from 0",
-    )
-    dist.add_argument("--run_id", help="unique run id (e.g. a uuid); namespaces the rendezvous")
-    dist.add_argument(
-        "--redis_host",
-        type=redis_address,
-        help="Redis server used for rendezvous, a host name or a "
-        "redis://[:password@]host[:port][/db] URL",
-    )
-    dist.add_argument("--redis_port", type=REDIS_PORT, default=6379, help="Redis port")
-    dist.add_argument(
-        "--redis_password",
-        default=os.environ.get("REDIS_PASSWORD"),
-        help="Redis password (default: $REDIS_PASSWORD); never printed or logged",
-    )
-    dist.add_argument(
-        "--file_store_path",
-        default="/tmp",
-        help="shared (NFS) directory for rendezvous when no Redis is given",
-    )
-    dist.add_argument(
-        "--distributed_transport",
-        default="tcp",
-        choices=("tcp", "ibverbs"),
-        help="transport between machines",
-    )
-    dist.add_argument(
-        "--distributed_interfaces",
-        default="",
-        help="network interface(s) for the distributed run, comma-separated "
-        "(default: NCCL's and Gloo's own choice)",
-    )
-    dist.add_argument(
-        "--first_iter_timeout",
-        type=TIMEOUT_S,
-        default=1200.0,
-        help="seconds allowed for the rendezvous and the first step",
-    )
-    dist.add_argument(
-        "--timeout",
-        type=TIMEOUT_S,
-        default=60.0,
-        help="seconds a collective may wait on a peer after the first step",
     )
 
 
