@@ -72,10 +72,15 @@ class Number:
         noun = "an integer" if self.kind is int else "a number"
         low, high = _plain(self.minimum), _plain(self.maximum)
         if self.minimum is not None and self.maximum is not None:
-            words = (
-                f"{noun} {'above' if self.above_minimum else 'from'} {low} "
-                f"{'up to (not including)' if self.below_maximum else 'to'} {high}"
+            start = "above" if self.above_minimum else "from"
+            end = (
+                "up to (not including)"
+                if self.below_maximum
+                else "up to"
+                if start == "above"
+                else "to"
             )
+            words = f"{noun} {start} {low} {end} {high}"
         elif self.minimum is not None:
             words = f"{noun} above {low}" if self.above_minimum else f"{noun}, {low} or more"
         else:
