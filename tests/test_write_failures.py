@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import astuple
 
 import pytest
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.runlog import EpochRow, RunLog
+from resnet50_trainer.runlog import HEADER, EpochRow, RunLog
 from trainer_runs import config_of, fill_up, one_error_line, run_trainer
 
 SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]  # 8 steps
@@ -75,7 +74,8 @@ def test_a_row_that_does_not_fit_is_cut_off_and_the_rows_before_stay(tmpfs):
     with open(run_log.path) as file:
         lines = file.read().split("\n")
     assert len(lines) == 2 + rows + 1 and lines[-1] == ""  # whole lines only
-    assert lines[-2] == ",".join(str(value) for value in astuple(row(rows - 1)))
+    last = row(rows - 1)
+    assert lines[-2] == ",".join(str(getattr(last, column)) for column in HEADER)
 
 
 @pytest.mark.parametrize("processes", [1, 2])
