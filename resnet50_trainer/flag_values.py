@@ -182,9 +182,10 @@ def switch_value(text: str) -> bool:
         ) from None
 
 
-class Switch(argparse.Action):
+class Switch(argparse._StoreAction):
     """A boolean flag, off unless given: alone it turns on, as an ordinary switch, and it also
-    takes a value as the original's type=bool flags did (--use_cpu True, --use_cpu False)."""
+    takes a value as the original's type=bool flags did (--use_cpu True, --use_cpu False). It
+    stores that value as argparse's plain store action does."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None):
         super().__init__(
@@ -197,15 +198,6 @@ class Switch(argparse.Action):
             metavar="BOOL",
             help=help,
         )
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
 
 
 @dataclass(frozen=True)

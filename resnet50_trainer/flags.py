@@ -1,6 +1,7 @@
 """The trainer's flags, the original's and ours, each defined once: name, type and valid values,
-default, help. Grouped as the help shows them: data, devices, model and optimisation, machines,
-outputs. A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
+default, help. Grouped as the help shows them: data, images and the input pipeline, devices,
+model, optimisation, machines (devices and machines in flags_machines.py), logs and checkpoints.
+A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
 
 from __future__ import annotations
 
@@ -51,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_flags in (
         _add_data_flags,
+        _add_image_flags,
         add_device_flags,
         _add_model_flags,
+        _add_optimisation_flags,
         add_distributed_flags,
         _add_output_flags,
     ):
@@ -72,38 +75,13 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
         "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
     )
     data.add_argument(
-        "--num_channels",
-        type=Number(int),
-        default=3,
-        choices=(1, 3),
-        help="colour channels; 1 trains on grayscale",
-    )
-    data.add_argument(
-        "--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE, help="crop size in pixels, square"
-    )
-    data.add_argument(
-        "--scale",
-        type=PIXELS,
-        help="shorter side images are resized to before cropping "
-        "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
-        "--image_size 227 is exactly the original)",
-    )
-    data.add_argument(
         "--num_labels", type=Number(int, 1, 1_000_000), default=1000, help="number of classes"
     )
     data.add_argument(
-        "--num_workers",
-        type=INPUT_WORKERS,
-        help="input (decoding) processes per training process; 0 decodes in the "
-        "training process (default: the cores per training process minus one, "
-        "1 to 8)",
-    )
-    data.add_argument(
-        "--decode_device",
-        default="cpu",
-        choices=("cpu", "gpu"),
-        help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
-        "training GPU; input processes only read bytes)",
+        "--test_epoch_size",
+        type=Number(int, 1, 10**12),
+        help="test images per evaluation: the first N of the test DB in key order "
+        "(default: the whole test DB)",
     )
     data.add_argument(
         "--max_bad_records",
@@ -112,14 +90,29 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
         help="fraction of an epoch's records that may fail to decode (skipped and "
         "named) before the run stops",
     )
-    data.add_argument(
-        "--test_epoch_size",
-        type=Number(int, 1, 10**12),
-        help="test images per evaluation: the first N of the test DB in key order "
-        "(default: the whole test DB)",
+
+
+def _add_image_flags(parser: argparse.ArgumentParser) -> None:
+    images = parser.add_argument_group("images and the input pipeline")
+    images.add_argument(
+        "--num_channels",
+        type=Number(int),
+        default=3,
+        choices=(1, 3),
+        help="colour channels; 1 trains on grayscale",
+    )
+    images.add_argument(
+        "--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE, help="crop size in pixels, square"
+    )
+    images.add_argument(
+        "--scale",
+        type=PIXELS,
+        help="shorter side images are resized to before cropping "
+        "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
+        "--image_size 227 is exactly the original)",
     )
     for statistic, values in (("mean", PIXEL_MEAN), ("std", PIXEL_STD)):
-        data.add_argument(
+        images.add_argument(
             f"--image_{statistic}_per_channel",
             action=PerChannelValues,
             type=PerChannel(values),
@@ -128,57 +121,26 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
             "spaces; inputs are (x - mean) / std (default: 128 each, the original's "
             "(x - 128) / 128)",
         )
+    images.add_argument(
+        "--num_workers",
+        type=INPUT_WORKERS,
+        help="input (decoding) processes per training process; 0 decodes in the "
+        "training process (default: the cores per training process minus one, "
+        "1 to 8)",
+    )
+    images.add_argument(
+        "--decode_device",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
+        "training GPU; input processes only read bytes)",
+    )
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    model = parser.add_argument_group("model and optimisation")
+    model = parser.add_argument_group("model")
     model.add_argument(
         "--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS, help="ResNet depth"
-    )
-    model.add_argument(
-        "--batch_size",
-        type=BATCH_SIZE,
-        default=32,
-        help="batch size TOTAL over this machine's devices; must divide by them",
-    )
-    model.add_argument(
-        "--epoch_size",
-        type=Number(int, 1, 10**12),
-        help="images per epoch over all machines (default: one pass over the "
-        "training DB; the original's was 1500000)",
-    )
-    model.add_argument("--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs")
-    model.add_argument(
-        "--base_learning_rate",
-        type=Number(float, 0, above_minimum=True),
-        default=0.1,
-        help="learning rate for a global batch of 256, scaled linearly to the "
-        "real global batch (see --lr_scaling); x0.1 every 30 epochs",
-    )
-    model.add_argument(
-        "--lr_scaling",
-        default=LINEAR_LR_SCALING,
-        choices=LR_SCALINGS,
-        help="linear: the LR is --base_learning_rate x global batch / 256; none: "
-        "--base_learning_rate as given, as the original's code did",
-    )
-    model.add_argument(
-        "--warmup_epochs",
-        type=Number(float, 0, 1_000_000),
-        default=0.0,
-        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
-    )
-    model.add_argument(
-        "--weight_decay",
-        type=Number(float, 0),
-        default=1e-4,
-        help="L2 on conv and fc weights and BN scales, not on biases",
-    )
-    model.add_argument(
-        "--seed",
-        type=SEED,
-        default=0,
-        help="seed of the initial weights, the data order and the augmentation",
     )
     model.add_argument(
         "--resnext_num_groups",
@@ -192,6 +154,57 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         type=RESNEXT_WIDTH,
         default=RESNET_WIDTH_PER_GROUP,
         help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",
+    )
+
+
+def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
+    optimisation = parser.add_argument_group("optimisation")
+    optimisation.add_argument(
+        "--batch_size",
+        type=BATCH_SIZE,
+        default=32,
+        help="batch size TOTAL over this machine's devices; must divide by them",
+    )
+    optimisation.add_argument(
+        "--epoch_size",
+        type=Number(int, 1, 10**12),
+        help="images per epoch over all machines (default: one pass over the "
+        "training DB; the original's was 1500000)",
+    )
+    optimisation.add_argument(
+        "--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs"
+    )
+    optimisation.add_argument(
+        "--base_learning_rate",
+        type=Number(float, 0, above_minimum=True),
+        default=0.1,
+        help="learning rate for a global batch of 256, scaled linearly to the "
+        "real global batch (see --lr_scaling); x0.1 every 30 epochs",
+    )
+    optimisation.add_argument(
+        "--lr_scaling",
+        default=LINEAR_LR_SCALING,
+        choices=LR_SCALINGS,
+        help="linear: the LR is --base_learning_rate x global batch / 256; none: "
+        "--base_learning_rate as given, as the original's code did",
+    )
+    optimisation.add_argument(
+        "--warmup_epochs",
+        type=Number(float, 0, 1_000_000),
+        default=0.0,
+        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
+    )
+    optimisation.add_argument(
+        "--weight_decay",
+        type=Number(float, 0),
+        default=1e-4,
+        help="L2 on conv and fc weights and BN scales, not on biases",
+    )
+    optimisation.add_argument(
+        "--seed",
+        type=SEED,
+        default=0,
+        help="seed of the initial weights, the data order and the augmentation",
     )
 
 
