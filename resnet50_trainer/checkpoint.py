@@ -21,9 +21,10 @@ import io
 import logging
 import os
 import re
+import stat
 import tempfile
 import uuid
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -134,9 +135,26 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
     )
 
 
+class NotRegularFileError(OSError):
+    """A path that is no regular file (a FIFO, a device, a socket): never read."""
+
+
+def load_weights_file(path: str, mmap: bool = False) -> Any:
+    """torch.load of a regular file only, tensors only (weights_only): reading a FIFO or a
+    device would block, or never end, before torch could refuse it. With `mmap` the tensors are
+    mapped, not read."""
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise NotRegularFileError(path)
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+
+
 def _read_checkpoint(path: str) -> dict:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_weights_file(path)
+    except NotRegularFileError:
+        raise _Unusable(
+            "is not a regular file", "give a checkpoint file written by resnet50-trainer"
+        ) from None
     except FileNotFoundError:
         raise _Unusable(
             "does not exist", "give a checkpoint file written by resnet50-trainer"
@@ -195,7 +213,7 @@ def read_lineage(path: str) -> str | None:
     """The lineage of the checkpoint at `path`, or None when it is no readable checkpoint. Cheap:
     with mmap the tensors are mapped, not read."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = load_weights_file(path, mmap=True)
     except Exception:  # whatever is wrong with the file, it is no checkpoint we can attribute
         return None
     if not isinstance(state, dict) or REQUIRED_KEYS - state.keys():

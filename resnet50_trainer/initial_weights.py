@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import torch
 
-from resnet50_trainer.checkpoint import describe_error
+from resnet50_trainer.checkpoint import NotRegularFileError, describe_error, load_weights_file
 from resnet50_trainer.checkpoint_schema import model_problem
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
@@ -85,7 +85,9 @@ def _load_named_tensors(path: str) -> dict[str, torch.Tensor]:
     if os.path.isdir(path):
         raise UserError(f"--init_model {path} is a directory: give {_FILES_READ}")
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = load_weights_file(path)
+    except NotRegularFileError:
+        raise UserError(f"--init_model {path} is not a regular file: give {_FILES_READ}") from None
     except FileNotFoundError:
         raise UserError(f"--init_model {path} does not exist: give {_FILES_READ}") from None
     except Exception as error:  # torch raises several types for a file that holds no weights

@@ -4,6 +4,8 @@ checks."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -92,6 +94,20 @@ def test_not_a_checkpoint(capsys, earlier_run, image_db, tmp_path):
         capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", str(path)
     )
     assert "not a readable checkpoint" in line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_checkpoint_path_that_is_no_regular_file(capsys, earlier_run, image_db, tmp_path, kind):
+    """A FIFO would block the read forever (no writer), a device never end: refused at once."""
+    if kind == "fifo":
+        path = str(tmp_path / "checkpoint.pt")
+        os.mkfifo(path)
+    else:
+        path = "/dev/zero"
+    line = start(
+        capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path
+    )
+    assert f"--load_model_path {path} is not a regular file" in line
 
 
 def test_checkpoint_without_resume_state(capsys, earlier_run, image_db, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,8 +180,9 @@ def test_test_only_refuses_bad_input(capsys, trained, image_db, tmp_path):
 
 
 def test_init_model_refuses_what_is_no_fitting_weights(capsys, image_db, tmp_path):
-    """A random file, a directory, a Caffe2 .mdl file, a NaN weight, another depth, another
-    channel count: one line naming the file and the fix, before anything is written."""
+    """A random file, a FIFO, a device, a directory, a Caffe2 .mdl file, a NaN weight, another
+    depth, another channel count: one line naming the file and the fix, before anything is
+    written."""
     train = image_db("train", 8, 4)
     random_file = tmp_path / "random.pt"
     random_file.write_bytes(os.urandom(4096))
@@ -191,9 +193,12 @@ def test_init_model_refuses_what_is_no_fitting_weights(capsys, image_db, tmp_pat
     torch.save(nan_weights, tmp_path / "nan.pth")
     torch.save(models.resnet34(num_classes=4).state_dict(), tmp_path / "resnet34.pth")
     torch.save(models.resnet18(num_classes=4).state_dict(), tmp_path / "rgb.pth")
+    os.mkfifo(tmp_path / "fifo.pt")  # no writer: reading it would block forever
     out = tmp_path / "out"
     cases = [
         (random_file, [], "is not a PyTorch weights file"),
+        (tmp_path / "fifo.pt", [], "is not a regular file"),
+        (Path("/dev/zero"), [], "is not a regular file"),
         (tmp_path, [], "is a directory: give one of our .pt checkpoints"),
         (mdl, [], "(Caffe2 .mdl files are not read)"),
         (tmp_path / "nan.pth", [], "has non-finite values in layer1.0.conv1.weight"),
