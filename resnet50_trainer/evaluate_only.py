@@ -11,10 +11,10 @@ from resnet50_trainer import checkpoint
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.evaluation import evaluate
-from resnet50_trainer.initial_weights import read_on_first_process
 from resnet50_trainer.inputs import build_test_input
 from resnet50_trainer.preflight import check_checkpoint
 from resnet50_trainer.replica import build_replica
+from resnet50_trainer.stopping import on_first_process
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,12 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
     """The first process reads the checkpoint (a directory: its newest usable one, as a resume
     takes it); DDP's broadcast gives the others its weights, so all score the same model even
     while a training run adds checkpoints to that directory."""
-    state = read_on_first_process(lambda: _read_checkpoint(config), placement, device)
+    state = on_first_process(
+        lambda: _read_checkpoint(config),
+        placement,
+        device,
+        "the first process's reading of the weights",
+    )
     test_batches = build_test_input(config, placement, device)
     replica = build_replica(
         config, placement.local_rank, device, state["model"] if state is not None else None

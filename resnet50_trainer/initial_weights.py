@@ -9,39 +9,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 
 from resnet50_trainer.checkpoint import NotRegularFileError, describe_error, load_weights_file
 from resnet50_trainer.checkpoint_schema import model_problem
 from resnet50_trainer.config import Config
-from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.finite import non_finite_tensors
 from resnet50_trainer.model import model_for
-from resnet50_trainer.stopping import stop_together
 
 log = logging.getLogger(__name__)
 CLASSIFIER = "fc."  # torchvision's final layer: the one part a new --num_labels replaces
 _FILES_READ = "one of our .pt checkpoints or a torch.save(model.state_dict()) file"
-Read = TypeVar("Read")
-
-
-def read_on_first_process(
-    read: Callable[[], Read], placement: Placement, device: torch.device
-) -> Read | None:
-    """What `read` returns on the first process (None on the others); a UserError there stops
-    every process, the first reporting it."""
-    result, failure = None, None
-    if placement.is_main:
-        try:
-            result = read()
-        except UserError as error:
-            failure = error
-    stop_together(failure, device, "the first process's reading of the weights")
-    return result
 
 
 def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, torch.Tensor]:

@@ -4,13 +4,15 @@ return a failure; the epoch loop stops the run with it; train() decides how a pr
 
 from __future__ import annotations
 
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from resnet50_trainer import distributed
-from resnet50_trainer.errors import exit_status
+from resnet50_trainer.distributed import Placement
+from resnet50_trainer.errors import UserError, exit_status
 
 
 class StoppedByFirst(Exception):
@@ -52,3 +54,22 @@ def wait_for_first_process_to_exit() -> None:
         dist.barrier()  # the first process never joins: this returns when it has exited
     except (dist.DistError, RuntimeError):
         pass
+
+
+Done = TypeVar("Done")
+
+
+def on_first_process(
+    do: Callable[[], Done], placement: Placement, device: torch.device, what: str
+) -> Done | None:
+    """What `do` returns on the first process (None on the others), which alone reads or writes
+    the run's files; a UserError there stops every process together (stop_together, waiting on
+    `what`), the first reporting it."""
+    result, failure = None, None
+    if placement.is_main:
+        try:
+            result = do()
+        except UserError as error:
+            failure = error
+    stop_together(failure, device, what)
+    return result

@@ -15,10 +15,9 @@ from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.epoch_loop import EpochLoop, Outputs
-from resnet50_trainer.errors import UserError
 from resnet50_trainer.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.gpu_monitor import GpuMonitor
-from resnet50_trainer.initial_weights import read_init_model, read_on_first_process
+from resnet50_trainer.initial_weights import read_init_model
 from resnet50_trainer.inputs import build_test_input, build_train_input
 from resnet50_trainer.optim import LearningRateSchedule
 from resnet50_trainer.profiling import StepProfiler
@@ -26,7 +25,12 @@ from resnet50_trainer.replica import build_replica
 from resnet50_trainer.resume import resume
 from resnet50_trainer.run_state import RunState
 from resnet50_trainer.runlog import RunLog
-from resnet50_trainer.stopping import StoppedByFirst, stop_together, wait_for_first_process_to_exit
+from resnet50_trainer.stopping import (
+    StoppedByFirst,
+    on_first_process,
+    stop_together,
+    wait_for_first_process_to_exit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,12 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     test_batches = build_test_input(config, placement, device)
     init_model = config.init_model
     initial_weights = (
-        read_on_first_process(lambda: read_init_model(init_model, config), placement, device)
+        on_first_process(
+            lambda: read_init_model(init_model, config),
+            placement,
+            device,
+            "the first process's reading of the weights",
+        )
         if init_model
         else None
     )
@@ -98,13 +107,12 @@ def _open_outputs(
 ) -> Outputs:
     """The first process's new run log (if it cannot be made, all stop), its trace beside it and
     the GPU monitor; every process counts its steps for the profiler."""
-    runlog, failure = None, None
-    if placement.is_main:
-        try:
-            runlog = RunLog(config, started)
-        except UserError as error:
-            failure = error
-    stop_together(failure, device)
+    runlog = on_first_process(
+        lambda: RunLog(config, started),
+        placement,
+        device,
+        "the first process's report on its writes",
+    )
     trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
     return Outputs(
         runlog,
