@@ -12,7 +12,7 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.finite import non_finite_tensors
-from resnet50_trainer.optim import LearningRateSchedule
+from resnet50_trainer.lr_schedule import LearningRateSchedule
 from resnet50_trainer.replica import Replica
 from resnet50_trainer.run_state import RunState
 from resnet50_trainer.stopping import stop_together

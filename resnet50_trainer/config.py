@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.lr_schedule import check_lr_settings
 
 SYNTHETIC_DATA = "null"
 # ResNet depths: torchvision's builders (model.py), named here so the command line needs no torch.
@@ -27,9 +28,8 @@ LR_REFERENCE_BATCH = 256
 # --lr_scaling: linear follows those docs; none, the original's code (the base LR as given).
 LINEAR_LR_SCALING = "linear"
 LR_SCALINGS = (LINEAR_LR_SCALING, "none")
-# The original's step policy: x0.1 every 30 epochs of iterations.
-LR_STEP_EPOCHS = 30
-LR_STEP_FACTOR = 0.1
+# --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
+OPTIMIZERS = ("nesterov", "sgd")
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.
 SYNTHETIC_EPOCH_SIZE = 1_500_000
 # The crop is this share of the resized shorter side by default: 224 of 256.
@@ -89,6 +89,14 @@ class Config:
     base_learning_rate: float
     lr_scaling: str
     warmup_epochs: float
+    lr_policy: str
+    lr_steps: tuple[float, ...] | None  # epochs; None: the policy's default
+    lr_gamma: float | None
+    lr_power: float | None
+    min_lr: float | None
+    momentum: float
+    optimizer: str
+    iter_size: int  # passes each step's batch is split into, gradients accumulated
     weight_decay: float
     cudnn_workspace_limit_mb: int
     num_shards: int
@@ -128,6 +136,7 @@ class Config:
     log_top5: bool
     test_only: bool
     init_model: str | None
+    solver: str | None
 
     @property
     def synthetic(self) -> bool:
@@ -178,7 +187,7 @@ class Config:
         values = {
             FLAG_OF_FIELD.get(name, name): value for name, value in dataclasses.asdict(self).items()
         }
-        for name in ("gpus", "image_mean_per_channel", "image_std_per_channel"):
+        for name in ("gpus", "image_mean_per_channel", "image_std_per_channel", "lr_steps"):
             values[name] = None if values[name] is None else list(values[name])
         # Never written to a log or a checkpoint, nor inside a redis:// URL.
         values["redis_password"] = None
@@ -224,9 +233,25 @@ def check_settings(config: Config) -> None:
             f"batch of {config.global_batch_size} overflows to infinity: lower "
             "--base_learning_rate"
         )
+    check_lr_settings(config)
+    _check_optimizer(config)
     _check_precision_and_decoding(config)
     _check_later_flags(config)
     _check_evaluate_and_init(config)
+
+
+def _check_optimizer(config: Config) -> None:
+    if config.optimizer == "nesterov" and config.momentum == 0:
+        raise UserError(
+            "--optimizer nesterov needs momentum and --momentum is 0: give a --momentum "
+            "above 0, or --optimizer sgd for plain SGD"
+        )
+    if config.device_batch_size % config.iter_size:
+        raise UserError(
+            f"--iter_size {config.iter_size} splits each process's batch of "
+            f"{config.device_batch_size} into passes of equal size, and it does not divide: "
+            f"use an --iter_size that divides {config.device_batch_size}"
+        )
 
 
 def _check_later_flags(config: Config) -> None:

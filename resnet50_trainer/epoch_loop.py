@@ -5,6 +5,7 @@ the run with them (stopping.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_statu
 from resnet50_trainer.evaluation import TestAccuracy, evaluate
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
-from resnet50_trainer.optim import LearningRateSchedule, set_learning_rate
+from resnet50_trainer.lr_schedule import LearningRateSchedule
+from resnet50_trainer.optim import set_learning_rate
 from resnet50_trainer.profiling import StepProfiler
 from resnet50_trainer.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.replica import Replica
@@ -158,17 +160,21 @@ class EpochLoop:
         )
 
     def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step; (loss, correct, labels), still on the device."""
-        replica, run = self.replica, self.run
+        """One step, in --iter_size passes; (loss, correct, labels), still on the device."""
+        replica, run, passes = self.replica, self.run, self.config.iter_size
         labels = batch.labels.to(replica.output_device, non_blocking=True)  # a no-op unless split
         set_learning_rate(replica.optimizer, self.schedule(run.iteration))
-        precision = replica.precision
-        with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
-            logits = replica.train_model(precision.inputs(batch.images))
-            loss = F.cross_entropy(logits, labels)
         replica.optimizer.zero_grad(set_to_none=True)
-        with distributed.waiting_for_peers("the step's gradient all-reduce"):
-            precision.backward_and_step(loss, replica.optimizer)
+        loss = torch.zeros((), device=labels.device)
+        correct = torch.zeros((), dtype=torch.long, device=labels.device)
+        for index, (images, pass_labels) in enumerate(
+            zip(batch.images.chunk(passes), labels.chunk(passes))
+        ):
+            pass_loss, pass_correct = self._forward_backward(
+                images, pass_labels, passes, last=index == passes - 1
+            )
+            loss, correct = loss + pass_loss, correct + pass_correct
+        replica.precision.step(replica.optimizer)
         run.step_done()
         self.watch.record(loss, run.iteration)
         if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
@@ -176,7 +182,23 @@ class EpochLoop:
             self.timeout_shortened = True
         if self.outputs.profiler.step():
             stop_together(self.outputs.profiler.failure, self.device)
-        return loss, (logits.argmax(1) == labels).sum(), labels
+        return loss, correct, labels
+
+    def _forward_backward(
+        self, images: torch.Tensor, labels: torch.Tensor, passes: int, last: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass of a step's `passes`: its share of the loss (the step's mean) and its correct
+        predictions. Gradients add up over the passes; DDP all-reduces them in the last."""
+        replica, precision = self.replica, self.replica.precision
+        with contextlib.ExitStack() as passes_before_the_last:
+            if not last:
+                passes_before_the_last.enter_context(replica.ddp.no_sync())
+            with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
+                logits = replica.train_model(precision.inputs(images))
+                loss = F.cross_entropy(logits, labels) / passes
+            with distributed.waiting_for_peers("the step's gradient all-reduce"):
+                precision.backward(loss)
+        return loss.detach(), (logits.argmax(1) == labels).sum()
 
     def _stop_if_diverged(self) -> None:
         """A loss or weight that is no longer finite stops the run on every process, before

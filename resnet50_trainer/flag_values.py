@@ -201,28 +201,29 @@ class Switch(argparse._StoreAction):
 
 
 @dataclass(frozen=True)
-class PerChannel:
-    """An argparse type: one value per colour channel, each a `Number`, separated by commas
-    (104,117,123); the PerChannelValues action also takes them apart, as the original's
-    nargs='+' flags did (104 117 123)."""
+class NumberList:
+    """An argparse type: numbers, each a `Number`, separated by commas (104,117,123); the
+    NumberValues action also takes them apart, as the original's nargs='+' flags did
+    (104 117 123). `what`: the numbers, as the refusal names them."""
 
     number: Number
+    what: str = "one number per channel"
 
     def __call__(self, text: str) -> tuple[float, ...]:
         try:
             return tuple(self.number(part) for part in text.split(","))
         except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(
-                f"invalid value {text!r}: use one number per channel, separated by commas or "
+                f"invalid value {text!r}: use {self.what}, separated by commas or "
                 f"spaces, each {self.number.describe()}"
             ) from None
 
 
-class PerChannelValues(argparse.Action):
-    """A PerChannel flag's values, given together or apart, as one tuple."""
+class NumberValues(argparse.Action):
+    """A NumberList flag's values, given together or apart, as one tuple."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs="+", metavar="VALUE", **kwargs)
+        super().__init__(option_strings, dest, nargs="+", **{"metavar": "VALUE", **kwargs})
 
     def __call__(
         self,

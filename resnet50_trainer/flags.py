@@ -1,6 +1,7 @@
 """The trainer's flags, the original's and ours, each defined once: name, type and valid values,
 default, help. Grouped as the help shows them: data, images and the input pipeline, devices,
-model, optimisation, machines (devices and machines in flags_machines.py), logs and checkpoints.
+model, optimisation and the learning rate (flags_optimisation.py), machines (devices and machines
+in flags_machines.py), logs and checkpoints.
 A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
 
 from __future__ import annotations
@@ -9,26 +10,23 @@ import argparse
 import re
 
 from resnet50_trainer.config import (
-    LINEAR_LR_SCALING,
-    LR_SCALINGS,
     RESNET_GROUPS,
     RESNET_WIDTH_PER_GROUP,
     SUPPORTED_LAYERS,
 )
 from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
-    BATCH_SIZE,
     INPUT_WORKERS,
     PIXELS,
-    SEED,
     FlagHelpFormatter,
     Number,
+    NumberList,
+    NumberValues,
     OneLineParser,
-    PerChannel,
-    PerChannelValues,
     Switch,
 )
 from resnet50_trainer.flags_machines import add_device_flags, add_distributed_flags
+from resnet50_trainer.flags_optimisation import add_learning_rate_flags, add_optimisation_flags
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
@@ -55,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_image_flags,
         add_device_flags,
         _add_model_flags,
-        _add_optimisation_flags,
+        add_optimisation_flags,
+        add_learning_rate_flags,
         add_distributed_flags,
         _add_output_flags,
     ):
@@ -114,8 +113,8 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
     for statistic, values in (("mean", PIXEL_MEAN), ("std", PIXEL_STD)):
         images.add_argument(
             f"--image_{statistic}_per_channel",
-            action=PerChannelValues,
-            type=PerChannel(values),
+            action=NumberValues,
+            type=NumberList(values),
             help=f"the pixels' {statistic} per channel in 0..255 units, one value per "
             "channel in the original's order (blue, green, red), separated by commas or "
             "spaces; inputs are (x - mean) / std (default: 128 each, the original's "
@@ -154,57 +153,6 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         type=RESNEXT_WIDTH,
         default=RESNET_WIDTH_PER_GROUP,
         help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",
-    )
-
-
-def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
-    optimisation = parser.add_argument_group("optimisation")
-    optimisation.add_argument(
-        "--batch_size",
-        type=BATCH_SIZE,
-        default=32,
-        help="batch size TOTAL over this machine's devices; must divide by them",
-    )
-    optimisation.add_argument(
-        "--epoch_size",
-        type=Number(int, 1, 10**12),
-        help="images per epoch over all machines (default: one pass over the "
-        "training DB; the original's was 1500000)",
-    )
-    optimisation.add_argument(
-        "--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs"
-    )
-    optimisation.add_argument(
-        "--base_learning_rate",
-        type=Number(float, 0, above_minimum=True),
-        default=0.1,
-        help="learning rate for a global batch of 256, scaled linearly to the "
-        "real global batch (see --lr_scaling); x0.1 every 30 epochs",
-    )
-    optimisation.add_argument(
-        "--lr_scaling",
-        default=LINEAR_LR_SCALING,
-        choices=LR_SCALINGS,
-        help="linear: the LR is --base_learning_rate x global batch / 256; none: "
-        "--base_learning_rate as given, as the original's code did",
-    )
-    optimisation.add_argument(
-        "--warmup_epochs",
-        type=Number(float, 0, 1_000_000),
-        default=0.0,
-        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
-    )
-    optimisation.add_argument(
-        "--weight_decay",
-        type=Number(float, 0),
-        default=1e-4,
-        help="L2 on conv and fc weights and BN scales, not on biases",
-    )
-    optimisation.add_argument(
-        "--seed",
-        type=SEED,
-        default=0,
-        help="seed of the initial weights, the data order and the augmentation",
     )
 
 

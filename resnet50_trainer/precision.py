@@ -86,7 +86,9 @@ class Precision:
             images = images.contiguous(memory_format=torch.channels_last)
         return normalize(images, self.dtype or torch.float32, self.mean, self.std)
 
-    def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+    def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.step(optimizer)
         self.scaler.update()

@@ -14,7 +14,7 @@ from resnet50_trainer import checkpoint, checkpoint_schema, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError, exit_status
-from resnet50_trainer.optim import LearningRateSchedule
+from resnet50_trainer.lr_schedule import LearningRateSchedule
 from resnet50_trainer.replica import Replica
 from resnet50_trainer.run_state import RunState
 from resnet50_trainer.stopping import stop_run

@@ -19,7 +19,7 @@ from resnet50_trainer.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.initial_weights import read_init_model
 from resnet50_trainer.inputs import build_test_input, build_train_input
-from resnet50_trainer.optim import LearningRateSchedule
+from resnet50_trainer.lr_schedule import LearningRateSchedule
 from resnet50_trainer.profiling import StepProfiler
 from resnet50_trainer.replica import build_replica
 from resnet50_trainer.resume import resume
@@ -65,9 +65,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
         else None
     )
     replica = build_replica(config, placement.local_rank, device, initial_weights)
-    schedule = LearningRateSchedule(
-        config.effective_learning_rate, train_input.steps_per_epoch, config.warmup_epochs
-    )
+    schedule = LearningRateSchedule.of(config, train_input.steps_per_epoch)
     run, lineage = RunState(), checkpoint_schema.new_lineage()
     if config.load_model_path:
         run, lineage = resume(
@@ -82,7 +80,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     outputs = _open_outputs(config, placement, device, started)
-    _log_start(config, placement, train_input.steps_per_epoch, outputs.runlog)
+    _log_start(config, placement, schedule, outputs.runlog)
     saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
     loop = EpochLoop(
         config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
@@ -122,18 +120,25 @@ def _open_outputs(
 
 
 def _log_start(
-    config: Config, placement: Placement, steps_per_epoch: int, runlog: RunLog | None
+    config: Config, placement: Placement, schedule: LearningRateSchedule, runlog: RunLog | None
 ) -> None:
+    passes = (
+        f" in {config.iter_size} passes of {config.device_batch_size // config.iter_size}"
+        if config.iter_size > 1
+        else ""
+    )
     log.info(
-        "ResNet-%d, %d processes x %d images = global batch %d, effective LR %.5g "
-        "(%s), %d iterations per epoch%s",
+        "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
+        "(%s), %s, %d iterations per epoch%s",
         config.num_layers,
         placement.world_size,
         config.device_batch_size,
+        passes,
         config.global_batch_size,
         config.effective_learning_rate,
         config.learning_rate_origin,
-        steps_per_epoch,
+        schedule.describe(),
+        schedule.iterations_per_epoch,
         f"; log {runlog.path}" if runlog else "",
     )
 

@@ -23,7 +23,7 @@ from resnet50_trainer import checkpoint, checkpoint_schema, distributed
 from resnet50_trainer.checkpoint_lock import lock_checkpoints
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.errors import Diverged, UserError
-from resnet50_trainer.optim import LearningRateSchedule
+from resnet50_trainer.lr_schedule import LearningRateSchedule
 from resnet50_trainer.replica import build_replica
 from resnet50_trainer.run_state import RunState
 from trainer_runs import (

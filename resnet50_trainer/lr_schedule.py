@@ -1,0 +1,152 @@
+"""The learning rate as a function of the global iteration alone, so a resume needs only the
+iteration: a policy (--lr_policy) under an optional linear warm-up (Goyal et al. 2017).
+
+Steps are given in epochs (--lr_steps) and become iterations here, once the run knows its
+iterations per epoch. The decaying policies (cosine, poly) run from the end of the warm-up to the
+end of the run; the others are multiplied by the warm-up, as the original's step policy was.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from resnet50_trainer.errors import UserError
+
+if TYPE_CHECKING:  # config.py checks the settings with check_lr_settings below
+    from resnet50_trainer.config import Config
+
+LR_POLICIES = ("step", "multistep", "cosine", "poly", "exp", "inv", "fixed")
+DEFAULT_LR_POLICY = "step"
+# The original's step policy: x0.1 every 30 epochs of iterations.
+DEFAULT_STEP_EPOCHS = 30.0
+DEFAULT_GAMMA = 0.1
+DEFAULT_POWER = 1.0
+# The flags each policy reads; those it needs given, having no default that fits every run.
+_READS = {
+    "step": ("lr_steps", "lr_gamma"),
+    "multistep": ("lr_steps", "lr_gamma"),
+    "cosine": ("min_lr",),
+    "poly": ("lr_power", "min_lr"),
+    "exp": ("lr_gamma",),
+    "inv": ("lr_gamma", "lr_power"),
+    "fixed": (),
+}
+_NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", "lr_power")}
+# A gamma above 1 would raise the LR at every step without end.
+_DECAYING_GAMMA = ("step", "multistep", "exp")
+
+
+@dataclass(frozen=True)
+class LearningRateSchedule:
+    peak_lr: float
+    iterations_per_epoch: int
+    warmup_epochs: float = 0.0
+    policy: str = DEFAULT_LR_POLICY
+    steps: tuple[float, ...] = (DEFAULT_STEP_EPOCHS,)  # epochs: step's period, multistep's marks
+    gamma: float = DEFAULT_GAMMA
+    power: float = DEFAULT_POWER
+    min_lr: float = 0.0
+    epochs: int = 1  # the run's length, where cosine and poly end
+
+    @classmethod
+    def of(cls, config: Config, iterations_per_epoch: int) -> LearningRateSchedule:
+        return cls(
+            config.effective_learning_rate,
+            iterations_per_epoch,
+            config.warmup_epochs,
+            config.lr_policy,
+            config.lr_steps or (DEFAULT_STEP_EPOCHS,),
+            DEFAULT_GAMMA if config.lr_gamma is None else config.lr_gamma,
+            DEFAULT_POWER if config.lr_power is None else config.lr_power,
+            config.min_lr or 0.0,
+            config.num_epochs,
+        )
+
+    def describe(self) -> str:
+        """The policy in words, for the start line."""
+        steps = ", ".join(f"{epoch:g}" for epoch in self.steps)
+        words = {
+            "step": f"x{self.gamma:g} every {steps} epochs",
+            "multistep": f"x{self.gamma:g} at epochs {steps}",
+            "cosine": f"cosine to {self.min_lr:g}",
+            "poly": f"poly (power {self.power:g}) to {self.min_lr:g}",
+            "exp": f"x{self.gamma:g} per epoch",
+            "inv": f"inv (gamma {self.gamma:g} per epoch, power {self.power:g})",
+            "fixed": "fixed",
+        }[self.policy]
+        if self.warmup_epochs:
+            words += f", after {self.warmup_epochs:g} warm-up epochs"
+        return words
+
+    def __call__(self, iteration: int) -> float:
+        lr = self._policy(iteration)
+        warmup = self._iterations(self.warmup_epochs)
+        if iteration < warmup:
+            lr *= (iteration + 1) / warmup
+        return lr
+
+    def _iterations(self, epochs: float) -> int:
+        return round(epochs * self.iterations_per_epoch)
+
+    def _policy(self, iteration: int) -> float:
+        peak, per_epoch = self.peak_lr, self.iterations_per_epoch
+        if self.policy == "step":
+            # At least one iteration, where an epoch is shorter than a step would be.
+            return peak * self.gamma ** (iteration // max(1, self._iterations(self.steps[0])))
+        if self.policy == "multistep":
+            passed = sum(iteration >= self._iterations(epoch) for epoch in self.steps)
+            return peak * self.gamma**passed
+        if self.policy == "exp":  # gamma per epoch, applied smoothly every iteration
+            return peak * self.gamma ** (iteration / per_epoch)
+        if self.policy == "inv":
+            return peak * (1 + self.gamma * iteration / per_epoch) ** -self.power
+        if self.policy in ("cosine", "poly"):
+            return self.min_lr + (peak - self.min_lr) * self._decay(iteration)
+        return peak  # fixed
+
+    def _decay(self, iteration: int) -> float:
+        """From 1 at the end of the warm-up to 0 at the end of the run."""
+        start = self._iterations(self.warmup_epochs)
+        span = max(1, self.epochs * self.iterations_per_epoch - start)
+        done = min(1.0, max(0.0, (iteration - start) / span))
+        if self.policy == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * done))
+        return (1 - done) ** self.power
+
+
+def check_lr_settings(config: Config) -> None:
+    """Each LR flag read by the policy given, and the values that policy needs."""
+    policy = config.lr_policy
+    for flag in ("lr_steps", "lr_gamma", "lr_power", "min_lr"):
+        if getattr(config, flag) is not None and flag not in _READS[policy]:
+            readers = [name for name, flags in _READS.items() if flag in flags]
+            raise UserError(
+                f"--{flag} is not read by --lr_policy {policy}: only by "
+                f"{', '.join(readers)}; leave it out or pick one of those"
+            )
+    for flag in _NEEDS.get(policy, ()):
+        if getattr(config, flag) is None:
+            raise UserError(f"--lr_policy {policy} needs --{flag}: give it")
+    steps = config.lr_steps
+    if policy == "step" and steps is not None and len(steps) != 1:
+        raise UserError(
+            f"--lr_policy step takes one --lr_steps value, the epochs between drops "
+            f"(got {len(steps)}): for drops at given epochs use --lr_policy multistep"
+        )
+    if policy == "multistep" and steps is not None and list(steps) != sorted(set(steps)):
+        raise UserError(
+            "--lr_steps of --lr_policy multistep are the epochs of the drops, each after the "
+            "one before: give them in increasing order, no repeats"
+        )
+    if policy in _DECAYING_GAMMA and (config.lr_gamma or 0) > 1:
+        raise UserError(
+            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
+            "LR without end; give a gamma from 0 to 1"
+        )
+    if (config.min_lr or 0) > config.effective_learning_rate:
+        raise UserError(
+            f"--min_lr {config.min_lr:g} is above the run's LR "
+            f"{config.effective_learning_rate:g}: the LR decays to --min_lr; lower it"
+        )
