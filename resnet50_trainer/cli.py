@@ -15,8 +15,10 @@ from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
+from resnet50_trainer.solver_flags import with_solver
 
 __all__ = ["build_parser", "command", "config_from_args", "main"]
+log = logging.getLogger(__name__)
 # How each launcher starts one rank per machine, the original's way.
 _ONE_RANK_PER_MACHINE = {
     "mpirun": "mpirun --map-by ppr:1:node",
@@ -179,11 +181,16 @@ def command() -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
-    return run_command(TRAINER, lambda: _train(args))
+    return run_command(TRAINER, lambda: _train(args, argv))
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     launched = detect_launcher(os.environ)
+    if args.solver:
+        args, lines = with_solver(args, argv, launched)
+        if launched is None or launched.rank == 0:
+            for line in lines:
+                log.info("%s", line)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
     from resnet50_trainer.launch import launch  # torch: only once the flags hold
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from resnet50_trainer.config import LINEAR_LR_SCALING, LR_SCALINGS, OPTIMIZERS
+from resnet50_trainer.config import (
+    DEFAULT_LR_POLICY,
+    LINEAR_LR_SCALING,
+    LR_POLICIES,
+    LR_SCALINGS,
+    OPTIMIZERS,
+)
 from resnet50_trainer.flag_values import (
     BATCH_SIZE,
     SEED,
@@ -13,7 +19,6 @@ from resnet50_trainer.flag_values import (
     NumberList,
     NumberValues,
 )
-from resnet50_trainer.lr_schedule import DEFAULT_LR_POLICY, LR_POLICIES
 
 EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
 
@@ -92,7 +97,7 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         "--lr_policy",
         default=DEFAULT_LR_POLICY,
         choices=LR_POLICIES,
-        help="step: x gamma every --lr_steps epochs (default 30, the original's); multistep: "
+        help="step: x gamma every --lr_steps epochs (30 unless given, the original's); multistep: "
         "x gamma at each of the --lr_steps epochs; cosine, poly: down to --min_lr at the "
         "run's end; exp: x gamma per epoch; inv: (1 + gamma x epochs) ^ -power; fixed",
     )
@@ -106,18 +111,18 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
     rate.add_argument(
         "--lr_gamma",
         type=Number(float, 0, 1_000_000, above_minimum=True),
-        help="the factor of step, multistep and exp (default 0.1 for the step policies); "
-        "inv's gamma",
+        help="the factor of step, multistep and exp; inv's gamma (default: 0.1 for step and "
+        "multistep, none for exp and inv)",
     )
     rate.add_argument(
         "--lr_power",
         type=Number(float, 0, 1000),
-        help="the power of poly (default 1: linear) and inv",
+        help="the power of poly and inv (default: 1 for poly, linear; none for inv)",
     )
     rate.add_argument(
         "--min_lr",
         type=Number(float, 0),
-        help="where cosine and poly end (default 0)",
+        help="where cosine and poly end (default: 0)",
     )
     rate.add_argument(
         "--warmup_epochs",

@@ -10,32 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:  # config.py checks the settings with check_lr_settings below
-    from resnet50_trainer.config import Config
-
-LR_POLICIES = ("step", "multistep", "cosine", "poly", "exp", "inv", "fixed")
-DEFAULT_LR_POLICY = "step"
-# The original's step policy: x0.1 every 30 epochs of iterations.
-DEFAULT_STEP_EPOCHS = 30.0
-DEFAULT_GAMMA = 0.1
-DEFAULT_POWER = 1.0
-# The flags each policy reads; those it needs given, having no default that fits every run.
-_READS = {
-    "step": ("lr_steps", "lr_gamma"),
-    "multistep": ("lr_steps", "lr_gamma"),
-    "cosine": ("min_lr",),
-    "poly": ("lr_power", "min_lr"),
-    "exp": ("lr_gamma",),
-    "inv": ("lr_gamma", "lr_power"),
-    "fixed": (),
-}
-_NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", "lr_power")}
-# A gamma above 1 would raise the LR at every step without end.
-_DECAYING_GAMMA = ("step", "multistep", "exp")
+from resnet50_trainer.config import (
+    DEFAULT_GAMMA,
+    DEFAULT_LR_POLICY,
+    DEFAULT_POWER,
+    DEFAULT_STEP_EPOCHS,
+    Config,
+)
 
 
 @dataclass(frozen=True)
@@ -114,39 +96,3 @@ class LearningRateSchedule:
         if self.policy == "cosine":
             return 0.5 * (1 + math.cos(math.pi * done))
         return (1 - done) ** self.power
-
-
-def check_lr_settings(config: Config) -> None:
-    """Each LR flag read by the policy given, and the values that policy needs."""
-    policy = config.lr_policy
-    for flag in ("lr_steps", "lr_gamma", "lr_power", "min_lr"):
-        if getattr(config, flag) is not None and flag not in _READS[policy]:
-            readers = [name for name, flags in _READS.items() if flag in flags]
-            raise UserError(
-                f"--{flag} is not read by --lr_policy {policy}: only by "
-                f"{', '.join(readers)}; leave it out or pick one of those"
-            )
-    for flag in _NEEDS.get(policy, ()):
-        if getattr(config, flag) is None:
-            raise UserError(f"--lr_policy {policy} needs --{flag}: give it")
-    steps = config.lr_steps
-    if policy == "step" and steps is not None and len(steps) != 1:
-        raise UserError(
-            f"--lr_policy step takes one --lr_steps value, the epochs between drops "
-            f"(got {len(steps)}): for drops at given epochs use --lr_policy multistep"
-        )
-    if policy == "multistep" and steps is not None and list(steps) != sorted(set(steps)):
-        raise UserError(
-            "--lr_steps of --lr_policy multistep are the epochs of the drops, each after the "
-            "one before: give them in increasing order, no repeats"
-        )
-    if policy in _DECAYING_GAMMA and (config.lr_gamma or 0) > 1:
-        raise UserError(
-            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
-            "LR without end; give a gamma from 0 to 1"
-        )
-    if (config.min_lr or 0) > config.effective_learning_rate:
-        raise UserError(
-            f"--min_lr {config.min_lr:g} is above the run's LR "
-            f"{config.effective_learning_rate:g}: the LR decays to --min_lr; lower it"
-        )

@@ -34,7 +34,7 @@ FLOAT, INT32, BYTE, STRING, UINT8 = (
 )
 
 
-def _add_field(
+def add_field(
     message: descriptor_pb2.DescriptorProto,
     name: str,
     number: int,
@@ -64,13 +64,13 @@ def _caffe_file() -> descriptor_pb2.FileDescriptorProto:
         name="resnet50_trainer/caffe.proto", package="caffe", syntax="proto2"
     )
     datum = file_proto.message_type.add(name="Datum")
-    _add_field(datum, "channels", 1, _Field.TYPE_INT32)
-    _add_field(datum, "height", 2, _Field.TYPE_INT32)
-    _add_field(datum, "width", 3, _Field.TYPE_INT32)
-    _add_field(datum, "data", 4, _Field.TYPE_BYTES)
-    _add_field(datum, "label", 5, _Field.TYPE_INT32)
-    _add_field(datum, "float_data", 6, _Field.TYPE_FLOAT, repeated=True)
-    _add_field(datum, "encoded", 7, _Field.TYPE_BOOL, default="false")
+    add_field(datum, "channels", 1, _Field.TYPE_INT32)
+    add_field(datum, "height", 2, _Field.TYPE_INT32)
+    add_field(datum, "width", 3, _Field.TYPE_INT32)
+    add_field(datum, "data", 4, _Field.TYPE_BYTES)
+    add_field(datum, "label", 5, _Field.TYPE_INT32)
+    add_field(datum, "float_data", 6, _Field.TYPE_FLOAT, repeated=True)
+    add_field(datum, "encoded", 7, _Field.TYPE_BOOL, default="false")
     return file_proto
 
 
@@ -83,8 +83,8 @@ def _caffe2_file() -> descriptor_pb2.FileDescriptorProto:
     data_type = tensor.enum_type.add(name="DataType")
     for name, number in DATA_TYPES.items():
         data_type.value.add(name=name, number=number)
-    _add_field(tensor, "dims", 1, _Field.TYPE_INT64, repeated=True)
-    _add_field(
+    add_field(tensor, "dims", 1, _Field.TYPE_INT64, repeated=True)
+    add_field(
         tensor,
         "data_type",
         2,
@@ -92,21 +92,21 @@ def _caffe2_file() -> descriptor_pb2.FileDescriptorProto:
         type_name=".caffe2.TensorProto.DataType",
         default="FLOAT",
     )
-    _add_field(tensor, "float_data", 3, _Field.TYPE_FLOAT, repeated=True, packed=True)
-    _add_field(tensor, "int32_data", 4, _Field.TYPE_INT32, repeated=True, packed=True)
-    _add_field(tensor, "byte_data", 5, _Field.TYPE_BYTES)
-    _add_field(tensor, "string_data", 6, _Field.TYPE_BYTES, repeated=True)
-    _add_field(tensor, "name", 7, _Field.TYPE_STRING)
-    _add_field(tensor, "double_data", 9, _Field.TYPE_DOUBLE, repeated=True, packed=True)
-    _add_field(tensor, "int64_data", 10, _Field.TYPE_INT64, repeated=True, packed=True)
+    add_field(tensor, "float_data", 3, _Field.TYPE_FLOAT, repeated=True, packed=True)
+    add_field(tensor, "int32_data", 4, _Field.TYPE_INT32, repeated=True, packed=True)
+    add_field(tensor, "byte_data", 5, _Field.TYPE_BYTES)
+    add_field(tensor, "string_data", 6, _Field.TYPE_BYTES, repeated=True)
+    add_field(tensor, "name", 7, _Field.TYPE_STRING)
+    add_field(tensor, "double_data", 9, _Field.TYPE_DOUBLE, repeated=True, packed=True)
+    add_field(tensor, "int64_data", 10, _Field.TYPE_INT64, repeated=True, packed=True)
     protos = file_proto.message_type.add(name="TensorProtos")
-    _add_field(
+    add_field(
         protos, "protos", 1, _Field.TYPE_MESSAGE, repeated=True, type_name=".caffe2.TensorProto"
     )
     return file_proto
 
 
-def _message_class(pool: descriptor_pool.DescriptorPool, full_name: str) -> type[Message]:
+def message_class(pool: descriptor_pool.DescriptorPool, full_name: str) -> type[Message]:
     descriptor = pool.FindMessageTypeByName(full_name)
     if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
         return message_factory.GetMessageClass(descriptor)
@@ -118,5 +118,5 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_caffe_file())
 _POOL.Add(_caffe2_file())
 
-Datum = _message_class(_POOL, "caffe.Datum")
-TensorProtos = _message_class(_POOL, "caffe2.TensorProtos")
+Datum = message_class(_POOL, "caffe.Datum")
+TensorProtos = message_class(_POOL, "caffe2.TensorProtos")

@@ -1,0 +1,162 @@
+"""--solver: a Caffe solver.prototxt made into flags. Its LR drops land on the iterations it names,
+its iteration counts become epochs (and the start says so), the command line wins over it, and a
+field it cannot honour is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from resnet50_trainer.lr_schedule import LearningRateSchedule
+from trainer_runs import SMALL_RUN, config_of, log_rows, refused_in_process, run_trainer
+
+# Epochs of 4 iterations (test_interval), 12 iterations in all; SMALL_RUN's batch is 8.
+STEP_SOLVER = """# a ResNet-50 solver, ported
+net: "models/ResNet-50-train_val.prototxt"
+test_iter: 2
+test_interval: 4
+base_lr: 0.2
+lr_policy: "step"
+stepsize: 6
+gamma: 0.5
+momentum: 0.9
+weight_decay: 0.0005
+max_iter: 12
+display: 1
+snapshot: 2
+type: "SGD"
+"""
+
+
+def solver_file(tmp_path, text: str, name: str = "solver.prototxt") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def lrs(config, iterations: int) -> list[float]:
+    schedule = LearningRateSchedule.of(config, config.epoch_size // config.global_batch_size)
+    return [schedule(i) for i in range(iterations)]
+
+
+def test_a_step_solver_drops_the_lr_at_the_iterations_it_names(tmp_path):
+    config = config_of(
+        *SMALL_RUN, "--train_data", "null", "--solver", solver_file(tmp_path, STEP_SOLVER)
+    )
+    assert lrs(config, 12) == [0.2] * 6 + [0.1] * 6
+    assert (config.epoch_size, config.num_epochs, config.lr_steps) == (32, 3, (1.5,))
+    assert (config.optimizer, config.momentum, config.weight_decay) == ("sgd", 0.9, 0.0005)
+    assert (config.lr_scaling, config.test_epoch_size) == ("none", 16)
+    # display: 1 is overridden by SMALL_RUN's --print_every 1000: the command line wins.
+    assert (config.print_every, config.checkpoint_every_iters) == (1000, 2)
+
+
+@pytest.mark.parametrize(
+    "policy, caffe_lr",
+    [
+        (
+            'lr_policy: "multistep" stepvalue: 3 stepvalue: 7 gamma: 0.1',
+            lambda i: 0.2 * 0.1 ** ((i >= 3) + (i >= 7)),
+        ),
+        ('lr_policy: "poly" power: 2', lambda i: 0.2 * (1 - i / 12) ** 2),
+        ('lr_policy: "exp" gamma: 0.9', lambda i: 0.2 * 0.9**i),
+        ('lr_policy: "inv" gamma: 0.5 power: 0.75', lambda i: 0.2 * (1 + 0.5 * i) ** -0.75),
+        ('lr_policy: "fixed"', lambda i: 0.2),
+    ],
+)
+def test_each_caffe_policy_gives_caffes_lr_at_every_iteration(tmp_path, policy, caffe_lr):
+    """solver.cpp's GetLearningRate, iteration by iteration, through the epochs it became."""
+    text = f"base_lr: 0.2 max_iter: 12 test_interval: 4 {policy}"
+    config = config_of(*SMALL_RUN, "--train_data", "null", "--solver", solver_file(tmp_path, text))
+    assert lrs(config, 12) == pytest.approx([caffe_lr(i) for i in range(12)], rel=1e-6)
+
+
+def test_the_command_line_wins_over_the_solver(tmp_path):
+    path = solver_file(tmp_path, STEP_SOLVER)
+    config = config_of(
+        *SMALL_RUN,
+        "--train_data",
+        "null",
+        "--solver",
+        path,
+        "--base_learning_rate",
+        "0.05",
+        "--num_epochs",
+        "5",
+        "--optimizer",
+        "nesterov",
+    )
+    assert (config.base_learning_rate, config.num_epochs, config.optimizer) == (0.05, 5, "nesterov")
+    assert config.lr_steps == (1.5,)  # still the file's
+
+
+def test_a_solver_run_says_what_each_field_became_and_logs_the_drops(tmp_path):
+    text = STEP_SOLVER.replace("stepsize: 6", "stepsize: 4") + "iter_size: 2\nrandom_seed: 3\n"
+    path = solver_file(tmp_path, text)
+    done = run_trainer("--train_data", "null", "--solver", path, "--log_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    for line in (
+        "max_iter -> --num_epochs 3",
+        "test_interval -> --epoch_size 32: epochs of 4 iterations of the global batch of 8",
+        "stepsize -> --lr_steps 1 epochs",
+        "iter_size -> --iter_size 2",
+        "random_seed -> --seed 3",
+        "net 'models/ResNet-50-train_val.prototxt': not used",
+        "1 processes x 8 images in 2 passes of 4",
+    ):
+        assert line in done.stderr, done.stderr
+    rows = log_rows(tmp_path)
+    assert [float(row["learning_rate"]) for row in rows] == pytest.approx([0.2, 0.1, 0.05])
+    assert [int(row["cumulative_batch_count"]) for row in rows] == [4, 8, 12]
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("base_lr: 0.1 max_iter: 4 foo: 1", 'has no field named "foo"'),
+        ('base_lr: 0.1 max_iter: 4 lr_policy: "sigmoid"', "lr_policy 'sigmoid' is not one"),
+        (
+            'base_lr: 0.1 max_iter: 4 type: "Adam"',
+            "type 'Adam': this trainer runs SGD and Nesterov",
+        ),
+        ("base_lr: 0.1 max_iter: 4 solver_type: ADAGRAD", "solver_type 'ADAGRAD'"),
+        ('net: "models/bvlc_alexnet/train_val.prototxt" max_iter: 4', "is not a ResNet"),
+        ("net_param { layer { name: 'x' } } max_iter: 4", "a net or net state written inline"),
+        ('regularization_type: "L1" max_iter: 4', "only L2 weight decay"),
+        ("clip_gradients: 10 max_iter: 4", "gradients are not clipped here"),
+        ("base_lr: nan max_iter: 4", "base_lr: invalid value 'nan'"),
+        ("base_lr: -1 max_iter: 4", "base_lr: invalid value '-1.0'"),
+        ("momentum: 1.5 max_iter: 4", "momentum: invalid value '1.5'"),
+        ("max_iter: 10 test_interval: 4", "max_iter 10 is not a whole number of epochs of 4"),
+        ("base_lr: 0.1", "has no max_iter"),
+        ('lr_policy: "step" gamma: 0.1 max_iter: 4', "lr_policy step needs stepsize"),
+        (
+            'lr_policy: "multistep" gamma: 0.1 stepvalue: 3 stepvalue: 2 max_iter: 4',
+            "increasing order",
+        ),
+        ("test_iter: 1 test_iter: 2 max_iter: 4", "test_iter has 2 values"),
+        ('weights: "a.pt" weights: "b.pt" max_iter: 4', "weights names several files"),
+        ("iter_size: 3 max_iter: 4", "--iter_size 3 splits each process's batch of 8"),
+        ("max_iter: 4 snapshot: -1", "snapshot: invalid value '-1'"),
+        ("base_lr: 0.1 max_iter: 4 {", "not Caffe SolverParameter text"),
+    ],
+)
+def test_what_a_solver_cannot_honour_is_one_line(capsys, tmp_path, text, words):
+    line = refused_in_process(
+        capsys, "--train_data", "null", "--solver", solver_file(tmp_path, text)
+    )
+    assert words in line, line
+
+
+def test_a_solver_path_that_is_no_solver_file_is_one_line(capsys, tmp_path):
+    for path, words in (
+        (tmp_path / "missing.prototxt", "No such file or directory"),
+        (tmp_path, "is not a solver file"),
+        ("/dev/zero", "is not a solver file"),
+    ):
+        line = refused_in_process(capsys, "--train_data", "null", "--solver", str(path))
+        assert words in line, line
+    binary = tmp_path / "binary.prototxt"
+    binary.write_bytes(b"\xff\xfe\x00base_lr")
+    assert "cannot be read" in refused_in_process(
+        capsys, "--train_data", "null", "--solver", str(binary)
+    )
