@@ -4,10 +4,22 @@ field it cannot honour is one line."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.lr_schedule import LearningRateSchedule
-from trainer_runs import SMALL_RUN, config_of, log_rows, refused_in_process, run_trainer
+from resnet50_trainer.solver_flags import with_solver
+from trainer_runs import (
+    REPOSITORY,
+    SMALL_RUN,
+    config_of,
+    log_rows,
+    refused_in_process,
+    run_trainer,
+)
 
 # Epochs of 4 iterations (test_interval), 12 iterations in all; SMALL_RUN's batch is 8.
 STEP_SOLVER = """# a ResNet-50 solver, ported
@@ -160,3 +172,18 @@ def test_a_solver_path_that_is_no_solver_file_is_one_line(capsys, tmp_path):
     assert "cannot be read" in refused_in_process(
         capsys, "--train_data", "null", "--solver", str(binary)
     )
+
+
+def test_the_readmes_solver_example_becomes_what_the_readme_says(tmp_path):
+    readme = (Path(REPOSITORY) / "README.md").read_text()
+    start = readme.index("    # solver.prototxt: ResNet-50")
+    block = readme[start : readme.index("\n\n", start)]
+    path = solver_file(tmp_path, "\n".join(line[4:] for line in block.splitlines()))
+    flags = ["--solver", path, "--gpus", "all", "--batch_size", "256", "--train_data", "null"]
+    args, lines = with_solver(build_parser().parse_args(flags), flags, None)
+    said = " ".join(lines)
+    saying = readme[start : readme.index("- **Iterations stay iterations", start)]
+    for words in re.findall(r"`([a-z_]+ -> [^`]+)`", saying):
+        assert " ".join(words.split()) in said, (words, lines)
+    config = config_from_args(args, gpus_present=8)
+    assert (config.epoch_size, config.num_epochs, config.lr_steps) == (1_280_000, 90, (30, 60, 80))
