@@ -166,11 +166,13 @@ class _Translation:
     def _check_net(self, field: str, net: str) -> None:
         """A net file is not read, but for its name: it must be a ResNet (or ResNeXt), which
         --num_layers builds."""
-        try:
-            with open(net, encoding="utf-8", errors="replace") as file:
-                match = _NET_NAME.search(file.read(1 << 16))
-        except OSError:
-            match = None
+        match = None
+        if os.path.isfile(net):  # never a FIFO, whose open would wait for a writer
+            try:
+                with open(net, encoding="utf-8", errors="replace") as file:
+                    match = _NET_NAME.search(file.read(1 << 16))
+            except OSError:
+                pass  # its file name then says what it is
         name = match.group(1) if match else os.path.basename(net)
         if "resne" not in name.lower():
             raise self.refuse(
@@ -235,7 +237,9 @@ class _Translation:
             self.set_flag("random_seed", "seed", solver.random_seed)
         if _enum_name(solver, "SolverMode", solver.solver_mode) == "CPU":
             self.set_flag("solver_mode", "use_cpu", True)
-        elif self.has("device_id") and not {"gpus", "processes_per_machine"} & self.given:
+        elif (
+            self.has("device_id") and not {"gpus", "processes_per_machine", "use_cpu"} & self.given
+        ):
             self.set_flag("device_id", "gpus", (solver.device_id,))
 
     def turn_iterations_into_epochs(self, args: argparse.Namespace, global_batch: int) -> None:
