@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 
 from resnet50_trainer.config import (
     RESNET_GROUPS,
@@ -60,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         add_flags(parser)
     return parser
+
+
+def given_flags(argv: Sequence[str] | None) -> set[str]:
+    """The settings (argparse dests) the command line gives itself, which neither a --recipe nor
+    a --solver file overrides."""
+    parser = build_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
 
 
 def _add_data_flags(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 
 from resnet50_trainer.caffe_solver import read_solver
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.flags import build_parser
+from resnet50_trainer.flags import build_parser, given_flags
 from resnet50_trainer.rendezvous.launchers import Launched
 
 # Caffe's lr_policy values this trainer runs (sigmoid it does not); its solver types likewise.
@@ -51,15 +51,6 @@ _POLICY_READS = {
     "poly": ("power",),
 }
 _NET_NAME = re.compile(r'^\s*name\s*:\s*"([^"]*)"', re.MULTILINE)
-
-
-def given_flags(argv: Sequence[str] | None) -> set[str]:
-    """The settings (argparse dests) the command line gives itself, which a solver file never
-    overrides."""
-    parser = build_parser()
-    for action in parser._actions:
-        action.default = argparse.SUPPRESS
-    return set(vars(parser.parse_args(argv)))
 
 
 def with_solver(
