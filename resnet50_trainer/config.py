@@ -52,6 +52,14 @@ OPTIMIZERS = ("nesterov", "sgd")
 SYNTHETIC_EPOCH_SIZE = 1_500_000
 # The crop is this share of the resized shorter side by default: 224 of 256.
 CROP_SHARE = 0.875
+# --crop: scale, the original's (shorter side to --scale, a random square); random_resized,
+# torchvision's RandomResizedCrop, with its defaults for --crop_area and --crop_ratio.
+SCALE_CROP = "scale"
+RANDOM_RESIZED_CROP = "random_resized"
+CROPS = (SCALE_CROP, RANDOM_RESIZED_CROP)
+DEFAULT_CROP_AREA = (0.08, 1.0)
+DEFAULT_CROP_RATIO = (3 / 4, 4 / 3)
+CROP_BOUNDS = ("crop_area", "crop_ratio")  # the flags of random_resized's bounds
 
 
 def default_scale(image_size: int) -> int:
@@ -155,6 +163,11 @@ class Config:
     test_only: bool
     init_model: str | None
     solver: str | None
+    crop: str
+    crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
+    crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
+    test_resize: int | None  # None: scale
+    test_image_size: int | None  # None: image_size
 
     @property
     def synthetic(self) -> bool:
@@ -167,6 +180,12 @@ class Config:
             RESNET_GROUPS,
             RESNET_WIDTH_PER_GROUP,
         )
+
+    @property
+    def test_sizes(self) -> tuple[int, int]:
+        """The test images' resized shorter side and centre crop: --test_resize and
+        --test_image_size, by default the training's --scale and --image_size."""
+        return self.test_resize or self.scale, self.test_image_size or self.image_size
 
     @property
     def world_size(self) -> int:
@@ -205,7 +224,13 @@ class Config:
         values = {
             FLAG_OF_FIELD.get(name, name): value for name, value in dataclasses.asdict(self).items()
         }
-        for name in ("gpus", "image_mean_per_channel", "image_std_per_channel", "lr_steps"):
+        for name in (
+            "gpus",
+            "image_mean_per_channel",
+            "image_std_per_channel",
+            "lr_steps",
+            *CROP_BOUNDS,
+        ):
             values[name] = None if values[name] is None else list(values[name])
         # Never written to a log or a checkpoint, nor inside a redis:// URL.
         values["redis_password"] = None
@@ -244,6 +269,7 @@ def check_settings(config: Config) -> None:
             f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}"
         )
     _check_crop_fits(config.image_size, config.scale)
+    _check_crops(config)
     # Each flag is finite on its own; their product, the LR the run uses, must be too.
     if not math.isfinite(config.effective_learning_rate):
         raise UserError(
@@ -305,6 +331,30 @@ def _check_optimizer(config: Config) -> None:
             f"--iter_size {config.iter_size} splits each process's batch of "
             f"{config.device_batch_size} into passes of equal size, and it does not divide: "
             f"use an --iter_size that divides {config.device_batch_size}"
+        )
+
+
+def _check_crops(config: Config) -> None:
+    """--crop_area and --crop_ratio shape random-resized boxes only; the test crop must fit in the
+    resized test image."""
+    if config.crop != RANDOM_RESIZED_CROP:
+        for flag in CROP_BOUNDS:
+            if getattr(config, flag) is not None:
+                raise UserError(
+                    f"--{flag} bounds the boxes of --crop {RANDOM_RESIZED_CROP}, and this run has "
+                    f"--crop {config.crop}: add --crop {RANDOM_RESIZED_CROP} or leave --{flag} out"
+                )
+    resize, size = config.test_sizes
+    if size > resize:
+        size_flag = "--test_image_size" if config.test_image_size else "--image_size"
+        resize_flag = (
+            f"--test_resize {resize}"
+            if config.test_resize
+            else f"--scale {resize} (the test images' resize without --test_resize)"
+        )
+        raise UserError(
+            f"{size_flag} {size} is above {resize_flag}: the test crop must fit in the resized "
+            "test image; give --test_resize at least that, or a smaller --test_image_size"
         )
 
 

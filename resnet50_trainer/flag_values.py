@@ -219,6 +219,24 @@ class NumberList:
             ) from None
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """An argparse type: MIN,MAX, two `Number`s separated by a comma, MIN at most MAX."""
+
+    number: Number
+
+    def __call__(self, text: str) -> tuple[float, float]:
+        try:
+            low, high = (self.number(part) for part in text.split(","))
+            if low <= high:
+                return low, high
+        except (argparse.ArgumentTypeError, ValueError):  # ValueError: not two values
+            pass
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: use MIN,MAX, MIN at most MAX, each {self.number.describe()}"
+        )
+
+
 class NumberValues(argparse.Action):
     """A NumberList flag's values, given together or apart, as one tuple."""
 

@@ -11,14 +11,19 @@ import re
 from collections.abc import Sequence
 
 from resnet50_trainer.config import (
+    CROPS,
+    DEFAULT_CROP_AREA,
+    DEFAULT_CROP_RATIO,
     RESNET_GROUPS,
     RESNET_WIDTH_PER_GROUP,
+    SCALE_CROP,
     SUPPORTED_LAYERS,
 )
 from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
     INPUT_WORKERS,
     PIXELS,
+    Bounds,
     FlagHelpFormatter,
     Number,
     NumberList,
@@ -37,6 +42,9 @@ PIXEL_MEAN = Number(float, 0, 255)
 PIXEL_STD = Number(float, 0, 255, above_minimum=True)
 RESNEXT_GROUPS = Number(int, 1, 1024)
 RESNEXT_WIDTH = Number(int, 1, 4096)
+CROP_AREA = Bounds(Number(float, 0, 1, above_minimum=True))
+# Far beyond any real crop; a ratio nearer 0 or infinity would overflow the box's arithmetic.
+CROP_RATIO = Bounds(Number(float, 0.001, 1000))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +128,7 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
         "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
         "--image_size 227 is exactly the original)",
     )
+    _add_crop_flags(images)
     for statistic, values in (("mean", PIXEL_MEAN), ("std", PIXEL_STD)):
         images.add_argument(
             f"--image_{statistic}_per_channel",
@@ -143,6 +152,43 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
         choices=("cpu", "gpu"),
         help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
         "training GPU; input processes only read bytes)",
+    )
+
+
+def _add_crop_flags(images: argparse._ArgumentGroup) -> None:
+    """The training crop and the test images' sizes (FixRes: test at a larger size than trained)."""
+    images.add_argument(
+        "--crop",
+        default=SCALE_CROP,
+        choices=CROPS,
+        help="training crop: scale (shorter side to --scale, a random --image_size square, "
+        "mirrored half the time: the original's) or random_resized (torchvision's "
+        "RandomResizedCrop: a random box of --crop_area of the image and --crop_ratio "
+        "width / height, resized to --image_size, mirrored half the time)",
+    )
+    for flag, bounds, default, what in (
+        ("--crop_area", CROP_AREA, DEFAULT_CROP_AREA, "share of the image's area"),
+        ("--crop_ratio", CROP_RATIO, DEFAULT_CROP_RATIO, "width / height (drawn log-uniform)"),
+    ):
+        images.add_argument(
+            flag,
+            type=bounds,
+            metavar="MIN,MAX",
+            help=f"--crop random_resized: the box's {what}, from MIN to MAX (default: "
+            f"{default[0]:.4g},{default[1]:.4g}, torchvision's; valid: each "
+            f"{bounds.number.describe()})",
+        )
+    images.add_argument(
+        "--test_resize",
+        type=PIXELS,
+        help="shorter side the test images are resized to before their centre crop "
+        "(default: --scale)",
+    )
+    images.add_argument(
+        "--test_image_size",
+        type=PIXELS,
+        help="side of the test images' centre crop (default: --image_size); FixRes as "
+        "torchvision's recipe: --image_size 176 --test_resize 232 --test_image_size 224",
     )
 
 

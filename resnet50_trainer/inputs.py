@@ -9,7 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from resnet50_trainer.config import SYNTHETIC_EPOCH_SIZE, Config
+from resnet50_trainer.config import (
+    DEFAULT_CROP_AREA,
+    DEFAULT_CROP_RATIO,
+    SCALE_CROP,
+    SYNTHETIC_EPOCH_SIZE,
+    Config,
+)
 from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.databases import read_keys
 from resnet50_trainer.data.input_pipeline import device_batches
@@ -30,20 +36,26 @@ class TrainInput:
     steps_per_epoch: int
 
 
-def input_settings(config: Config) -> InputSettings:
+def input_settings(config: Config, train: bool) -> InputSettings:
+    """The training images' settings, or the test images': resized to --test_resize and cut by
+    the centre crop of --test_image_size (ImageRecords centres the scale crop when not training)."""
+    resize, size = (config.scale, config.image_size) if train else config.test_sizes
     return InputSettings(
         config.num_labels,
         config.num_channels,
-        config.scale,
-        config.image_size,
+        resize,
+        size,
         config.seed,
         config.num_workers,
         config.decode_device == "gpu",
+        crop=config.crop if train else SCALE_CROP,
+        crop_area=config.crop_area or DEFAULT_CROP_AREA,
+        crop_ratio=config.crop_ratio or DEFAULT_CROP_RATIO,
     )
 
 
 def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
-    settings = input_settings(config)
+    settings = input_settings(config, train=True)
     if config.synthetic:
         steps = _require_steps(config, config.epoch_size or SYNTHETIC_EPOCH_SIZE, "synthetic epoch")
         synthetic = SyntheticBatches(steps, config.device_batch_size, settings, device)
@@ -83,7 +95,13 @@ def build_test_input(
         len(keys), config.device_batch_size, placement.rank, placement.world_size
     )
     return device_batches(
-        config.test_data, config.db_type, keys, batches, device, input_settings(config), train=False
+        config.test_data,
+        config.db_type,
+        keys,
+        batches,
+        device,
+        input_settings(config, train=False),
+        train=False,
     )
 
 

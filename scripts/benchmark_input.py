@@ -6,7 +6,9 @@ ToTensor, Normalize, DataLoader(shuffle=True). Ours: LMDB of Datum records holdi
 bytes, uint8 crops (shorter side 256, random 224 crop, mirror), normalisation left to the device.
 Both are timed the same way: one warm-up batch (input processes start), then --batches batches;
 the best of --repeats runs is kept (the machine may be shared). Per core: images/s divided by
-max(1, workers). Usage: python scripts/benchmark_input.py [--workers 0,2] [--out DIR]
+max(1, workers). `--crops scale,random_resized` times ours once per training crop (random_resized:
+the baseline's RandomResizedCrop, planned per position and decoded at a reduced DCT scale where the
+box allows it). Usage: python scripts/benchmark_input.py [--workers 0,2] [--crops C,...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def baseline_rate(root: str, batch_size: int, batches: int, workers: int, image_
 
 
 def ours_rate(
-    lmdb_path: str, batch_size: int, batches: int, workers: int, image_size: int
+    lmdb_path: str, batch_size: int, batches: int, workers: int, image_size: int, crop: str
 ) -> float:
     args = argparse.Namespace(
         db=lmdb_path,
@@ -65,6 +67,7 @@ def ours_rate(
         batch_size=batch_size,
         image_size=image_size,
         scale=None,
+        crop=crop,
         num_channels=3,
         num_workers=workers,
         batches=batches,
@@ -86,6 +89,7 @@ def main() -> None:
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--workers", default="0,2", help="comma-separated input process counts")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--crops", default="scale", help="comma-separated training crops of ours")
     args = parser.parse_args()
     if args.images < (args.batches + 1) * args.batch_size:
         parser.error("--images must hold the warm-up batch and --batches batches")
@@ -100,14 +104,16 @@ def main() -> None:
             baseline_rate(root, args.batch_size, args.batches, workers, args.image_size)
             for _ in range(args.repeats)
         )
-        ours = max(
-            ours_rate(lmdb_path, args.batch_size, args.batches, workers, args.image_size)
-            for _ in range(args.repeats)
-        )
-        print(
-            f"workers {workers}: baseline {base:.1f} images/s ({base / cores:.1f} per core), "
-            f"ours {ours:.1f} images/s ({ours / cores:.1f} per core), ratio {ours / base:.2f}x"
-        )
+        print(f"workers {workers}: baseline {base:.1f} images/s ({base / cores:.1f} per core)")
+        for crop in args.crops.split(","):
+            ours = max(
+                ours_rate(lmdb_path, args.batch_size, args.batches, workers, args.image_size, crop)
+                for _ in range(args.repeats)
+            )
+            print(
+                f"workers {workers}: ours --crop {crop} {ours:.1f} images/s "
+                f"({ours / cores:.1f} per core), ratio {ours / base:.2f}x"
+            )
 
 
 if __name__ == "__main__":

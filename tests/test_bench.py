@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, smooth_pixels, write_db
+from resnet50_trainer.config import RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.databases import read_keys
@@ -33,7 +34,7 @@ def jpeg_of(image, **options):
     return buffer.getvalue()
 
 
-def records_of(decoding, path, train=True, size=32, scale=40):
+def records_of(decoding, path, train=True, size=32, scale=40, **crop):
     settings = InputSettings(
         num_labels=4,
         num_channels=3,
@@ -42,6 +43,7 @@ def records_of(decoding, path, train=True, size=32, scale=40):
         seed=7,
         num_workers=0,
         decode_on_gpu=decoding is GpuDecode,
+        **crop,
     )
     return ImageRecords(path, "lmdb", read_keys(path, "lmdb"), settings, train, decoding(settings))
 
@@ -72,13 +74,20 @@ def test_prefetcher_yields_the_plain_loaders_batches(image_db):
         assert torch.equal(ours.images, theirs.images) and torch.equal(ours.labels, theirs.labels)
 
 
-def cpu_and_gpu_path_batches(db, count):
+# The training crops both paths are compared on: the default, and random-resized boxes of at
+# least a third of the image (so that the larger images' boxes allow a reduced decode).
+CROPS = [{}, {"crop": RANDOM_RESIZED_CROP, "crop_area": (0.33, 1.0)}]
+
+
+def cpu_and_gpu_path_batches(db, count, crop):
     """For train and test: (the CPU path's batch, the GPU path's, run on the CPU) of `count`
     records."""
     for train in (True, False):
         batch_items = [[(p, p) for p in range(count)]] if train else [list(range(count))]
-        cpu = next(iter(make_loader(records_of(CpuDecode, db, train), batch_items, 0, False)))
-        encoded = next(iter(make_loader(records_of(GpuDecode, db, train), batch_items, 0, False)))
+        cpu, encoded = (
+            next(iter(make_loader(records_of(decoding, db, train, **crop), batch_items, 0, False)))
+            for decoding in (CpuDecode, GpuDecode)
+        )
         assert all(jpeg is not None for jpeg in encoded.jpegs)
         yield cpu, BatchDecoder(CPU, 3, 32)(encoded)
 
@@ -93,21 +102,25 @@ def db_of_8_jpegs(tmp_path, height: int, width: int, taller: int, wider: int) ->
     return write_db(str(tmp_path / "db"), "lmdb", records)
 
 
-def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path):
-    # Shorter side below 2 x scale (40), so the CPU path decodes at full size too.
-    db = db_of_8_jpegs(tmp_path, 50, 60, 3, 7)
-    for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
+@pytest.mark.parametrize("crop", CROPS, ids=["scale", "random_resized"])
+def test_gpu_decode_path_cuts_the_cpu_paths_crops(tmp_path, crop):
+    # Shorter side below 2 x scale (40) and every box below 2 x 32 pixels high, so the CPU path
+    # decodes at full size too.
+    db = db_of_8_jpegs(tmp_path, 50, 60, 1, 7)
+    for cpu, decoded in cpu_and_gpu_path_batches(db, 8, crop):
         # Both decoders are libjpeg-turbo and both resizes PyTorch's: the same pixels.
         assert torch.equal(decoded.images, cpu.images) and torch.equal(decoded.labels, cpu.labels)
 
 
-def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path):
-    # Shorter side 2 to 4 x scale (40): the CPU path decodes at 1/2 scale, the GPU path at full
-    # size, and the same plan cuts both (each in its own pixels). Tolerance: mean absolute
-    # difference under 3 levels a crop (here 0.3 to 1.9: the DCT's filter against PyTorch's
-    # antialiased bilinear; a crop shifted by a pixel would be off by about the noise, 4 levels).
+@pytest.mark.parametrize("crop", CROPS, ids=["scale", "random_resized"])
+def test_cpu_paths_dct_scaled_crops_are_close_to_the_full_decodes(tmp_path, crop):
+    # Shorter side 2 to 4 x scale (40), or boxes 2 to 4 x 32: the CPU path decodes at 1/2 scale,
+    # the GPU path at full size, and the same plan cuts both (each in its own pixels). Tolerance:
+    # mean absolute difference under 3 levels a crop (here 0.3 to 1.9: the DCT's filter against
+    # PyTorch's antialiased bilinear; a crop shifted by a pixel would be off by about the noise,
+    # 4 levels).
     db = db_of_8_jpegs(tmp_path, 80, 90, 9, 13)
-    for cpu, decoded in cpu_and_gpu_path_batches(db, 8):
+    for cpu, decoded in cpu_and_gpu_path_batches(db, 8, crop):
         difference = (cpu.images.float() - decoded.images.float()).abs()
         assert difference.mean(dim=(1, 2, 3)).max() < 3 and torch.equal(decoded.labels, cpu.labels)
         assert not torch.equal(decoded.images, cpu.images)  # the scaled decode did happen

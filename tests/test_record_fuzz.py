@@ -27,6 +27,7 @@ from resnet50_trainer.data.records import (
     decode_image,
     decode_jpeg_reduced,
     jpeg_header,
+    jpeg_reduction,
     parse_record,
 )
 from resnet50_trainer.errors import RecordError
@@ -57,7 +58,7 @@ def read_like_the_trainer(value: bytes) -> None:
     size = jpeg_header(record)
     if size is not None:
         try:
-            decode_jpeg_reduced(record.encoded, size, 3, 16)
+            decode_jpeg_reduced(record.encoded, size, 3, jpeg_reduction(min(size), 16))
         except RecordError:
             pass  # the trainer then lets Pillow judge it, as below
     decode_image(record, 3, draft_size=(16, 16))

@@ -34,15 +34,30 @@ RECORDS, STEPS = 32, 4
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The reference: 3 epochs in one go, every checkpoint kept."""
+def uninterrupted_runs(tmp_path_factory):
+    """crop -> the reference of that training crop: 3 epochs in one go, every checkpoint kept;
+    each run once, when a test first asks for it."""
     root = tmp_path_factory.mktemp("resume")
     database = write_image_db(str(root / "db"), RECORDS, 4)
-    out = root / "uninterrupted"
-    three_epochs_on_two_processes(
-        database, out, "--checkpoint_every_iters", "3", "--keep_checkpoints", "10"
-    )
-    return database, out
+    runs = {}
+
+    def run(crop: str):
+        if crop not in runs:
+            out = root / f"uninterrupted_{crop}"
+            three_epochs_on_two_processes(
+                database,
+                out,
+                *("--checkpoint_every_iters", "3", "--keep_checkpoints", "10", "--crop", crop),
+            )
+            runs[crop] = database, out
+        return runs[crop]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_runs):
+    return uninterrupted_runs("scale")
 
 
 def three_epochs_on_two_processes(database: str, out, *args: str) -> None:
@@ -53,8 +68,8 @@ def three_epochs_on_two_processes(database: str, out, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def resume(database: str, checkpoint_path, out) -> list[dict]:
-    three_epochs_on_two_processes(database, out, "--load_model_path", str(checkpoint_path))
+def resume(database: str, checkpoint_path, out, *args: str) -> list[dict]:
+    three_epochs_on_two_processes(database, out, "--load_model_path", str(checkpoint_path), *args)
     return log_rows(out)
 
 
@@ -92,9 +107,10 @@ def test_resume_after_epoch_2_equals_uninterrupted(uninterrupted, tmp_path):
     assert_same_epoch_3(out, tmp_path, rows)
 
 
-def test_resume_mid_epoch_equals_uninterrupted(uninterrupted, tmp_path):
-    database, out = uninterrupted
-    rows = resume(database, out / "resnet50_model_2_step1.pt", tmp_path)
+@pytest.mark.parametrize("crop", ["scale", "random_resized"])
+def test_resume_mid_epoch_equals_uninterrupted(uninterrupted_runs, crop, tmp_path):
+    database, out = uninterrupted_runs(crop)
+    rows = resume(database, out / "resnet50_model_2_step1.pt", tmp_path, "--crop", crop)
     assert_same_epoch_3(out, tmp_path, rows)
 
 

@@ -1,5 +1,6 @@
 """The CPU decode strategy: input processes decode and crop each record, the batch is copied to the
-device. Large JPEGs are decoded by libjpeg-turbo at 1/2 to 1/8 scale; anything else by Pillow."""
+device. JPEGs are decoded by libjpeg-turbo, at 1/2 to 1/8 scale where the crop allows it; anything
+else by Pillow."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from resnet50_trainer.config import SCALE_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Sample, filled_order
 from resnet50_trainer.data.records import Record, decode_image, decode_jpeg_reduced, jpeg_header
@@ -15,25 +17,28 @@ from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)
-PlanFor = Callable[[int, int], transforms.CropPlan]  # (width, height) of the decoded image -> crop
 
 
 class CpuDecode:
     """Records -> uint8 crops in the input processes -> pinned Batches -> the device."""
 
     def __init__(self, settings: InputSettings):
-        self.num_channels, self.scale = settings.num_channels, settings.scale
-        self.image_size = settings.image_size
+        self.num_channels, self.image_size = settings.num_channels, settings.image_size
+        # Pillow's draft mode reduces a JPEG towards a size given before the decode: the scale
+        # crop's shorter side. A random-resized box needs the full size first: no draft.
+        scaled = settings.crop == SCALE_CROP
+        self.draft_size = (settings.scale, settings.scale) if scaled else None
 
-    def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> Sample:
+    def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Sample:
         """The record decoded and cropped; RecordError if it cannot be decoded."""
-        image = self._decode_jpeg(record, key)
-        if image is None:  # raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode)
+        decoded = self._decode_jpeg(record, key, plan_for)
+        if decoded is None:  # raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode)
             image = transforms.pil_to_chw(
-                decode_image(record, self.num_channels, draft_size=(self.scale, self.scale))
+                decode_image(record, self.num_channels, draft_size=self.draft_size)
             )
-        # The plan is made for the image as decoded: a reduced decode is cropped in its own pixels.
-        plan = plan_for(image.shape[2], image.shape[1])
+            # Planned for the image as decoded: a drafted one is cropped in its own pixels.
+            decoded = image, plan_for(image.shape[2], image.shape[1], False).crop
+        image, plan = decoded
         return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
 
     @staticmethod
@@ -69,15 +74,20 @@ class CpuDecode:
 
         return copy
 
-    def _decode_jpeg(self, record: Record, key: bytes) -> torch.Tensor | None:
-        """CHW uint8 of a gray or colour JPEG, DCT-scaled down towards `scale`; None for anything
-        else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge as before."""
+    def _decode_jpeg(
+        self, record: Record, key: bytes, plan_for: transforms.PlanFor
+    ) -> tuple[torch.Tensor, transforms.CropPlan] | None:
+        """CHW uint8 of a gray or colour JPEG, DCT-scaled down as far as its plan allows, and the
+        crop in its pixels; None for anything else, and for a JPEG libjpeg-turbo refuses, which
+        Pillow then gets to judge as before."""
         size = jpeg_header(record)
         if size is None or record.encoded is None:  # a JPEG header is only read from file bytes
             return None
+        plan = plan_for(*size, True)
         try:
-            pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, self.scale)
+            pixels = decode_jpeg_reduced(record.encoded, size, self.num_channels, plan.reduction)
         except RecordError as error:
             log.debug("record %r: %s; trying Pillow", key, error)
             return None
-        return torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw
+        image = torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw
+        return image, plan.crop

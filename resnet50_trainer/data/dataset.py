@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import Dataset
 
+from resnet50_trainer.config import RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.databases import Database, open_database
@@ -26,9 +27,7 @@ class DecodeStrategy(Protocol):
     """Where records are decoded: what an input process makes of one record, how those samples
     make a batch, and the stage that turns the batch into a device Batch in the training process."""
 
-    def sample(
-        self, record: Record, key: bytes, plan_for: Callable[[int, int], transforms.CropPlan]
-    ) -> Any: ...
+    def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Any: ...
 
     def failed(self, key: bytes) -> Any: ...
 
@@ -80,14 +79,27 @@ class ImageRecords(Dataset):
             raise RecordError(f"label {record.label} outside 0..{num_labels - 1}")
         return record
 
-    def crop_plan(self, position: int, width: int, height: int) -> transforms.CropPlan:
+    def crop_plan(
+        self, position: int, width: int, height: int, reducible: bool
+    ) -> transforms.DecodePlan:
+        """The crop of a full-size `width` x `height` image at this stream position: a fresh RNG
+        seeded by the position, so every call for one position draws the same crop."""
         settings = self.settings
-        if self.train:
-            return transforms.random_plan(
+        if not self.train:
+            return transforms.scale_plan(
+                width, height, settings.scale, settings.image_size, None, reducible
+            )
+        rng = random.Random(f"{settings.seed}:{position}")
+        if settings.crop == RANDOM_RESIZED_CROP:
+            return transforms.random_resized_plan(
                 width,
                 height,
-                settings.scale,
                 settings.image_size,
-                random.Random(f"{settings.seed}:{position}"),
+                settings.crop_area,
+                settings.crop_ratio,
+                rng,
+                reducible,
             )
-        return transforms.centre_plan(width, height, settings.scale, settings.image_size)
+        return transforms.scale_plan(
+            width, height, settings.scale, settings.image_size, rng, reducible
+        )

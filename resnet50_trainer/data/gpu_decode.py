@@ -1,7 +1,7 @@
 """`--decode_device gpu`: input processes read record bytes, the training GPU decodes and crops.
 
 An input process parses each record and reads only the JPEG header (size, colour mode), enough to
-draw the crop from the same per-position RNG as the CPU path (transforms.random_plan), and hands
+draw the crop from the same per-position RNG as the CPU path (transforms.PlanFor), and hands
 over the file bytes. The training process decodes the whole batch in one call
 (torchvision.io.decode_jpeg on the device, nvJPEG on CUDA), then cuts, resizes and mirrors each crop
 there. Records that are raw pixels, PNG or unusual JPEGs (CMYK) fall back to the CPU path in the
@@ -20,7 +20,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, filled_order
-from resnet50_trainer.data.cpu_decode import CpuDecode, PlanFor
+from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.records import Record, jpeg_header
 from resnet50_trainer.data.settings import InputSettings
 
@@ -56,14 +56,15 @@ class GpuDecode:
         self.cpu = CpuDecode(settings)
         self.num_channels, self.image_size = settings.num_channels, settings.image_size
 
-    def sample(self, record: Record, key: bytes, plan_for: PlanFor) -> EncodedSample:
+    def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> EncodedSample:
         header = jpeg_header(record)
         if header is None or record.encoded is None:  # a JPEG header is only read from file bytes
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
         jpeg = torch.frombuffer(bytearray(record.encoded), dtype=torch.uint8)
-        return EncodedSample(jpeg, plan_for(width, height), None, record.label, None, key)
+        plan = plan_for(width, height, False).crop  # nvJPEG decodes at full size
+        return EncodedSample(jpeg, plan, None, record.label, None, key)
 
     @staticmethod
     def failed(key: bytes) -> EncodedSample:

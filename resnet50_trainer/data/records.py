@@ -229,20 +229,27 @@ def _over_pixel_limit(width: int, height: int) -> bool:
     return Image.MAX_IMAGE_PIXELS is not None and width * height > 2 * Image.MAX_IMAGE_PIXELS
 
 
-def decode_jpeg_reduced(
-    data: bytes, size: tuple[int, int], num_channels: int, min_side: int
-) -> np.ndarray:
-    """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
-    `size` being its (width, height): decoded by libjpeg-turbo at 1/8, 1/4 or 1/2 scale, the
-    smallest that keeps the shorter side at least `min_side`, else at full size.
+def jpeg_reduction(shorter_side: int, min_side: int) -> int:
+    """The largest of 8, 4 and 2 that leaves `shorter_side` / it at least `min_side`, else 1: the
+    JPEG decode's reduction for an image (or a crop's box) that must keep that many pixels.
 
     Only powers of two: libjpeg-turbo's scaled IDCTs for 3/8, 5/8, 6/8 and 7/8 have no SIMD code
-    and cost more than a full-size decode (BENCHMARKS.md, "JPEG DCT scaling"). Accurate DCT and
-    fancy upsampling (the defaults): the fast variants save under 7% of a decode and change the
-    pixels. RecordError on anything libjpeg-turbo rejects, warnings included (strict).
+    and cost more than a full-size decode (BENCHMARKS.md, "JPEG DCT scaling")."""
+    return next((factor for factor in (8, 4, 2) if shorter_side >= factor * min_side), 1)
+
+
+def decode_jpeg_reduced(
+    data: bytes, size: tuple[int, int], num_channels: int, reduction: int
+) -> np.ndarray:
+    """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
+    `size` being its (width, height), decoded by libjpeg-turbo at 1/`reduction` scale (1, 2, 4
+    or 8; see jpeg_reduction): ceil(width / reduction) x ceil(height / reduction) pixels.
+
+    Accurate DCT and fancy upsampling (the defaults): the fast variants save under 7% of a decode
+    and change the pixels. RecordError on anything libjpeg-turbo rejects, warnings included
+    (strict).
     """
     width, height = size
-    reduction = next((factor for factor in (8, 4, 2) if min(width, height) >= factor * min_side), 1)
     try:
         # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
         return simplejpeg.decode_jpeg(

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from resnet50_trainer.config import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, SCALE_CROP
+
 
 @dataclass(frozen=True)
 class InputSettings:
-    """How records become batches: what the trainer's flags say, or `resnet50-db bench` asks."""
+    """How records become batches: what the trainer's flags say, or `resnet50-db bench` asks.
+    The test images' settings hold the test sizes and the scale crop, which they are centred by."""
 
     num_labels: int
     num_channels: int
-    scale: int  # shorter side before cropping
+    scale: int  # shorter side before cropping (the scale crop, and every test image)
     image_size: int  # crop side
     seed: int  # of the crops
     num_workers: int  # input processes (0: the training process itself)
     decode_on_gpu: bool
+    crop: str = SCALE_CROP  # a training crop of config.CROPS
+    crop_area: tuple[float, float] = DEFAULT_CROP_AREA  # random_resized: share of the image's area
+    crop_ratio: tuple[float, float] = DEFAULT_CROP_RATIO  # random_resized: width / height

@@ -3,16 +3,19 @@
 
 Resizing the shorter side to `scale` and then cropping `size` is done as one resize of the crop's
 box in the source image, which gives the same pixels as resize-then-crop up to resampling at the
-edges and costs only the crop's pixels. Where the crop lies is a `CropPlan`, computed from the
-decoded image's size and the sample's RNG alone, so the CPU path and the GPU decode path
-(data/gpu_decode.py) cut the same crop of a full-size decode (the CPU path may decode a large JPEG
-at 1/2 to 1/8 scale first, and then cuts the same crop up to rounding); `resize_crop` does the
-cutting on either device.
+edges and costs only the crop's pixels; a random-resized crop (torchvision's RandomResizedCrop) is
+one resize of its box too. Where the crop lies is a `CropPlan`, computed from the image's size and
+the sample's RNG alone, so the CPU path and the GPU decode path (data/gpu_decode.py) cut the same
+crop. A `DecodePlan` adds the JPEG reduction the crop allows: the CPU path decodes a large JPEG at
+1/2 to 1/8 scale where the crop keeps at least its output's pixels, and cuts the plan's box in
+that smaller image (the same crop up to rounding); `resize_crop` does the cutting on either device.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -20,12 +23,92 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional
 
+from resnet50_trainer.data.records import jpeg_reduction
+
+# torchvision's RandomResizedCrop: boxes drawn this many times before the centre fallback.
+RANDOM_RESIZED_ATTEMPTS = 10
+
 
 class CropPlan(NamedTuple):
-    """A square crop: the box (left, top, right, bottom) in source pixels, and the mirroring."""
+    """A crop: the box (left, top, right, bottom) in source pixels (a square once resized, for the
+    scale crop), and the mirroring."""
 
     box: tuple[int, int, int, int]
     mirror: bool
+
+
+class DecodePlan(NamedTuple):
+    """Decode at 1/reduction (1, 2, 4 or 8; records.decode_jpeg_reduced) and cut `crop`, whose box
+    is in that reduced image's pixels."""
+
+    reduction: int
+    crop: CropPlan
+
+
+# (width, height) of the image at full size, and whether its decode may be reduced -> the plan.
+PlanFor = Callable[[int, int, bool], DecodePlan]
+
+
+def scale_plan(
+    width: int, height: int, scale: int, size: int, rng: random.Random | None, reducible: bool
+) -> DecodePlan:
+    """The scale crop (random_plan; centre_plan without `rng`), planned in the pixels of the
+    decode reduced as far as the shorter side stays at least `scale`."""
+    reduction = jpeg_reduction(min(width, height), scale) if reducible else 1
+    reduced_w, reduced_h = _reduced_size(width, height, reduction)
+    if rng is None:
+        return DecodePlan(reduction, centre_plan(reduced_w, reduced_h, scale, size))
+    return DecodePlan(reduction, random_plan(reduced_w, reduced_h, scale, size, rng))
+
+
+def random_resized_plan(
+    width: int,
+    height: int,
+    size: int,
+    area: tuple[float, float],
+    ratio: tuple[float, float],
+    rng: random.Random,
+    reducible: bool,
+) -> DecodePlan:
+    """torchvision's RandomResizedCrop box (random_resized_box) in the full image, mirrored half
+    the time; the decode reduced as far as the box keeps at least `size` pixels a side, and the
+    box mapped into that reduced image."""
+    box = random_resized_box(width, height, area, ratio, rng)
+    mirror = rng.random() < 0.5
+    left, top, right, bottom = box
+    reduction = jpeg_reduction(min(right - left, bottom - top), size) if reducible else 1
+    return DecodePlan(reduction, CropPlan(_reduced_box(box, width, height, reduction), mirror))
+
+
+def random_resized_box(
+    width: int,
+    height: int,
+    area: tuple[float, float],
+    ratio: tuple[float, float],
+    rng: random.Random,
+) -> tuple[int, int, int, int]:
+    """RandomResizedCrop.get_params with `rng`'s draws: a share of the image's area uniform in
+    `area` and a width / height ratio log-uniform in `ratio`, tried 10 times for a box inside the
+    image; else the centre box of the whole width or height clamped to `ratio`."""
+    log_low, log_high = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(RANDOM_RESIZED_ATTEMPTS):
+        target_area = width * height * rng.uniform(*area)
+        aspect = math.exp(rng.uniform(log_low, log_high))
+        box_w = round(math.sqrt(target_area * aspect))
+        box_h = round(math.sqrt(target_area / aspect))
+        if 0 < box_w <= width and 0 < box_h <= height:
+            top = rng.randint(0, height - box_h)  # torchvision draws the row first
+            left = rng.randint(0, width - box_w)
+            return left, top, left + box_w, top + box_h
+    box_w, box_h = width, height
+    if width / height < ratio[0]:
+        box_h = round(width / ratio[0])
+    elif width / height > ratio[1]:
+        box_w = round(height * ratio[1])
+    # A side rounded to nothing (ratios near 0.001 or 1000 on a thin image) keeps one pixel.
+    box_w, box_h = max(1, box_w), max(1, box_h)
+    left, top = (width - box_w) // 2, (height - box_h) // 2
+    return left, top, left + box_w, top + box_h
 
 
 def random_plan(width: int, height: int, scale: int, size: int, rng: random.Random) -> CropPlan:
@@ -63,6 +146,24 @@ def pil_to_chw(image: Image.Image) -> torch.Tensor:
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def _reduced_size(width: int, height: int, reduction: int) -> tuple[int, int]:
+    """What libjpeg makes of the image at 1/reduction scale: each side rounded up."""
+    return -(-width // reduction), -(-height // reduction)
+
+
+def _reduced_box(box: tuple, width: int, height: int, reduction: int) -> tuple:
+    """The box in the pixels of the image reduced by `reduction`, rounded, inside it."""
+    if reduction == 1:
+        return box
+    reduced_w, reduced_h = _reduced_size(width, height, reduction)
+    left, top, right, bottom = box
+    box_w = max(1, round((right - left) / reduction))
+    box_h = max(1, round((bottom - top) / reduction))
+    x0 = min(round(left / reduction), reduced_w - box_w)
+    y0 = min(round(top / reduction), reduced_h - box_h)
+    return x0, y0, x0 + box_w, y0 + box_h
 
 
 def _resized_size(width: int, height: int, scale: int) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config import resolve_scale
+from resnet50_trainer.config import CROPS, SCALE_CROP, resolve_scale
 from resnet50_trainer.data.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.errors import UserError, run_command
 from resnet50_trainer.flag_values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale",
         type=PIXELS,
         help="shorter side before cropping (default: round(image_size / 0.875), as the trainer)",
+    )
+    parser.add_argument(
+        "--crop",
+        default=SCALE_CROP,
+        choices=CROPS,
+        help="training crop, as the trainer's --crop (random_resized: its default bounds)",
     )
     parser.add_argument(
         "--num_channels", type=int, default=3, choices=(1, 3), help="colour channels"
@@ -111,6 +117,7 @@ def bench(args: argparse.Namespace) -> float:
         args.seed,
         args.num_workers,
         args.decode_device == "gpu",
+        crop=args.crop,
     )
     batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
     next(batches)  # warm-up: input processes start, the DB opens
