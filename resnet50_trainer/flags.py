@@ -1,6 +1,7 @@
 """The trainer's flags, the original's and ours, each defined once: name, type and valid values,
 default, help. Grouped as the help shows them: data, images and the input pipeline, devices,
-model, optimisation, machines (devices and machines in flags_machines.py), logs and checkpoints.
+model, optimisation, regularisation (flags_regularisation.py), machines (devices and machines in
+flags_machines.py), logs and checkpoints.
 A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from resnet50_trainer.flag_values import (
     Switch,
 )
 from resnet50_trainer.flags_machines import add_device_flags, add_distributed_flags
+from resnet50_trainer.flags_regularisation import add_regularisation_flags
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_device_flags,
         _add_model_flags,
         _add_optimisation_flags,
+        add_regularisation_flags,
         add_distributed_flags,
         _add_output_flags,
     ):

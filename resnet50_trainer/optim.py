@@ -16,7 +16,7 @@ MOMENTUM = 0.9
 
 def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
     return torch.optim.SGD(
-        weight_decay_groups(model),
+        weight_decay_groups(model, bn_weight_decay=not config.no_bn_weight_decay),
         lr=config.effective_learning_rate,
         momentum=MOMENTUM,
         nesterov=True,
