@@ -15,12 +15,13 @@ import torch.nn.functional as F
 
 from resnet50_trainer import distributed
 from resnet50_trainer.bad_records import bad_records_verdict
+from resnet50_trainer.batch_mixing import BatchMixing
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.divergence import DivergenceWatch, divergence_report
 from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
-from resnet50_trainer.evaluation import TestAccuracy, evaluate
+from resnet50_trainer.evaluation import TestAccuracy, evaluate, evaluate_ema
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
 from resnet50_trainer.optim import LearningRateSchedule, set_learning_rate
@@ -72,6 +73,9 @@ class EpochLoop:
         self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
         self.input, self.test_batches, self.run = train_input, test_batches, run
         self.watch = DivergenceWatch(replica.model, replica.output_device, device)
+        self.mixing = BatchMixing(
+            config.mixup_alpha, config.cutmix_alpha, config.num_labels, config.seed, placement.rank
+        )
         self.timeout_shortened = False
         self.rows: list[EpochRow] = []
         self.last_saved: str | None = None
@@ -97,14 +101,17 @@ class EpochLoop:
             test_accuracy = evaluate(
                 self.replica, self.test_batches, self.device, self.placement.is_main
             )
-            self.rows.append(self._row(result, test_accuracy))
+            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device)
+            logged = ema_accuracy if config.ema_for_test else test_accuracy
+            self.rows.append(self._row(result, logged))
             stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
             log.info(
-                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
+                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s%s, %.1f images/sec%s",
                 run.epochs_done,
                 result.loss,
                 result.accuracy,
                 _test_accuracy_text(test_accuracy),
+                f"; EMA test accuracy {_test_accuracy_text(ema_accuracy)}" if ema_accuracy else "",
                 result.images / result.seconds,
                 _peak_memory(self.device),
             )
@@ -163,20 +170,26 @@ class EpochLoop:
         labels = batch.labels.to(replica.output_device, non_blocking=True)  # a no-op unless split
         set_learning_rate(replica.optimizer, self.schedule(run.iteration))
         precision = replica.precision
+        mixed = self.mixing(batch.images, labels, run.iteration)
         with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
-            logits = replica.train_model(precision.inputs(batch.images))
-            loss = F.cross_entropy(logits, labels)
+            logits = replica.train_model(precision.inputs(mixed.images))
+            loss = F.cross_entropy(
+                logits, mixed.targets, label_smoothing=self.config.label_smoothing
+            )
         replica.optimizer.zero_grad(set_to_none=True)
         with distributed.waiting_for_peers("the step's gradient all-reduce"):
             precision.backward_and_step(loss, replica.optimizer)
         run.step_done()
+        if replica.ema is not None:
+            replica.ema.update(replica.model, run.iteration)
         self.watch.record(loss, run.iteration)
         if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
             distributed.shorten_timeout(self.config)
             self.timeout_shortened = True
         if self.outputs.profiler.step():
             stop_together(self.outputs.profiler.failure, self.device)
-        return loss, (logits.argmax(1) == labels).sum(), labels
+        # Mixed targets: a prediction is right when it is the label of the larger share.
+        return loss, (logits.argmax(1) == mixed.dominant_labels).sum(), labels
 
     def _stop_if_diverged(self) -> None:
         """A loss or weight that is no longer finite stops the run on every process, before
