@@ -79,6 +79,7 @@ class CheckpointSaver:
                 self.lineage,
                 epoch_sums,
                 epoch_seconds,
+                replica.ema.state() if replica.ema else None,
             ),
             path,
         )

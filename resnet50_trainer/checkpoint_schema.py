@@ -47,6 +47,21 @@ def _made_by_new_lineage(lineage: str) -> str | None:
     return f"a lineage {lineage[:40]!r} that new_lineage() never makes"
 
 
+def _ema_problem(ema: dict | None) -> str | None:
+    """--ema_decay's average: {"model": named tensors, "updates": a count}; None without one."""
+    if ema is None:
+        return None
+    updates = ema.get("updates")
+    if (
+        not isinstance(ema.get("model"), dict)
+        or isinstance(updates, bool)
+        or not isinstance(updates, int)
+        or not 0 <= updates < 2**63
+    ):
+        return "an EMA that is not weights and a count of updates"
+    return _named_tensors(ema["model"])
+
+
 def _spec(
     types: Any,
     least: int | None = None,
@@ -79,6 +94,8 @@ class CheckpointFields:
     # The epoch's global sums so far (EPOCH_SUMS of them) in a mid-epoch checkpoint, else None.
     epoch_sums: torch.Tensor | None = _spec((torch.Tensor, type(None)))
     lineage: str = _spec(str, optional=True, check=_made_by_new_lineage)
+    # The average of the weights with --ema_decay (ema.py), else None.
+    ema: dict | None = _spec((dict, type(None)), optional=True, check=_ema_problem)
 
 
 REQUIRED_KEYS = frozenset(
@@ -97,6 +114,7 @@ def compose(
     lineage: str,
     epoch_sums: torch.Tensor | None,
     epoch_seconds: float,
+    ema: dict | None = None,
 ) -> dict:
     """The checkpoint of `run` (with the epoch's global sums so far, when taken within one)."""
     written = CheckpointFields(
@@ -116,6 +134,7 @@ def compose(
         total_seconds=run.total_seconds,
         epoch_sums=None if epoch_sums is None else epoch_sums.cpu(),
         lineage=lineage,
+        ema=ema,
     )
     # Not dataclasses.asdict: it would deep-copy the state dicts.
     return {field.name: getattr(written, field.name) for field in fields(written)}
@@ -193,6 +212,7 @@ def _non_finite_problem(state: dict) -> str | None:
     tensors = {
         **state["model"],
         **{name: buffer for name, buffer in momentum.items() if isinstance(buffer, torch.Tensor)},
+        **{f"EMA {name}": tensor for name, tensor in ema_weights(state).items()},
     }
     bad = non_finite_tensors(tensors)
     return (
@@ -202,17 +222,26 @@ def _non_finite_problem(state: dict) -> str | None:
     )
 
 
+def ema_weights(state: dict) -> dict:
+    """The checkpoint's EMA weights (torchvision's names); empty without an EMA."""
+    return (state.get("ema") or {}).get("model", {})
+
+
 ARCHITECTURE_DEFAULTS = {
     "resnext_num_groups": RESNET_GROUPS,
     "resnext_width_per_group": RESNET_WIDTH_PER_GROUP,
 }
+# Not the architecture, but the optimizer's parameter groups, which a resume's momentum must fit
+# (--test_only reads no optimizer); as saved before the flag existed.
+OPTIMIZER_DEFAULTS = {"no_bn_weight_decay": False}
 
 
 def check_matches(state: dict, config: Config) -> None:
     """A checkpoint of another architecture or label count cannot continue this run."""
     # A checkpoint from before the ResNeXt flags holds a plain ResNet.
-    saved = {**ARCHITECTURE_DEFAULTS, **state.get("arguments", {})}
-    for name in ("num_layers", "num_labels", "num_channels", *ARCHITECTURE_DEFAULTS):
+    saved = {**ARCHITECTURE_DEFAULTS, **OPTIMIZER_DEFAULTS, **state.get("arguments", {})}
+    optimizer = () if config.test_only else tuple(OPTIMIZER_DEFAULTS)
+    for name in ("num_layers", "num_labels", "num_channels", *ARCHITECTURE_DEFAULTS, *optimizer):
         if saved.get(name) != getattr(config, name):
             raise UserError(
                 f"checkpoint {state['path']} was made with --{name} {saved.get(name)}, "
@@ -221,12 +250,19 @@ def check_matches(state: dict, config: Config) -> None:
             )
 
 
-def check_fits(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def check_fits(
+    state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+) -> None:
     """Every saved tensor has the shape of this run's: one line, not load_state_dict's traceback
     or a momentum buffer that fails at the first step. Shapes only, so a model on the meta device
-    serves as well."""
-    problem = model_problem(state["model"], model.state_dict()) or _optimizer_problem(
-        state["optimizer"], optimizer
+    serves as well. `optimizer`: None where none is resumed (--test_only)."""
+    expected = model.state_dict()
+    ema = ema_weights(state)
+    ema_problem = model_problem(ema, expected) if ema else None
+    problem = (
+        model_problem(state["model"], expected)
+        or (optimizer and _optimizer_problem(state["optimizer"], optimizer))
+        or (ema_problem and f"an EMA with {ema_problem}")
     )
     if problem:
         raise UserError(

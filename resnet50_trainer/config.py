@@ -168,6 +168,14 @@ class Config:
     crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
     test_resize: int | None  # None: scale
     test_image_size: int | None  # None: image_size
+    label_smoothing: float
+    mixup_alpha: float
+    cutmix_alpha: float
+    no_bn_weight_decay: bool
+    ema_decay: float  # 0: no EMA of the weights
+    ema_steps: int
+    ema_for_test: bool
+    sync_bn: bool
 
     @property
     def synthetic(self) -> bool:
@@ -282,6 +290,7 @@ def check_settings(config: Config) -> None:
     _check_precision_and_decoding(config)
     _check_later_flags(config)
     _check_evaluate_and_init(config)
+    _check_ema_and_sync_bn(config)
 
 
 def _check_lr_settings(config: Config) -> None:
@@ -405,6 +414,10 @@ def _check_precision_and_decoding(config: Config) -> None:
             config.decode_device == "gpu",
             "decoding on the GPU needs a GPU: leave it out with --use_cpu",
         ),
+        "--sync_bn": (
+            config.sync_bn,
+            "PyTorch's SyncBatchNorm runs on GPUs only: leave it out with --use_cpu",
+        ),
     }
     for flag, (given, reason) in gpu_only.items():
         if given:
@@ -431,4 +444,17 @@ def _check_evaluate_and_init(config: Config) -> None:
         raise UserError(
             "--init_model starts a new run from weights and --load_model_path continues an "
             "earlier one: give one of them"
+        )
+
+
+def _check_ema_and_sync_bn(config: Config) -> None:
+    if config.ema_for_test and not (config.ema_decay or config.test_only):
+        raise UserError(
+            "--ema_for_test scores the EMA of the weights, which this run does not keep: "
+            "add --ema_decay (e.g. 0.9999) or leave --ema_for_test out"
+        )
+    if config.sync_bn and config.model_parallel:
+        raise UserError(
+            "--sync_bn with --model_parallel: batch norm synchronised across replicas that "
+            "each span two GPUs is not supported here; drop one of them"
         )

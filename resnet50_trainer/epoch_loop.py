@@ -16,12 +16,13 @@ import torch.nn.functional as F
 
 from resnet50_trainer import distributed
 from resnet50_trainer.bad_records import bad_records_verdict
+from resnet50_trainer.batch_mixing import BatchMixing
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.divergence import DivergenceWatch, divergence_report
 from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
-from resnet50_trainer.evaluation import TestAccuracy, evaluate
+from resnet50_trainer.evaluation import TestAccuracy, evaluate, evaluate_ema
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
 from resnet50_trainer.lr_schedule import LearningRateSchedule
@@ -74,6 +75,9 @@ class EpochLoop:
         self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
         self.input, self.test_batches, self.run = train_input, test_batches, run
         self.watch = DivergenceWatch(replica.model, replica.output_device, device)
+        self.mixing = BatchMixing(
+            config.mixup_alpha, config.cutmix_alpha, config.num_labels, config.seed, placement.rank
+        )
         self.timeout_shortened = False
         self.rows: list[EpochRow] = []
         self.last_saved: str | None = None
@@ -99,14 +103,17 @@ class EpochLoop:
             test_accuracy = evaluate(
                 self.replica, self.test_batches, self.device, self.placement.is_main
             )
-            self.rows.append(self._row(result, test_accuracy))
+            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device)
+            logged = ema_accuracy if config.ema_for_test else test_accuracy
+            self.rows.append(self._row(result, logged))
             stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
             log.info(
-                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s, %.1f images/sec%s",
+                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s%s, %.1f images/sec%s",
                 run.epochs_done,
                 result.loss,
                 result.accuracy,
                 _test_accuracy_text(test_accuracy),
+                f"; EMA test accuracy {_test_accuracy_text(ema_accuracy)}" if ema_accuracy else "",
                 result.images / result.seconds,
                 _peak_memory(self.device),
             )
@@ -164,18 +171,21 @@ class EpochLoop:
         replica, run, passes = self.replica, self.run, self.config.iter_size
         labels = batch.labels.to(replica.output_device, non_blocking=True)  # a no-op unless split
         set_learning_rate(replica.optimizer, self.schedule(run.iteration))
+        # Mixed over the process's whole batch, then cut into the passes.
+        mixed = self.mixing(batch.images, labels, run.iteration)
         replica.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=labels.device)
         correct = torch.zeros((), dtype=torch.long, device=labels.device)
-        for index, (images, pass_labels) in enumerate(
-            zip(batch.images.chunk(passes), labels.chunk(passes))
-        ):
+        passes_of = [part.chunk(passes) for part in mixed]  # images, targets, dominant labels
+        for index, (images, targets, dominant_labels) in enumerate(zip(*passes_of)):
             pass_loss, pass_correct = self._forward_backward(
-                images, pass_labels, passes, last=index == passes - 1
+                images, targets, dominant_labels, passes, last=index == passes - 1
             )
             loss, correct = loss + pass_loss, correct + pass_correct
         replica.precision.step(replica.optimizer)
         run.step_done()
+        if replica.ema is not None:
+            replica.ema.update(replica.model, run.iteration)
         self.watch.record(loss, run.iteration)
         if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
             distributed.shorten_timeout(self.config)
@@ -185,20 +195,29 @@ class EpochLoop:
         return loss, correct, labels
 
     def _forward_backward(
-        self, images: torch.Tensor, labels: torch.Tensor, passes: int, last: bool
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        dominant_labels: torch.Tensor,
+        passes: int,
+        last: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of a step's `passes`: its share of the loss (the step's mean) and its correct
-        predictions. Gradients add up over the passes; DDP all-reduces them in the last."""
+        predictions (with mixed targets, a prediction is right when it is the label of the larger
+        share). Gradients add up over the passes; DDP all-reduces them in the last."""
         replica, precision = self.replica, self.replica.precision
         with contextlib.ExitStack() as passes_before_the_last:
             if not last:
                 passes_before_the_last.enter_context(replica.ddp.no_sync())
             with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
                 logits = replica.train_model(precision.inputs(images))
-                loss = F.cross_entropy(logits, labels) / passes
+                loss = (
+                    F.cross_entropy(logits, targets, label_smoothing=self.config.label_smoothing)
+                    / passes
+                )
             with distributed.waiting_for_peers("the step's gradient all-reduce"):
                 precision.backward(loss)
-        return loss.detach(), (logits.argmax(1) == labels).sum()
+        return loss.detach(), (logits.argmax(1) == dominant_labels).sum()
 
     def _stop_if_diverged(self) -> None:
         """A loss or weight that is no longer finite stops the run on every process, before

@@ -7,9 +7,10 @@ import logging
 
 import torch
 
-from resnet50_trainer import checkpoint
+from resnet50_trainer import checkpoint, checkpoint_schema
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.evaluation import evaluate
 from resnet50_trainer.inputs import build_test_input
 from resnet50_trainer.preflight import check_checkpoint
@@ -30,17 +31,19 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
         "the first process's reading of the weights",
     )
     test_batches = build_test_input(config, placement, device)
-    replica = build_replica(
-        config, placement.local_rank, device, state["model"] if state is not None else None
-    )
+    weights = None
+    if state is not None:  # --ema_for_test: the checkpoint's average of the weights
+        weights = checkpoint_schema.ema_weights(state) if config.ema_for_test else state["model"]
+    replica = build_replica(config, placement.local_rank, device, weights)
     score = evaluate(replica, test_batches, device, placement.is_main)
     if state is None or score is None:  # not the first process; score is None only without a DB
         return
     log.info(
-        "Test accuracy %.6f of %s (%d epochs%s done): %d records of --test_data %s scored, "
+        "Test accuracy %.6f of %s%s (%d epochs%s done): %d records of --test_data %s scored, "
         "top-5 accuracy %.6f%s",
         score.top1,
         state["path"],
+        "'s EMA" if config.ema_for_test else "",
         state["epoch"],
         f" and {state['step']} steps" if state["step"] else "",
         score.images,
@@ -54,4 +57,9 @@ def _read_checkpoint(config: Config) -> dict:
     assert config.load_model_path is not None  # config.check_settings: --test_only requires it
     state = checkpoint.load_checkpoint(config.load_model_path, config.save_model_name)
     check_checkpoint(state, config)
+    if config.ema_for_test and not state.get("ema"):
+        raise UserError(
+            f"--ema_for_test scores a checkpoint's EMA of the weights, and {state['path']} "
+            "holds none (its run had no --ema_decay): leave --ema_for_test out"
+        )
     return state

@@ -28,13 +28,19 @@ class TestAccuracy:
 
 @torch.no_grad()
 def evaluate(
-    replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
+    replica: Replica,
+    test_batches: Iterable | None,
+    device: torch.device,
+    is_main: bool,
+    model: torch.nn.Module | None = None,
 ) -> TestAccuracy | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
-    already); the counts are all-reduced, at once, on this process's own `device`."""
+    already); the counts are all-reduced, at once, on this process's own `device`. `model`: the
+    weights scored, if not the replica's (its EMA)."""
     if test_batches is None:
         return None
-    model, precision = replica.model, replica.precision
+    model = replica.model if model is None else model
+    precision = replica.precision
     model.eval()
     correct = torch.zeros(2, dtype=torch.float64, device=replica.output_device)  # top-1, top-5
     images = bad = 0
@@ -63,6 +69,18 @@ def evaluate(
             bad,
         )
     return TestAccuracy(top1 / max(images, 1), top5 / max(images, 1), int(images), int(bad))
+
+
+def evaluate_ema(
+    replica: Replica, test_batches: Iterable | None, device: torch.device
+) -> TestAccuracy | None:
+    """The EMA's accuracy (None without --ema_decay or --test_data), with the first process's
+    batch-norm statistics everywhere: the average its checkpoint holds. Unreadable records were
+    warned of by the model's evaluation."""
+    if replica.ema is None or test_batches is None:
+        return None
+    replica.ema.take_first_process_statistics(device)
+    return evaluate(replica, test_batches, device, False, replica.ema.module)
 
 
 def _correct_in_top(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

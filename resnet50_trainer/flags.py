@@ -1,7 +1,8 @@
 """The trainer's flags, the original's and ours, each defined once: name, type and valid values,
 default, help. Grouped as the help shows them: data, images and the input pipeline, devices,
-model, optimisation and the learning rate (flags_optimisation.py), machines (devices and machines
-in flags_machines.py), logs and checkpoints.
+model, optimisation and the learning rate (flags_optimisation.py), regularisation
+(flags_regularisation.py), machines (devices and machines in flags_machines.py), logs and
+checkpoints.
 A flag's name is its Config field's (config.py), but where `dest` says otherwise."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from resnet50_trainer.flag_values import (
 )
 from resnet50_trainer.flags_machines import add_device_flags, add_distributed_flags
 from resnet50_trainer.flags_optimisation import add_learning_rate_flags, add_optimisation_flags
+from resnet50_trainer.flags_regularisation import add_regularisation_flags
 
 DEFAULT_IMAGE_SIZE = 227
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_model_flags,
         add_optimisation_flags,
         add_learning_rate_flags,
+        add_regularisation_flags,
         add_distributed_flags,
         _add_output_flags,
     ):

@@ -112,20 +112,36 @@ def model_for(config: Config) -> models.ResNet:
     )
 
 
-def weight_decay_groups(model: nn.Module) -> list[dict]:
+def weight_decay_groups(model: nn.Module, bn_weight_decay: bool = True) -> list[dict]:
     """Split the parameters into two SGD parameter groups, as the original did: weight decay on
-    conv weights, the fc weight and BN scales; none on biases (BN shifts and the fc bias).
+    conv weights, the fc weight and BN scales; none on biases (BN shifts and the fc bias). Without
+    `bn_weight_decay` (--no_bn_weight_decay) none on BN scales either, as torchvision's reference
+    recipe for ResNet-50 trains.
 
     The first group carries no "weight_decay" key, so it takes the optimizer's weight_decay; the
     second sets it to 0.0. Use:
     torch.optim.SGD(weight_decay_groups(model), lr=..., weight_decay=wd).
     Works on a plain ResNet, a SplitResNet, or either wrapped in DistributedDataParallel.
     """
+    # _BatchNorm: BatchNorm1d/2d/3d and SyncBatchNorm alike.
+    batch_norm = {
+        id(parameter)
+        for module in model.modules()
+        if not bn_weight_decay and isinstance(module, nn.modules.batchnorm._BatchNorm)
+        for parameter in module.parameters(recurse=False)
+    }
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for name, parameter in model.named_parameters():
-        (no_decay if name.endswith("bias") else decay).append(parameter)
+        exempt = name.endswith("bias") or id(parameter) in batch_norm
+        (no_decay if exempt else decay).append(parameter)
     return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def with_batch_norm_synced(model: nn.Module, sync: bool) -> nn.Module:
+    """--sync_bn: every BatchNorm made a SyncBatchNorm, whose training statistics are those of the
+    global batch (all processes'), before DDP wraps the model; the same state-dict keys."""
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model) if sync else model
 
 
 class SplitResNet(nn.Module):

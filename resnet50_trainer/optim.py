@@ -11,7 +11,7 @@ from resnet50_trainer.model import weight_decay_groups
 
 def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
     return torch.optim.SGD(
-        weight_decay_groups(model),
+        weight_decay_groups(model, bn_weight_decay=not config.no_bn_weight_decay),
         lr=config.effective_learning_rate,
         momentum=config.momentum,
         nesterov=config.optimizer == "nesterov",

@@ -56,7 +56,8 @@ def check_checkpoint(state: dict, config: Config) -> None:
     checkpoint_schema.check_matches(state, config)
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
         model = model_for(config)
-        checkpoint_schema.check_fits(state, model, build_optimizer(model, config))
+        optimizer = None if config.test_only else build_optimizer(model, config)
+        checkpoint_schema.check_fits(state, model, optimizer)
 
 
 def check_checkpoint_name(name: str) -> None:

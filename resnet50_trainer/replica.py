@@ -11,7 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import replica_devices
-from resnet50_trainer.model import build_split_model, model_for
+from resnet50_trainer.ema import WeightsEma, build_ema
+from resnet50_trainer.model import build_split_model, model_for, with_batch_norm_synced
 from resnet50_trainer.optim import build_optimizer
 from resnet50_trainer.precision import Precision
 
@@ -25,6 +26,7 @@ class Replica:
     precision: Precision
     # The logits (and so the labels they are scored against) are on the replica's last device.
     output_device: torch.device
+    ema: WeightsEma | None = None  # --ema_decay: the average of the weights
 
 
 def build_replica(
@@ -42,7 +44,7 @@ def build_replica(
     model = _build_model(config, devices)
     if initial_weights is not None:
         model.load_state_dict(initial_weights, strict=False)
-    model = precision.prepare_model(model)
+    model = with_batch_norm_synced(precision.prepare_model(model), config.sync_bn)
     ddp = DistributedDataParallel(
         model,
         gradient_as_bucket_view=True,
@@ -51,7 +53,10 @@ def build_replica(
     )
     # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
     train_model = torch.compile(ddp) if config.compile else ddp
-    return Replica(model, ddp, train_model, build_optimizer(model, config), precision, devices[1])
+    optimizer = build_optimizer(model, config)
+    # After DDP's broadcast from rank 0: every process's average starts at the same weights.
+    ema = build_ema(model, config.ema_decay, config.ema_steps)
+    return Replica(model, ddp, train_model, optimizer, precision, devices[1], ema)
 
 
 def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:

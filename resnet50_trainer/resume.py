@@ -13,6 +13,7 @@ import torch.distributed as dist
 from resnet50_trainer import checkpoint, checkpoint_schema, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
+from resnet50_trainer.ema import restore_ema
 from resnet50_trainer.errors import UserError, exit_status
 from resnet50_trainer.lr_schedule import LearningRateSchedule
 from resnet50_trainer.replica import Replica
@@ -39,6 +40,7 @@ def resume(
     checkpoint_schema.check_matches(state, config)
     checkpoint_schema.check_fits(state, replica.model, replica.optimizer)
     _load_into(replica, state)
+    restore_ema(replica.ema, state.get("ema"), replica.model, state["path"], placement.is_main)
     run = checkpoint_schema.run_state_of(state)
     run.steps_into_epoch, run.iteration = continue_with_global_batch(
         state, config, placement.world_size, steps_per_epoch, warn=placement.is_main

@@ -16,7 +16,10 @@ from trainer_runs import SMALL_RUN, config_of, read_log, refused_in_process, run
 SWITCHES = [action for action in build_parser()._actions if action.const is True]
 # What a switch needs beside it: --test_only evaluates a checkpoint on a test DB (any existing
 # path here: a Config is made, nothing is opened).
-NEEDED_WITH = {"test_only": ["--load_model_path", "checkpoint.pt", "--test_data", os.curdir]}
+NEEDED_WITH = {
+    "test_only": ["--load_model_path", "checkpoint.pt", "--test_data", os.curdir],
+    "ema_for_test": ["--ema_decay", "0.999"],
+}
 SYNTHETIC_EPOCH = ["--train_data", "null", "--epoch_size", "16", "--num_epochs", "1"]
 # SMALL_RUN's global batch is 8: the default scaling makes the base LR 0.1 into 0.1 x 8 / 256.
 BASE_LR, SCALED_LR = 0.1, 0.1 * 8 / 256
