@@ -11,13 +11,14 @@ from typing import Any, NoReturn
 
 from resnet50_trainer.config import Config, check_settings, default_scale
 from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
-from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser
+from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
+from resnet50_trainer.recipes import with_recipe
 from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 from resnet50_trainer.solver_flags import with_solver
 
-__all__ = ["build_parser", "command", "config_from_args", "main"]
+__all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
 log = logging.getLogger(__name__)
 # How each launcher starts one rank per machine, the original's way.
 _ONE_RANK_PER_MACHINE = {
@@ -168,6 +169,19 @@ def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None
     return run_id
 
 
+def with_recipe_and_solver(
+    args: argparse.Namespace, argv: Sequence[str] | None, launched: Launched | None
+) -> tuple[argparse.Namespace, list[str]]:
+    """The flags with --recipe's values beneath them, and --solver's beneath the command line's
+    but above the recipe's (the file is the more specific); the lines saying what each set."""
+    given = given_flags(argv)
+    args, lines = with_recipe(args, given)
+    if args.solver:
+        args, solver_lines = with_solver(args, given, launched)
+        lines += solver_lines
+    return args, lines
+
+
 def _default_workers(processes_per_machine: int) -> int:
     cores_each = (os.cpu_count() or 1) // processes_per_machine
     return max(1, min(8, cores_each - 1))
@@ -186,11 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     launched = detect_launcher(os.environ)
-    if args.solver:
-        args, lines = with_solver(args, argv, launched)
-        if launched is None or launched.rank == 0:
-            for line in lines:
-                log.info("%s", line)
+    args, lines = with_recipe_and_solver(args, argv, launched)
+    if launched is None or launched.rank == 0:
+        for line in lines:
+            log.info("%s", line)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
     from resnet50_trainer.launch import launch  # torch: only once the flags hold
 

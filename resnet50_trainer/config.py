@@ -163,6 +163,7 @@ class Config:
     test_only: bool
     init_model: str | None
     solver: str | None
+    recipe: str
     crop: str
     crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
     crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO

@@ -19,6 +19,7 @@ from resnet50_trainer.flag_values import (
     NumberList,
     NumberValues,
 )
+from resnet50_trainer.recipes import CAFFE2_RECIPE, RECIPES
 
 EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
 
@@ -62,6 +63,14 @@ def add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
         type=Number(float, 0),
         default=1e-4,
         help="L2 on conv and fc weights and BN scales, not on biases",
+    )
+    optimisation.add_argument(
+        "--recipe",
+        default=CAFFE2_RECIPE,
+        choices=RECIPES,
+        help="caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe "
+        "(cosine LR, warm-up, label smoothing, mixup, cutmix, EMA, random-resized crops, "
+        "FixRes), said at start; flags given here override it",
     )
     optimisation.add_argument(
         "--solver",

@@ -15,13 +15,12 @@ import argparse
 import os
 import re
 import struct
-from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
 from resnet50_trainer.caffe_solver import read_solver
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.flags import build_parser, given_flags
+from resnet50_trainer.flags import build_parser
 from resnet50_trainer.rendezvous.launchers import Launched
 
 # Caffe's lr_policy values this trainer runs (sigmoid it does not); its solver types likewise.
@@ -54,12 +53,12 @@ _NET_NAME = re.compile(r'^\s*name\s*:\s*"([^"]*)"', re.MULTILINE)
 
 
 def with_solver(
-    args: argparse.Namespace, argv: Sequence[str] | None, launched: Launched | None
+    args: argparse.Namespace, given: set[str], launched: Launched | None
 ) -> tuple[argparse.Namespace, list[str]]:
-    """A copy of the parsed flags with --solver's file applied under the command line's; and the
-    lines that say what each field of the file became."""
+    """A copy of the parsed flags with --solver's file applied beneath the flags `given` on the
+    command line; and the lines that say what each field of the file became."""
     path = args.solver
-    translation = _Translation(read_solver(path), path, given_flags(argv))
+    translation = _Translation(read_solver(path), path, given)
     translation.read_fields()
     machines = launched.num_machines if launched is not None else args.num_shards
     translation.turn_iterations_into_epochs(args, args.batch_size * machines)

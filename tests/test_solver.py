@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
 from resnet50_trainer.lr_schedule import LearningRateSchedule
-from resnet50_trainer.solver_flags import with_solver
 from trainer_runs import (
     REPOSITORY,
     SMALL_RUN,
@@ -180,7 +179,7 @@ def test_the_readmes_solver_example_becomes_what_the_readme_says(tmp_path):
     block = readme[start : readme.index("\n\n", start)]
     path = solver_file(tmp_path, "\n".join(line[4:] for line in block.splitlines()))
     flags = ["--solver", path, "--gpus", "all", "--batch_size", "256", "--train_data", "null"]
-    args, lines = with_solver(build_parser().parse_args(flags), flags, None)
+    args, lines = with_recipe_and_solver(build_parser().parse_args(flags), flags, None)
     said = " ".join(lines)
     saying = readme[start : readme.index("- **Iterations stay iterations", start)]
     for words in re.findall(r"`([a-z_]+ -> [^`]+)`", saying):

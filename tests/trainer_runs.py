@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 import torch
 
-from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
 from resnet50_trainer.config import Config
 from resnet50_trainer.rendezvous.launchers import Launched
-from resnet50_trainer.solver_flags import with_solver
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOKS = os.path.join(REPOSITORY, "tests", "hooks")  # sitecustomize.py: fault injection
@@ -60,9 +59,7 @@ def pause_before_rename(seconds: float) -> dict:
 def config_of(*flags: str, gpus_present: int = 0, launched: Launched | None = None) -> Config:
     """The Config the command line makes of exactly these flags (and `gpus_present` GPUs), in a
     process the `launched` launcher started; a --solver file applied under them."""
-    args = build_parser().parse_args(list(flags))
-    if args.solver:
-        args, _ = with_solver(args, list(flags), launched)
+    args, _ = with_recipe_and_solver(build_parser().parse_args(list(flags)), flags, launched)
     return config_from_args(args, gpus_present, launched)
 
 
