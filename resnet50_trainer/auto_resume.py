@@ -47,7 +47,15 @@ def resume_path(config: Config) -> str | None:
 
 def _holds_checkpoints(directory: str, name: str) -> bool:
     """Complete checkpoints of `name` (temporary files of a killed writer are none)."""
-    return os.path.isdir(directory) and bool(checkpoint.saved_checkpoints(directory, name))
+    if not os.path.isdir(directory):
+        return False
+    try:
+        return bool(checkpoint.saved_checkpoints(directory, name))
+    except OSError as error:
+        raise UserError(
+            f"--auto_resume cannot list --checkpoint_dir {directory} ({error.strerror}): make "
+            "it readable on every machine, or choose another"
+        ) from None
 
 
 def say_how_it_starts(config: Config) -> None:
@@ -78,7 +86,7 @@ def check_same_run(state: dict, config: Config) -> None:
     saved, ours = state["arguments"], config.to_dict()
     # A checkpoint of an earlier version lacks the settings added since: those are not compared.
     for flag in sorted(ours.keys() & saved.keys() - MAY_DIFFER_ON_RESTART):
-        if saved[flag] != ours[flag]:
+        if not _same(saved[flag], ours[flag]):
             raise UserError(
                 f"--auto_resume found {state['path']}, made with --{flag} "
                 f"{_shown(saved[flag])}, and this run has --{flag} {_shown(ours[flag])}: it "
@@ -88,7 +96,21 @@ def check_same_run(state: dict, config: Config) -> None:
             )
 
 
+def _same(saved: object, ours: object) -> bool:
+    """Equal values (0 and 0.0 alike); a crafted checkpoint's tensor, or anything else that does
+    not compare to a plain True, is another value."""
+    try:
+        same = saved == ours
+    except Exception:  # e.g. a tensor of several values inside a list: no answer, so not the same
+        return False
+    return same is True
+
+
 def _shown(value: object) -> str:
+    """A setting as the command line writes it; a crafted one cut short, never a control
+    character in the line."""
     if isinstance(value, list):
-        return ",".join(str(item) for item in value)
-    return "(none)" if value is None else str(value)
+        text = ",".join(str(item) for item in value)
+    else:
+        text = "(none)" if value is None else str(value)
+    return text if len(text) <= 80 and text.isprintable() else repr(text[:80])

@@ -194,3 +194,16 @@ def test_auto_resume_with_test_only_is_refused(capsys, tmp_path):
         *("--load_model_path", str(tmp_path)),
     )
     assert "--auto_resume continues a training run and --test_only trains nothing" in line
+
+
+def test_a_crafted_setting_is_another_runs(runs, tmp_path, capsys):
+    """A checkpoint's settings hold plain values; a tensor where a number belongs compares to
+    nothing (no traceback), so the checkpoint is another run's."""
+    database, _, restarted, _ = runs
+    state = torch.load(restarted / f"{NAME}_1.pt", weights_only=True)
+    state["arguments"]["seed"] = torch.tensor([0, 0])
+    checkpoint.save_checkpoint(state, str(tmp_path / f"{NAME}_1.pt"))
+    line = refused_in_process(
+        capsys, "--train_data", database, "--log_dir", str(tmp_path), "--auto_resume"
+    )
+    assert "made with --seed tensor([0, 0]), and this run has --seed 0" in line, line
