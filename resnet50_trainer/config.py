@@ -133,6 +133,7 @@ class Config:
     file_store_path: str
     save_model_name: str
     load_model_path: str | None
+    auto_resume: bool  # the newest checkpoint of checkpoint_dir, if any, wins over load_model_path
     use_cpu: bool
     dtype: str
     float16_compute: bool
@@ -440,6 +441,12 @@ def _check_evaluate_and_init(config: Config) -> None:
         raise UserError(
             f"--test_only evaluates a checkpoint on a test DB: give {missing} "
             "(the checkpoint, or its directory, and the DB)"
+        )
+    if config.test_only and config.auto_resume:
+        raise UserError(
+            "--auto_resume continues a training run and --test_only trains nothing: "
+            "leave --auto_resume out (a directory as --load_model_path scores its newest "
+            "checkpoint)"
         )
     if config.init_model and config.load_model_path:
         raise UserError(

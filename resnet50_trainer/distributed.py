@@ -112,13 +112,19 @@ def join_process_group(config: Config, placement: Placement, host: str, port: in
 def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
     """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
     if launched.master is not None:
+        timeout = datetime.timedelta(seconds=config.first_iter_timeout)
         try:
+            store, _, _ = next(
+                dist.rendezvous("env://", launched.rank, launched.world_size, timeout=timeout)
+            )
+            if launched.round_prefix:  # a store that outlives this round (torchrun's agent's)
+                store = dist.PrefixStore(launched.round_prefix, store)
             dist.init_process_group(
                 _backend(config),
-                init_method="env://",
+                store=store,
                 rank=launched.rank,
                 world_size=launched.world_size,
-                timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+                timeout=timeout,
             )
         except (dist.DistError, RuntimeError) as error:
             raise UserError(

@@ -222,6 +222,13 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
     output.add_argument("--load_model_path", help="checkpoint to continue training from")
     output.add_argument(
+        "--auto_resume",
+        action=Switch,
+        help="continue from the newest usable checkpoint of this --checkpoint_dir and "
+        "--save_model_name when there is one, else start as the other flags say (for "
+        "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
+    )
+    output.add_argument(
         "--keep_checkpoints",
         type=COUNT_FROM_1,
         default=1,

@@ -10,6 +10,7 @@ import tempfile
 import torch
 
 from resnet50_trainer import checkpoint, checkpoint_schema
+from resnet50_trainer.auto_resume import check_same_run, resume_path
 from resnet50_trainer.checkpoint_lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config import Config
 from resnet50_trainer.data.databases import open_database
@@ -39,11 +40,11 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
     if config.test_data is not None:
         _check_test_labels(config, config.test_data)
     resumed = None
-    if config.load_model_path:
-        resumed = checkpoint.load_checkpoint(
-            config.load_model_path, config.save_model_name, warn=False
-        )
+    source = resume_path(config)
+    if source:
+        resumed = checkpoint.load_checkpoint(source, config.save_model_name, warn=False)
         check_checkpoint(resumed, config)
+        check_same_run(resumed, config)
     if config.init_model and writes_checkpoints:
         read_init_model(config.init_model, config, say=False)
     if config.test_only or not writes_checkpoints:

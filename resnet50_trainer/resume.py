@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def resume(
-    path: str,
+    path: str | None,
     config: Config,
     placement: Placement,
     replica: Replica,
@@ -32,11 +32,19 @@ def resume(
     steps_per_epoch: int,
 ) -> tuple[RunState, str]:
     """Load the checkpoint at `path` (or the newest usable one in that directory) into `replica`;
-    returns the run's state to continue from and the lineage the run goes on with."""
-    state = checkpoint.load_checkpoint(path, config.save_model_name, warn=placement.is_main)
+    returns the run's state to continue from and the lineage the run goes on with. `path` None:
+    --auto_resume found nothing to continue, and this process starts a new run, once every
+    process agrees."""
+    state = (
+        None
+        if path is None
+        else checkpoint.load_checkpoint(path, config.save_model_name, warn=placement.is_main)
+    )
     differ = _resumes_differ(state, placement.world_size)
     if differ is not None:
         stop_run(differ if placement.is_main else None, exit_status(differ))
+    if state is None:
+        return RunState(), checkpoint_schema.new_lineage()
     checkpoint_schema.check_matches(state, config)
     checkpoint_schema.check_fits(state, replica.model, replica.optimizer)
     _load_into(replica, state)
@@ -60,23 +68,28 @@ def resume(
     return run, checkpoint.lineage_of(state, config.checkpoint_dir)
 
 
-def _resumes_differ(state: dict, world_size: int) -> UserError | None:
-    """Every process continues the same checkpoint: machines with disks of their own may hold
-    different newest ones (or none), and the replicas would part silently."""
+def _resumes_differ(state: dict | None, world_size: int) -> UserError | None:
+    """Every process continues the same checkpoint (or none): machines with disks of their own may
+    hold different newest ones (or none), and the replicas would part silently."""
     everyone: list = [None] * world_size
     with distributed.waiting_for_peers("the comparison of the resumed checkpoints"):
-        dist.all_gather_object(everyone, checkpoint_schema.position(state))
+        dist.all_gather_object(everyone, state and checkpoint_schema.position(state))
     differing = [rank for rank, theirs in enumerate(everyone) if theirs != everyone[0]]
     if not differing:
         return None
-    epoch, step, _, _ = everyone[differing[0]]
     return UserError(
         f"the processes would resume different checkpoints (rank 0: "
-        f"{state['path']}, {state['epoch']} epochs and {state['step']} steps "
-        f"done; rank {differing[0]}: {epoch} epochs and {step} steps done): give "
-        "every machine the same checkpoint, e.g. a --load_model_path file on "
-        "shared storage"
+        f"{_resumed(everyone[0], state)}; rank {differing[0]}: "
+        f"{_resumed(everyone[differing[0]])}): give every machine the same checkpoint, e.g. "
+        "a --load_model_path file or --checkpoint_dir on shared storage"
     )
+
+
+def _resumed(position: tuple | None, state: dict | None = None) -> str:
+    if position is None:
+        return "none, a new run"
+    epoch, step, _, _ = position
+    return f"{state['path'] + ', ' if state else ''}{epoch} epochs and {step} steps done"
 
 
 def _load_into(replica: Replica, state: dict) -> None:

@@ -11,6 +11,7 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from resnet50_trainer import checkpoint_schema, distributed
+from resnet50_trainer.auto_resume import resume_path, say_how_it_starts
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
@@ -67,9 +68,11 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     replica = build_replica(config, placement.local_rank, device, initial_weights)
     schedule = LearningRateSchedule.of(config, train_input.steps_per_epoch)
     run, lineage = RunState(), checkpoint_schema.new_lineage()
-    if config.load_model_path:
+    if config.load_model_path or config.auto_resume:
+        if placement.is_main:
+            say_how_it_starts(config)
         run, lineage = resume(
-            config.load_model_path,
+            resume_path(config),
             config,
             placement,
             replica,

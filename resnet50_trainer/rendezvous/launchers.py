@@ -45,6 +45,8 @@ class Launched:
     local_world_size: int  # processes on this machine; the same on every machine
     master: tuple[str, int] | None  # MASTER_ADDR:MASTER_PORT when set: the meeting point
     job_id: str | None  # the launcher's job id, as a run id: the run id when none is given
+    # The prefix of this round's keys on the store at `master` (see _round_prefix).
+    round_prefix: str = ""
 
     @property
     def num_machines(self) -> int:
@@ -76,8 +78,19 @@ def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
                 local_world,
                 _master(environ),
                 _job_id(environ),
+                _round_prefix(environ) if name == "torchrun" else "",
             )
     return None
+
+
+def _round_prefix(environ: Mapping[str, str]) -> str:
+    """torchrun's agent serves one store at MASTER_ADDR:MASTER_PORT for every round of a job (its
+    --max-restarts and membership changes): the keys an earlier round's process group left there
+    (a killed rank's Gloo address, NCCL's id) would be read by the next round, whose ranks would
+    then wait on dead peers. Each round takes keys of its own: a restart after a failure counts
+    TORCHELASTIC_RESTART_COUNT up, one after a change of machines changes the world size."""
+    restart = environ.get("TORCHELASTIC_RESTART_COUNT", "0").strip()
+    return f"resnet50_trainer/restart_{restart}/world_{environ['WORLD_SIZE'].strip()}"
 
 
 def _job_id(environ: Mapping[str, str]) -> str | None:

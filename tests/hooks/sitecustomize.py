@@ -26,3 +26,28 @@ def _replace_after_a_pause(source, target, *args, **kwargs):
 
 if _pause_s:
     os.replace = _replace_after_a_pause
+
+# "RANK:STEPS": the training process of that global rank, in torchrun's first round (restart
+# count 0), SIGKILLs itself after its STEPS-th optimizer step; a restarted round runs on.
+KILL_ENV = "RESNET50_TRAINER_TEST_KILL_AFTER_STEPS"
+
+
+def _kill_after_steps(steps: int) -> None:
+    import signal
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    done = []
+
+    def count(optimizer, args, kwargs):
+        done.append(1)
+        if len(done) == steps:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    register_optimizer_step_post_hook(count)
+
+
+if os.environ.get(KILL_ENV) and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+    _rank, _steps = os.environ[KILL_ENV].split(":")
+    if os.environ.get("RANK") == _rank:
+        _kill_after_steps(int(_steps))
