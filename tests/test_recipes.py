@@ -38,7 +38,7 @@ def test_a_flag_given_wins_over_the_recipe_and_the_start_says_which():
     assert "--lr_policy" not in lines[0] and "--cutmix_alpha 1" in lines[0]
     assert (
         lines[1]
-        == "--recipe modern: the command line's --image_size, --lr_policy, --mixup_alpha kept"
+        == "--recipe modern: the command line's --lr_policy, --mixup_alpha, --image_size kept"
     )
 
 
