@@ -145,9 +145,10 @@ def check_outputs_writable(config: Config) -> None:
             with tempfile.TemporaryFile(dir=directory):
                 pass
         except OSError as error:
+            # makedirs says "File exists" where a file stands in the directory's place.
+            reason = "a file, not a directory" if os.path.isfile(directory) else error.strerror
             raise UserError(
-                f"{flag} {directory} cannot be written ({error.strerror}): "
-                "choose a writable directory"
+                f"{flag} {directory} cannot be written ({reason}): choose a writable directory"
             ) from None
 
 

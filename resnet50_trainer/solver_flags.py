@@ -58,7 +58,7 @@ def with_solver(
     """A copy of the parsed flags with --solver's file applied beneath the flags `given` on the
     command line; and the lines that say what each field of the file became."""
     path = args.solver
-    translation = _Translation(read_solver(path), path, given)
+    translation = _Translation(read_solver(path), path, given, args)
     translation.read_fields()
     machines = launched.num_machines if launched is not None else args.num_shards
     translation.turn_iterations_into_epochs(args, args.batch_size * machines)
@@ -70,8 +70,8 @@ def with_solver(
 
 
 class _Translation:
-    def __init__(self, solver: Message, path: str, given: set[str]):
-        self.solver, self.path, self.given = solver, path, given
+    def __init__(self, solver: Message, path: str, given: set[str], args: argparse.Namespace):
+        self.solver, self.path, self.given, self.args = solver, path, given, args
         self.values: dict[str, object] = {}
         self.lines: list[str] = []
         self.actions = {action.dest: action for action in build_parser()._actions}
@@ -100,9 +100,10 @@ class _Translation:
             raise self.refuse(f"{field}: {value!r} is not one of {', '.join(action.choices)}")
         self.values[dest] = value
         flag = action.option_strings[0]
-        shown = ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else value
-        overridden = " (the command line's wins)" if dest in self.given else ""
-        self.lines.append(f"{field} -> {flag} {shown}{how}{overridden}")
+        line = f"{field} -> {flag} {_shown(value)}{how}"
+        if dest in self.given:
+            line += f", not used: the command line's {flag} {_shown(getattr(self.args, dest))} wins"
+        self.lines.append(line)
 
     def note(self, field: str, why: str) -> None:
         self.lines.append(f"{field}: not used: {why}")
@@ -281,6 +282,12 @@ class _Translation:
                 f"{per_epoch}, or give --num_epochs"
             )
         self.set_flag("max_iter", "num_epochs", max_iter // per_epoch)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(f"{part:g}" for part in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _decimal(value: float) -> float:

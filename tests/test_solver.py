@@ -97,6 +97,14 @@ def test_the_command_line_wins_over_the_solver(tmp_path):
         "nesterov",
     )
     assert (config.base_learning_rate, config.num_epochs, config.optimizer) == (0.05, 5, "nesterov")
+    flags = [*SMALL_RUN, "--train_data", "null", "--solver", path, "--num_epochs", "5"]
+    _, lines = with_recipe_and_solver(build_parser().parse_args(flags), flags, None)
+    assert any(
+        line.endswith(
+            "max_iter -> --num_epochs 3, not used: the command line's --num_epochs 5 wins"
+        )
+        for line in lines
+    ), lines
     assert config.lr_steps == (1.5,)  # still the file's
 
 
