@@ -174,8 +174,9 @@ def warn_of_changes(state: dict, config: Config, learning_rate: float) -> None:
     if not math.isclose(learning_rate, state["learning_rate"], rel_tol=1e-9):
         log.warning(
             "The learning rate changes on resume from %.6g to %.6g: this run's "
-            "--base_learning_rate, --lr_scaling, --batch_size or --warmup_epochs differ "
-            "from the checkpoint's",
+            "--base_learning_rate, --lr_scaling, --lr_policy (or its --lr_* flags), "
+            "--num_epochs (cosine, poly), --batch_size or --warmup_epochs differ from the "
+            "checkpoint's",
             state["learning_rate"],
             learning_rate,
         )
