@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from resnet50_trainer import distributed
+from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.grad_compression import MODES, NONE, POWERSGD, GradCompression
@@ -120,7 +121,12 @@ def _finite_floats(tensor: object) -> bool:
 
 
 def restore(
-    compression: GradCompression, state: dict, iteration: int, placement: Placement
+    compression: GradCompression,
+    state: dict,
+    iteration: int,
+    placement: Placement,
+    model: torch.nn.Module,
+    config: Config,
 ) -> None:
     """Take up the checkpoint's compression state, on every process, at `iteration` (the run's
     next step). What cannot be carried over is dropped with a warning: state of another mode,
@@ -140,11 +146,11 @@ def restore(
     powersgd = compression.powersgd
     if powersgd is None:
         return
+    check_fits(state, model, config)
     powersgd.state.iter = iteration  # PowerSGD's count of steps is the run's
     if entry["mode"] != POWERSGD:
         return
     errors, factors = entry["errors"], entry["factors"]
-    _check_fits(state, powersgd, errors, factors if entry["rank"] == compression.rank else None)
     if errors is not None and errors.shape[0] != placement.world_size:
         warn(
             "Checkpoint %s holds the PowerSGD error feedback of %d processes, this run has %d: "
@@ -177,30 +183,30 @@ def _by_parameter(row: torch.Tensor, powersgd: ResumablePowerSGD) -> dict[str, t
     return pieces
 
 
-def _check_fits(
-    state: dict,
-    powersgd: ResumablePowerSGD,
-    errors: torch.Tensor | None,
-    factors: dict[str, torch.Tensor] | None,
-) -> None:
-    """Error feedback as long as the model's parameters, one row per process of the checkpoint's
-    run; Q factors of the shapes this model's compressed gradients take at this rank."""
-    length = sum(math.prod(shape) for shape in powersgd.shapes.values())
-    problem = None
+def check_fits(state: dict, model: torch.nn.Module, config: Config) -> None:
+    """The checkpoint's PowerSGD state fits this model, if this run takes it up: error feedback as
+    long as the model's parameters, one row per process of the checkpoint's run; Q factors of the
+    shapes this model's compressed gradients take at --powersgd_rank. Shapes only: a model on
+    the meta device serves."""
+    entry = state.get("grad_compression") or {"mode": NONE}
+    if entry["mode"] != POWERSGD or config.grad_compression != POWERSGD:
+        return
+    shapes = {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+    length = sum(math.prod(shape) for shape in shapes.values())
+    errors, problem = entry["errors"], None
     if errors is not None and errors.shape != (state["world_size"], length):
         problem = (
-            f"error feedback of shape {tuple(errors.shape)}, not ({state['world_size']}, {length})"
+            f"PowerSGD error feedback of shape {tuple(errors.shape)}, not "
+            f"({state['world_size']}, {length})"
         )
-    if factors is not None:
-        rank = powersgd.state.matrix_approximation_rank
-        shapes = powersgd.shapes
+    if entry["factors"] is not None and entry["rank"] == config.powersgd_rank:
         expected = {
             name: (m, r)
-            for name, (_, m, r) in zip(shapes, factor_shapes(list(shapes.values()), rank))
+            for name, (_, m, r) in zip(shapes, factor_shapes(list(shapes.values()), entry["rank"]))
             if r
         }
-        if {name: tuple(q.shape) for name, q in factors.items()} != expected:
-            problem = f"PowerSGD factors that do not fit this model at rank {rank}"
+        if {name: tuple(q.shape) for name, q in entry["factors"].items()} != expected:
+            problem = f"PowerSGD factors that do not fit this model at rank {entry['rank']}"
     if problem:
         raise UserError(
             f"checkpoint {state['path']} has {problem}: give a checkpoint of this model, or "

@@ -17,6 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from resnet50_trainer.config import GRAD_COMPRESSIONS, Config
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.powersgd_state import ResumablePowerSGD
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,20 @@ class GradCompression:
         return {NONE: "none (float32)", FP16: "float16 buckets", BF16: "bfloat16 buckets"}[
             self.mode
         ]
+
+
+def check_supported(config: Config) -> None:
+    """torch's bf16 hook refuses to be registered, even on the CPU with Gloo, unless torch was
+    built with CUDA (or ROCm) and an NCCL of 2.10 or later: say so before anything starts."""
+    if config.grad_compression != BF16:
+        return
+    built_with_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    if not (built_with_gpu and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10)):
+        raise UserError(
+            f"--grad_compression bf16 needs a torch built with CUDA and NCCL 2.10 or later "
+            f"(torch's bf16 hook checks for them even on the CPU), and this torch "
+            f"{torch.__version__} is not: use --grad_compression fp16"
+        )
 
 
 def register(

@@ -137,3 +137,19 @@ def test_an_altered_powersgd_state_is_refused_in_one_line(uninterrupted, tmp_pat
 def test_settings_that_cannot_work_are_refused_in_one_line(capsys, flags, named):
     line = refused_in_process(capsys, "--train_data", "null", *flags)
     assert named in line
+
+
+def test_a_powersgd_state_of_another_model_is_refused_before_the_run(
+    uninterrupted, tmp_path, capsys
+):
+    database, out = uninterrupted
+    state = torch.load(out / "resnet50_model_2_step1.pt", weights_only=True)
+    state["grad_compression"]["errors"] = torch.zeros(2, 5)
+    torch.save(state, tmp_path / "resnet50_model_2_step1.pt")
+    line = refused_in_process(
+        capsys,
+        *("--train_data", database, "--num_gpus", "2", "--log_dir", str(tmp_path / "logs")),
+        *(*POWERSGD, "--load_model_path", str(tmp_path / "resnet50_model_2_step1.pt")),
+    )
+    assert "PowerSGD error feedback of shape (2, 5)" in line
+    assert not list((tmp_path / "logs").glob("*.log"))  # refused before the run began
