@@ -121,7 +121,8 @@ def main() -> None:
     none_payload = next(iter(baseline), None)
     none_rate = sum(baseline.values()) / len(baseline) if baseline else None
     print(
-        "\n| mode | MB handed to all-reduce per step, each process | none's bytes / these | images/s | images/s / none's (mean) |"
+        "\n| mode | MB handed to all-reduce per step, each process | none's bytes / these "
+        "| images/s | images/s / none's (mean) |"
     )
     print("|---|---|---|---|---|")
     for mode, payload, rate in rows:
