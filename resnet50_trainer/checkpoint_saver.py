@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from resnet50_trainer import checkpoint, checkpoint_schema
+from resnet50_trainer import checkpoint, checkpoint_schema, compression_checkpoint
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import Diverged, UserError
@@ -38,13 +38,17 @@ class CheckpointSaver:
         """The checkpoint of `run`, on every process; its path on the first. Within an epoch,
         `epoch_sums` are the epoch's global sums so far. No process runs ahead of a saved step."""
         path, failure = None, None
+        # Every process: PowerSGD's error feedback is gathered to the first.
+        compression = compression_checkpoint.checkpoint_entry(
+            self.replica.compression, self.placement, self.device
+        )
         if self.placement.is_main:
             config = self.config
             path = checkpoint.checkpoint_path(
                 config.checkpoint_dir, config.save_model_name, run.epochs_done, run.steps_into_epoch
             )
             try:
-                self._write(path, run, epoch_sums, epoch_seconds)
+                self._write(path, run, epoch_sums, epoch_seconds, compression)
             except (UserError, Diverged) as error:
                 failure = error
         # Also the barrier after the write: no process runs ahead of a saved step.
@@ -52,7 +56,12 @@ class CheckpointSaver:
         return path
 
     def _write(
-        self, path: str, run: RunState, epoch_sums: torch.Tensor | None, epoch_seconds: float
+        self,
+        path: str,
+        run: RunState,
+        epoch_sums: torch.Tensor | None,
+        epoch_seconds: float,
+        compression: dict,
     ) -> None:
         """Never over good weights with diverged ones: non-finite weights end the run instead."""
         config, replica = self.config, self.replica
@@ -80,6 +89,7 @@ class CheckpointSaver:
                 epoch_sums,
                 epoch_seconds,
                 replica.ema.state() if replica.ema else None,
+                grad_compression=compression,
             ),
             path,
         )

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from resnet50_trainer.compression_checkpoint import entry_problem
 from resnet50_trainer.config import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.finite import non_finite_tensors
@@ -96,6 +97,8 @@ class CheckpointFields:
     lineage: str = _spec(str, optional=True, check=_made_by_new_lineage)
     # The average of the weights with --ema_decay (ema.py), else None.
     ema: dict | None = _spec((dict, type(None)), optional=True, check=_ema_problem)
+    # --grad_compression and PowerSGD's state (compression_checkpoint.py); absent: none.
+    grad_compression: dict | None = _spec((dict, type(None)), optional=True, check=entry_problem)
 
 
 REQUIRED_KEYS = frozenset(
@@ -115,6 +118,7 @@ def compose(
     epoch_sums: torch.Tensor | None,
     epoch_seconds: float,
     ema: dict | None = None,
+    grad_compression: dict | None = None,
 ) -> dict:
     """The checkpoint of `run` (with the epoch's global sums so far, when taken within one)."""
     written = CheckpointFields(
@@ -135,6 +139,7 @@ def compose(
         epoch_sums=None if epoch_sums is None else epoch_sums.cpu(),
         lineage=lineage,
         ema=ema,
+        grad_compression=grad_compression,
     )
     # Not dataclasses.asdict: it would deep-copy the state dicts.
     return {field.name: getattr(written, field.name) for field in fields(written)}

@@ -48,6 +48,13 @@ _NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", 
 _DECAYING_GAMMA = ("step", "multistep", "exp")
 # --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
 OPTIMIZERS = ("nesterov", "sgd")
+# --grad_compression (grad_compression.py): DDP's float32 all-reduce, casting hooks, PowerSGD.
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+# PowerSGD's defaults: rank 2, as Vogels et al. 2019's main experiments; plain all-reduce for the
+# first 1000 iterations, as torch's PowerSGDState (the first steps suffer most from inexact
+# gradients).
+DEFAULT_POWERSGD_RANK = 2
+DEFAULT_POWERSGD_START_ITER = 1000
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.
 SYNTHETIC_EPOCH_SIZE = 1_500_000
 # The crop is this share of the resized shorter side by default: 224 of 256.
@@ -178,6 +185,9 @@ class Config:
     ema_steps: int
     ema_for_test: bool
     sync_bn: bool
+    grad_compression: str
+    powersgd_rank: int
+    powersgd_start_iter: int
 
     @property
     def synthetic(self) -> bool:
@@ -289,6 +299,7 @@ def check_settings(config: Config) -> None:
         )
     _check_lr_settings(config)
     _check_optimizer(config)
+    _check_grad_compression(config)
     _check_precision_and_decoding(config)
     _check_later_flags(config)
     _check_evaluate_and_init(config)
@@ -366,6 +377,26 @@ def _check_crops(config: Config) -> None:
         raise UserError(
             f"{size_flag} {size} is above {resize_flag}: the test crop must fit in the resized "
             "test image; give --test_resize at least that, or a smaller --test_image_size"
+        )
+
+
+def _check_grad_compression(config: Config) -> None:
+    powersgd = config.grad_compression == "powersgd"
+    for flag, default in (
+        ("powersgd_rank", DEFAULT_POWERSGD_RANK),
+        ("powersgd_start_iter", DEFAULT_POWERSGD_START_ITER),
+    ):
+        if getattr(config, flag) != default and not powersgd:
+            raise UserError(
+                f"--{flag} sets PowerSGD, and --grad_compression is {config.grad_compression}: "
+                f"add --grad_compression powersgd or leave --{flag} out"
+            )
+    if powersgd and (config.dtype == "float16" or config.float16_compute):
+        # A step the scaler skips has inf or NaN gradients, which error feedback would keep.
+        raise UserError(
+            "--grad_compression powersgd with float16 training: an overflowing step's inf "
+            "gradients would stay in PowerSGD's error feedback for good; use --dtype bfloat16, "
+            "or --grad_compression fp16"
         )
 
 

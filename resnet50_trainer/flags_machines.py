@@ -7,6 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 
+from resnet50_trainer.config import (
+    DEFAULT_POWERSGD_RANK,
+    DEFAULT_POWERSGD_START_ITER,
+    GRAD_COMPRESSIONS,
+)
 from resnet50_trainer.flag_values import (
     NO_TIME_LIMIT_S,
     REDIS_PORT,
@@ -20,6 +25,8 @@ from resnet50_trainer.flag_values import (
 # later (a C int overflowing in torch, a timeout that overflows a timedelta).
 TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
 MAX_SHARDS = 65536
+# PowerSGD's error feedback and warm start need 2 plain steps: DDP rebuilds its buckets after 1.
+POWERSGD_START = Number(int, 2, 10**12)
 
 
 def add_device_flags(parser: argparse.ArgumentParser) -> None:
@@ -137,4 +144,30 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
         type=TIMEOUT_S,
         default=60.0,
         help="seconds a collective may wait on a peer after the first step",
+    )
+    _add_compression_flags(parser)
+
+
+def _add_compression_flags(parser: argparse.ArgumentParser) -> None:
+    compression = parser.add_argument_group("gradient compression")
+    compression.add_argument(
+        "--grad_compression",
+        default="none",
+        choices=GRAD_COMPRESSIONS,
+        help="what the gradient all-reduce sends: none (float32), fp16 or bf16 (each bucket "
+        "cast, half the bytes), powersgd (low-rank factors with error feedback, PowerSGD)",
+    )
+    compression.add_argument(
+        "--powersgd_rank",
+        type=Number(int, 1, 1024),
+        default=DEFAULT_POWERSGD_RANK,
+        help="with --grad_compression powersgd: rank of each gradient's approximation "
+        "(higher: closer to the gradient, more bytes)",
+    )
+    compression.add_argument(
+        "--powersgd_start_iter",
+        type=POWERSGD_START,
+        default=DEFAULT_POWERSGD_START_ITER,
+        help="with --grad_compression powersgd: global iterations of plain all-reduce before "
+        "compression starts (the first steps are the most sensitive to inexact gradients)",
     )

@@ -9,7 +9,12 @@ import tempfile
 
 import torch
 
-from resnet50_trainer import checkpoint, checkpoint_schema
+from resnet50_trainer import (
+    checkpoint,
+    checkpoint_schema,
+    compression_checkpoint,
+    grad_compression,
+)
 from resnet50_trainer.auto_resume import check_same_run, resume_path
 from resnet50_trainer.checkpoint_lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config import Config
@@ -33,6 +38,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
     the caller to hold until the run ends. A --test_only run reads no training DB and writes
     nothing: it needs no writable directory and takes no lock."""
     check_checkpoint_name(config.save_model_name)
+    grad_compression.check_supported(config)
     if not config.test_only:
         check_outputs_writable(config)
         if not config.synthetic:
@@ -59,6 +65,7 @@ def check_checkpoint(state: dict, config: Config) -> None:
         model = model_for(config)
         optimizer = None if config.test_only else build_optimizer(model, config)
         checkpoint_schema.check_fits(state, model, optimizer)
+        compression_checkpoint.check_fits(state, model, config)
 
 
 def check_checkpoint_name(name: str) -> None:

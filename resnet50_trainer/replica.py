@@ -1,5 +1,6 @@
 """This process's model replica and what trains it: the model (on one device, or split over a
-pair with --model_parallel), its precision, DDP (compiled with --compile) and the optimizer."""
+pair with --model_parallel), its precision, DDP (with --grad_compression's communication hook,
+compiled with --compile) and the optimizer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from resnet50_trainer.config import Config
 from resnet50_trainer.devices import replica_devices
 from resnet50_trainer.ema import WeightsEma, build_ema
+from resnet50_trainer.grad_compression import GradCompression, register
 from resnet50_trainer.model import build_split_model, model_for, with_batch_norm_synced
 from resnet50_trainer.optim import build_optimizer
 from resnet50_trainer.precision import Precision
@@ -26,6 +28,7 @@ class Replica:
     precision: Precision
     # The logits (and so the labels they are scored against) are on the replica's last device.
     output_device: torch.device
+    compression: GradCompression  # what the gradient all-reduce sends, and its state
     ema: WeightsEma | None = None  # --ema_decay: the average of the weights
 
 
@@ -51,12 +54,13 @@ def build_replica(
         # A model-parallel replica spans two devices: DDP then takes no device_ids.
         device_ids=[device] if device.type == "cuda" and not config.model_parallel else None,
     )
+    compression = register(ddp, model, config)  # before torch.compile traces DDP
     # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
     train_model = torch.compile(ddp) if config.compile else ddp
     optimizer = build_optimizer(model, config)
     # After DDP's broadcast from rank 0: every process's average starts at the same weights.
     ema = build_ema(model, config.ema_decay, config.ema_steps)
-    return Replica(model, ddp, train_model, optimizer, precision, devices[1], ema)
+    return Replica(model, ddp, train_model, optimizer, precision, devices[1], compression, ema)
 
 
 def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:

@@ -10,7 +10,7 @@ import math
 
 import torch.distributed as dist
 
-from resnet50_trainer import checkpoint, checkpoint_schema, distributed
+from resnet50_trainer import checkpoint, checkpoint_schema, compression_checkpoint, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.ema import restore_ema
@@ -54,6 +54,9 @@ def resume(
         state, config, placement.world_size, steps_per_epoch, warn=placement.is_main
     )
     _end_epoch_beyond_its_steps(run, steps_per_epoch, state["path"], placement.is_main)
+    compression_checkpoint.restore(
+        replica.compression, state, run.iteration, placement, replica.model, config
+    )
     if placement.is_main:
         warn_of_changes(state, config, schedule(run.iteration))
     log.info(

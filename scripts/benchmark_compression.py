@@ -1,0 +1,135 @@
+"""Gradient compression measured: the bytes each process hands to the all-reduce per step, and
+images/s, for --grad_compression none, fp16, bf16 and powersgd, 2 processes on Gloo.
+
+Each mode, in turn (--repeats rounds of all modes, interleaved): 2 processes meet on a TCPStore at
+127.0.0.1 (loopback), build the trainer's own replica (replica.build_replica: the model, DDP and
+the mode's communication hook) from the trainer's flags, run --warmup steps (past
+--powersgd_start_iter, so PowerSGD compresses while timed) and then --steps timed steps of
+forward, loss, backward and SGD step on synthetic images.
+
+Bytes: every tensor a hook hands to torch.distributed.all_reduce is counted, by a pass-through
+wrapper in the benchmark's own processes. `none` registers no hook: DDP's C++ all-reduce then sends
+every gradient once in float32, 4 bytes a parameter, which is what the table says for it. On the
+wire a ring all-reduce moves 2(N-1)/N of the payload in and out of each process.
+
+Usage: PYTHONPATH=. python scripts/benchmark_compression.py [--num_layers 50 --image_size 64
+--batch_size 16 --steps 10 --repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from resnet50_trainer.cli import build_parser, config_from_args
+from resnet50_trainer.config import GRAD_COMPRESSIONS, Config
+from resnet50_trainer.replica import build_replica
+
+PROCESSES = 2
+POWERSGD_START = 2  # the least PowerSGD takes: the timed steps all compress
+
+
+def trainer_config(args: argparse.Namespace, mode: str) -> Config:
+    flags = [
+        *("--train_data", "null", "--use_cpu", "--num_gpus", str(PROCESSES)),
+        *("--num_layers", str(args.num_layers), "--image_size", str(args.image_size)),
+        *("--batch_size", str(args.batch_size), "--grad_compression", mode),
+    ]
+    if mode == "powersgd":
+        flags += ["--powersgd_rank", str(args.rank), "--powersgd_start_iter", str(POWERSGD_START)]
+    return config_from_args(build_parser().parse_args(flags), gpus_present=0)
+
+
+def count_all_reduce_bytes() -> list[int]:
+    """Wrap torch.distributed.all_reduce (as the hooks call it) to add up the bytes handed to it."""
+    counted = [0]
+    all_reduce = dist.all_reduce
+
+    def counting(tensor: torch.Tensor, *args, **kwargs):
+        counted[0] += tensor.numel() * tensor.element_size()
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = counting
+    return counted
+
+
+def measure(rank: int, args: argparse.Namespace, mode: str, port: int, results) -> None:
+    torch.set_num_threads(max(1, (os.cpu_count() or PROCESSES) // PROCESSES))
+    store = dist.TCPStore("127.0.0.1", port, PROCESSES, is_master=rank == 0)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=PROCESSES, timeout=timedelta(seconds=600)
+    )
+    config = trainer_config(args, mode)
+    replica = build_replica(config, rank, torch.device("cpu"))
+    counted = count_all_reduce_bytes()
+    generator = torch.Generator().manual_seed(rank)
+    per_process = config.device_batch_size
+    images = torch.randn(per_process, 3, args.image_size, args.image_size, generator=generator)
+    labels = torch.randint(0, config.num_labels, (per_process,), generator=generator)
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            dist.barrier()
+            counted[0], started = 0, time.perf_counter()
+        replica.optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(replica.train_model(images), labels).backward()
+        replica.optimizer.step()
+    dist.barrier()
+    seconds = time.perf_counter() - started
+    if rank == 0:
+        parameters = sum(p.numel() for p in replica.model.parameters())
+        payload = counted[0] / args.steps if mode != "none" else 4 * parameters
+        results.put((mode, payload, config.global_batch_size * args.steps / seconds))
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num_layers", type=int, default=50)
+    parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--batch_size", type=int, default=16, help="global, over the 2 processes")
+    parser.add_argument("--rank", type=int, default=2, help="--powersgd_rank")
+    parser.add_argument("--warmup", type=int, default=POWERSGD_START + 3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--modes", default=",".join(GRAD_COMPRESSIONS))
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}")
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    rows = []
+    for _ in range(args.repeats):
+        for mode in args.modes.split(","):
+            mp.spawn(measure, (args, mode, free_port(), results), nprocs=PROCESSES)
+            rows.append(results.get())
+            print(f"{rows[-1][0]}: {rows[-1][1] / 1e6:.3f} MB a step, {rows[-1][2]:.2f} images/s")
+    baseline = {payload: rate for mode, payload, rate in rows if mode == "none"}
+    none_payload = next(iter(baseline), None)
+    none_rate = sum(baseline.values()) / len(baseline) if baseline else None
+    print(
+        "\n| mode | MB handed to all-reduce per step, each process | none's bytes / these "
+        "| images/s | images/s / none's (mean) |"
+    )
+    print("|---|---|---|---|---|")
+    for mode, payload, rate in rows:
+        bytes_ratio = f"{none_payload / payload:.1f}" if none_payload else "-"
+        rate_ratio = f"{rate / none_rate:.2f}x" if none_rate else "-"
+        print(f"| {mode} | {payload / 1e6:.3f} | {bytes_ratio} | {rate:.2f} | {rate_ratio} |")
+
+
+if __name__ == "__main__":
+    main()
