@@ -9,7 +9,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from resnet50_trainer.config import Config, check_settings, default_scale
+from resnet50_trainer.config import Config, default_scale
+from resnet50_trainer.config_checks import check_settings
 from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.gpu_ids import select_gpus
@@ -32,8 +33,8 @@ def config_from_args(
     args: argparse.Namespace, gpus_present: int, launched: Launched | None = None
 ) -> Config:
     """The run's settings from the parsed flags: the launcher's placement adopted, the derived
-    settings worked out, then checked against each other (config.check_settings) and against this
-    machine (probes.check_machine); UserError on the first problem.
+    settings worked out, then checked against each other (config_checks.check_settings) and
+    against this machine (probes.check_machine); UserError on the first problem.
 
     `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""
     if launched is not None:
