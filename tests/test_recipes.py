@@ -21,13 +21,13 @@ def test_the_caffe2_recipe_is_the_default_run_exactly():
     assert dataclasses.replace(caffe2, recipe=default.recipe) == default
 
 
-def test_modern_sets_torchvisions_values_and_fixres_in_proportion():
+def test_modern_sets_torchvisions_values_and_fixres_with_its_training_size():
     config = config_of("--use_cpu", "--train_data", "null", "--recipe", "modern")
     for name, value in MODERN.items():
         assert getattr(config, name) == value, name
     assert (config.image_size, config.test_resize, config.test_image_size) == (176, 232, 224)
     small = config_of(*RUN, "--recipe", "modern")  # SMALL_RUN's --image_size 32 wins
-    assert (small.image_size, small.test_resize, small.test_image_size) == (32, 42, 41)
+    assert (small.image_size, small.test_sizes) == (32, (small.scale, 32))  # no FixRes
 
 
 def test_a_flag_given_wins_over_the_recipe_and_the_start_says_which():
