@@ -12,6 +12,7 @@ import pytest
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db
 from resnet50_trainer.data.databases import DB_TYPES, open_database, open_writer
 from resnet50_trainer.errors import UserError
+from trainer_runs import log_rows, run_trainer
 
 RECORDS = [(b"%03d" % index, b"value-%d" % index) for index in (5, 1, 3, 0, 2, 4)]
 
@@ -201,3 +202,28 @@ def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
     assert sum(len(batch.labels) for batch in loader) == 8  # each worker opened a snapshot
     del loader
     assert list(temporary.iterdir()) == []
+
+
+@pytest.mark.parametrize("db_type", DB_TYPES)
+def test_one_db_opened_twice_in_a_process_reads_from_both(image_db, db_type):
+    """--test_data may be --train_data: LMDB refuses a second open of an environment in one
+    process, so the readers share it; closing one leaves the other reading."""
+    path = image_db("db", 4, 2, db_type=db_type)
+    first, second = open_database(path, db_type), open_database(path, db_type)
+    keys = first.keys()
+    assert second.keys() == keys
+    first.close()
+    assert second.get(keys[0]) and second.get(keys[-1])
+    second.close()
+    with open_database(path, db_type) as again:  # and it opens afresh after both closed
+        assert again.keys() == keys
+
+
+def test_a_run_whose_test_db_is_its_training_db_trains_and_tests(image_db, tmp_path):
+    path = image_db("db", 16, 4)
+    done = run_trainer(
+        *("--train_data", path, "--test_data", path, "--num_epochs", "1"),
+        *("--log_dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert float(log_rows(tmp_path)[0]["test_accuracy"]) >= 0  # -1: not tested

@@ -109,6 +109,31 @@ class Database(ABC):
         self.close()
 
 
+# LMDB refuses to open one environment twice in a process ("already open in this process"), as
+# when --test_data is --train_data and both are read in the training process: the readers of a
+# process share its one environment, each with its own read transaction. Keyed by process too: a
+# forked child must open its own (an LMDB environment does not survive a fork).
+_OPEN_LMDB: dict[tuple[int, int, int], list] = {}  # (pid, device, inode) -> [environment, users]
+
+
+def _open_lmdb(path: str) -> tuple[tuple[int, int, int], lmdb.Environment]:
+    info = os.stat(path)
+    key = (os.getpid(), info.st_dev, info.st_ino)
+    if key not in _OPEN_LMDB:
+        environment = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+        _OPEN_LMDB[key] = [environment, 0]
+    _OPEN_LMDB[key][1] += 1
+    return key, _OPEN_LMDB[key][0]
+
+
+def _release_lmdb(key: tuple[int, int, int]) -> None:
+    entry = _OPEN_LMDB[key]
+    entry[1] -= 1
+    if entry[1] == 0:
+        entry[0].close()
+        del _OPEN_LMDB[key]
+
+
 class LmdbDatabase(Database):
     """lock=False: no lock file is written or needed because nobody writes while we read;
     readahead=False: random access over a large file should not pull in neighbouring pages."""
@@ -116,14 +141,13 @@ class LmdbDatabase(Database):
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
-            self._env: lmdb.Environment | None = lmdb.open(
-                path, readonly=True, lock=False, readahead=False, subdir=True
-            )
-        except lmdb.Error as exc:
+            self._key, environment = _open_lmdb(path)
+        except (lmdb.Error, OSError) as exc:
             raise UserError(
                 f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
             ) from exc
-        self._txn = self._env.begin(buffers=False)
+        self._txn = environment.begin(buffers=False)
+        self._open = True
 
     def _read_keys(self) -> list[bytes]:
         with self._txn.cursor() as cursor:
@@ -133,10 +157,10 @@ class LmdbDatabase(Database):
         return self._txn.get(key)
 
     def close(self) -> None:
-        if self._env is not None:
+        if self._open:
+            self._open = False
             self._txn.abort()
-            self._env.close()
-            self._env = None
+            _release_lmdb(self._key)
 
 
 # LevelDB lets only one process open a database, even for reading, and opening it rewrites files
