@@ -12,10 +12,7 @@ from __future__ import annotations
 import logging
 
 import torch
-import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-from resnet50_trainer import distributed
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +48,6 @@ class WeightsEma:
         """The average begins again at `model`'s weights (its first update copies them)."""
         self.module.load_state_dict(model.state_dict())
         self.averaged.n_averaged.fill_(0)
-
-    @torch.no_grad()
-    def take_first_process_statistics(self, device: torch.device) -> None:
-        """Every process's average gets the first process's batch-norm statistics. The weights
-        are the same everywhere, but each process's statistics come from its own last batches
-        (DDP hands out rank 0's only at the next forward): so every process scores, and the
-        checkpoint holds, one average."""
-        buffers = list(self.module.buffers())
-        # float64 holds float32 statistics and the int64 batch counts exactly.
-        flat = torch.cat([buffer.reshape(-1).to(device, torch.float64) for buffer in buffers])
-        with distributed.waiting_for_peers("the broadcast of the EMA's batch-norm statistics"):
-            dist.broadcast(flat, 0)
-        for buffer, values in zip(buffers, flat.split([buffer.numel() for buffer in buffers])):
-            buffer.copy_(values.view_as(buffer))
 
 
 def build_ema(model: torch.nn.Module, decay: float, every: int) -> WeightsEma | None:

@@ -41,6 +41,7 @@ def evaluate(
         return None
     model = replica.model if model is None else model
     precision = replica.precision
+    take_first_process_statistics(model, device)
     model.eval()
     correct = torch.zeros(2, dtype=torch.float64, device=replica.output_device)  # top-1, top-5
     images = bad = 0
@@ -79,8 +80,21 @@ def evaluate_ema(
     warned of by the model's evaluation."""
     if replica.ema is None or test_batches is None:
         return None
-    replica.ema.take_first_process_statistics(device)
     return evaluate(replica, test_batches, device, False, replica.ema.module)
+
+
+def take_first_process_statistics(model: torch.nn.Module, device: torch.device) -> None:
+    """Every process's `model` gets the first process's batch-norm statistics. The weights are the
+    same everywhere, but each process's statistics come from its own last batches (DDP hands out
+    rank 0's only at the next forward, which overwrites them anyway): so every process scores,
+    and the checkpoint holds, one model."""
+    buffers = list(model.buffers())
+    # float64 holds float32 statistics and the int64 batch counts exactly.
+    flat = torch.cat([buffer.reshape(-1).to(device, torch.float64) for buffer in buffers])
+    with distributed.waiting_for_peers("the broadcast of the batch-norm statistics"):
+        dist.broadcast(flat, 0)
+    for buffer, values in zip(buffers, flat.split([buffer.numel() for buffer in buffers])):
+        buffer.copy_(values.view_as(buffer))
 
 
 def _correct_in_top(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
