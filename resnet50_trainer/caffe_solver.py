@@ -71,6 +71,11 @@ _ENUMS = {
     "SolverType": ("SGD", "NESTEROV", "ADAGRAD", "RMSPROP", "ADADELTA", "ADAM"),
 }
 _INLINE_NETS = ("caffe.NetParameter", "caffe.NetState")
+_INLINE_FIELDS = ("net_param", "train_net_param", "test_net_param", "train_state", "test_state")
+_INLINE_FIX = (
+    "a net or net state written inline, which this trainer cannot honour: it builds ResNet from "
+    "--num_layers; remove net_param, train_net_param, test_net_param, train_state and test_state"
+)
 
 
 def _solver_file() -> descriptor_pb2.FileDescriptorProto:
@@ -119,15 +124,14 @@ def read_solver(path: str) -> Message:
         text_format.Parse(text, solver)
     except text_format.ParseError as error:
         raise UserError(f"--solver {path}: {_parse_problem(str(error))}") from None
+    inline = [field.name for field, _ in solver.ListFields() if field.name in _INLINE_FIELDS]
+    if inline:  # written empty, as `net_param {}`: parsed, but still not a ResNet of ours
+        raise UserError(f"--solver {path}: {inline[0]}: {_INLINE_FIX}")
     return solver
 
 
 def _parse_problem(error: str) -> str:
     """The parser's complaint, and the fix."""
     if any(name in error for name in _INLINE_NETS):
-        return (
-            f"{error} — a net or net state written inline, which this trainer cannot honour: "
-            "it builds ResNet from --num_layers; remove net_param, train_net_param, "
-            "test_net_param, train_state and test_state"
-        )
+        return f"{error} — {_INLINE_FIX}"
     return f"{error} — not Caffe SolverParameter text (caffe.proto): fix or remove that line"

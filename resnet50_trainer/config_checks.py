@@ -45,6 +45,12 @@ def check_settings(config: Config) -> None:
             f"{config.processes_per_machine} devices of this machine: use a multiple of "
             f"{config.processes_per_machine}"
         )
+    if config.device_batch_size % config.iter_size:
+        raise UserError(
+            f"--iter_size {config.iter_size} splits each process's batch of "
+            f"{config.device_batch_size} into passes of equal size, and it does not divide: "
+            f"use an --iter_size that divides {config.device_batch_size}"
+        )
     if not 0 <= config.shard_id < config.num_shards:
         raise UserError(
             f"--shard_id {config.shard_id} is not below --num_shards "
@@ -97,6 +103,11 @@ def _check_lr_settings(config: Config) -> None:
             f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
             "LR without end; give a gamma from 0 to 1"
         )
+    if policy in ("cosine", "poly") and config.warmup_epochs >= config.num_epochs:
+        raise UserError(
+            f"--warmup_epochs {config.warmup_epochs:g} leaves nothing of the {config.num_epochs} "
+            f"epochs for --lr_policy {policy} to decay over: shorten the warm-up or run longer"
+        )
     if (config.min_lr or 0) > config.effective_learning_rate:
         raise UserError(
             f"--min_lr {config.min_lr:g} is above the run's LR "
@@ -109,12 +120,6 @@ def _check_optimizer(config: Config) -> None:
         raise UserError(
             "--optimizer nesterov needs momentum and --momentum is 0: give a --momentum "
             "above 0, or --optimizer sgd for plain SGD"
-        )
-    if config.device_batch_size % config.iter_size:
-        raise UserError(
-            f"--iter_size {config.iter_size} splits each process's batch of "
-            f"{config.device_batch_size} into passes of equal size, and it does not divide: "
-            f"use an --iter_size that divides {config.device_batch_size}"
         )
 
 

@@ -177,6 +177,8 @@ class EpochLoop:
         loss = torch.zeros((), device=labels.device)
         correct = torch.zeros((), dtype=torch.long, device=labels.device)
         passes_of = [part.chunk(passes) for part in mixed]  # images, targets, dominant labels
+        # A batch cut into fewer passes would skip the last pass's all-reduce on this process.
+        assert all(len(part) == passes for part in passes_of), "a batch short of --iter_size"
         for index, (images, targets, dominant_labels) in enumerate(zip(*passes_of)):
             pass_loss, pass_correct = self._forward_backward(
                 images, targets, dominant_labels, passes, last=index == passes - 1

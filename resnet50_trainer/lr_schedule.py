@@ -19,6 +19,10 @@ from resnet50_trainer.config import (
     Config,
 )
 
+# Epochs x iterations per epoch are whole iterations but for float rounding (a solver's
+# stepsize 7 over epochs of 3 iterations is 7 / 3 epochs, 7.000000000000001 iterations again).
+_ROUNDING = 1e-9
+
 
 @dataclass(frozen=True)
 class LearningRateSchedule:
@@ -75,10 +79,13 @@ class LearningRateSchedule:
     def _policy(self, iteration: int) -> float:
         peak, per_epoch = self.peak_lr, self.iterations_per_epoch
         if self.policy == "step":
-            # At least one iteration, where an epoch is shorter than a step would be.
-            return peak * self.gamma ** (iteration // max(1, self._iterations(self.steps[0])))
-        if self.policy == "multistep":
-            passed = sum(iteration >= self._iterations(epoch) for epoch in self.steps)
+            # floor(i / period), the period in (fractional) iterations, at least one.
+            period = max(1.0, self.steps[0] * per_epoch)
+            return peak * self.gamma ** math.floor(iteration / period + _ROUNDING)
+        if self.policy == "multistep":  # each drop at the first iteration of its epoch mark
+            passed = sum(
+                iteration >= math.ceil(epoch * per_epoch - _ROUNDING) for epoch in self.steps
+            )
             return peak * self.gamma**passed
         if self.policy == "exp":  # gamma per epoch, applied smoothly every iteration
             return peak * self.gamma ** (iteration / per_epoch)

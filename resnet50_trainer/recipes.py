@@ -42,7 +42,7 @@ def with_recipe(args: argparse.Namespace, given: set[str]) -> tuple[argparse.Nam
         return args, []
     applied = argparse.Namespace(**vars(args))
     values = dict(MODERN)
-    if "image_size" not in given:
+    if "image_size" not in given or args.image_size == MODERN["image_size"]:
         values.update(FIXRES)
     for name, value in values.items():
         if name not in given:

@@ -23,8 +23,7 @@ from resnet50_trainer.errors import UserError
 from resnet50_trainer.flags import build_parser
 from resnet50_trainer.rendezvous.launchers import Launched
 
-# Caffe's lr_policy values this trainer runs (sigmoid it does not); its solver types likewise.
-_POLICIES = ("fixed", "step", "multistep", "poly", "exp", "inv")
+# Caffe's solver types this trainer runs.
 _SOLVER_TYPES = {"SGD": "sgd", "Nesterov": "nesterov", "NESTEROV": "nesterov"}
 # Fields that change nothing here, and why.
 _NOTED = {
@@ -40,7 +39,9 @@ _NOTED = {
     "momentum2": "read only by solver types this trainer does not run",
     "rms_decay": "read only by solver types this trainer does not run",
 }
-# What each policy reads besides base_lr (Caffe's solver.cpp GetLearningRate).
+_SHAPING_FIELDS = ("gamma", "power", "stepsize", "stepvalue")
+# The lr_policy values this trainer runs (not Caffe's sigmoid), and what each reads besides
+# base_lr (Caffe's solver.cpp GetLearningRate).
 _POLICY_READS = {
     "fixed": (),
     "step": ("gamma", "stepsize"),
@@ -58,10 +59,10 @@ def with_solver(
     """A copy of the parsed flags with --solver's file applied beneath the flags `given` on the
     command line; and the lines that say what each field of the file became."""
     path = args.solver
-    translation = _Translation(read_solver(path), path, given, args)
+    translation = _Translation(read_solver(path), path, given, args, launched)
     translation.read_fields()
     machines = launched.num_machines if launched is not None else args.num_shards
-    translation.turn_iterations_into_epochs(args, args.batch_size * machines)
+    translation.turn_iterations_into_epochs(args.batch_size * machines)
     applied = argparse.Namespace(**vars(args))
     for dest, value in translation.values.items():
         if dest not in translation.given:
@@ -70,8 +71,18 @@ def with_solver(
 
 
 class _Translation:
-    def __init__(self, solver: Message, path: str, given: set[str], args: argparse.Namespace):
+    def __init__(
+        self,
+        solver: Message,
+        path: str,
+        given: set[str],
+        args: argparse.Namespace,
+        launched: Launched | None,
+    ):
         self.solver, self.path, self.given, self.args = solver, path, given, args
+        self.launched = launched
+        # The file's gamma, power, stepsize and stepvalue shape its own lr_policy only.
+        self.policy_applies = "lr_policy" not in given
         self.values: dict[str, object] = {}
         self.lines: list[str] = []
         self.actions = {action.dest: action for action in build_parser()._actions}
@@ -86,7 +97,7 @@ class _Translation:
             return self.solver.HasField(field)
         return len(value) > 0
 
-    def set_flag(self, field: str, dest: str, value: object, how: str = "") -> None:
+    def set_flag(self, field: str, dest: str, value: object, suffix: str = "") -> None:
         """`value` checked as the flag checks its own, then kept for `dest` unless given."""
         action = self.actions[dest]
         if callable(action.type):
@@ -100,7 +111,7 @@ class _Translation:
             raise self.refuse(f"{field}: {value!r} is not one of {', '.join(action.choices)}")
         self.values[dest] = value
         flag = action.option_strings[0]
-        line = f"{field} -> {flag} {_shown(value)}{how}"
+        line = f"{field} -> {flag} {_shown(value)}{suffix}"
         if dest in self.given:
             line += f", not used: the command line's {flag} {_shown(getattr(self.args, dest))} wins"
         self.lines.append(line)
@@ -115,12 +126,18 @@ class _Translation:
         self._read_solver_type()
         if self.has("base_lr"):
             self.set_flag("base_lr", "base_learning_rate", _decimal(solver.base_lr))
-            self.set_flag("base_lr", "lr_scaling", "none", ": Caffe's base_lr is the LR itself")
+            if not {"base_learning_rate", "lr_scaling"} & self.given:
+                self.set_flag("base_lr", "lr_scaling", "none", ": Caffe's base_lr is the LR itself")
         for field in ("momentum", "weight_decay"):
             if self.has(field):
                 self.set_flag(field, field, _decimal(getattr(solver, field)))
         if self.has("iter_size"):
-            self.set_flag("iter_size", "iter_size", solver.iter_size)
+            self.set_flag(
+                "iter_size",
+                "iter_size",
+                solver.iter_size,
+                ": --batch_size is the whole step here, Caffe's net batch x iter_size x GPUs",
+            )
         if self.has("regularization_type") and solver.regularization_type != "L2":
             raise self.refuse(
                 f"regularization_type {solver.regularization_type!r}: only L2 weight decay is "
@@ -174,18 +191,30 @@ class _Translation:
 
     def _read_policy(self) -> None:
         solver = self.solver
+        shaping = [
+            field for field in ("gamma", "power", "stepsize", "stepvalue") if self.has(field)
+        ]
         if not self.has("lr_policy"):
+            if shaping:  # Caffe stops on a missing lr_policy too
+                raise self.refuse(
+                    f"sets {', '.join(shaping)} but no lr_policy to read them: add the lr_policy "
+                    "they belong to"
+                )
             return
         policy = solver.lr_policy
-        if policy not in _POLICIES:
+        if policy not in _POLICY_READS:
             raise self.refuse(
                 f"lr_policy {policy!r} is not one this trainer runs: use one of "
-                f"{', '.join(_POLICIES)}"
+                f"{', '.join(_POLICY_READS)}"
             )
         self.set_flag("lr_policy", "lr_policy", policy)
+        if not self.policy_applies:
+            for field in shaping:
+                self.note(field, f"read by the file's lr_policy {policy}, not the command line's")
+            return
         reads = _POLICY_READS[policy]
-        for field in ("gamma", "power", "stepsize", "stepvalue"):
-            if self.has(field) and field not in reads:
+        for field in shaping:
+            if field not in reads:
                 self.note(field, f"lr_policy {policy} does not read it (nor does Caffe's)")
         for field in reads:
             if not self.has(field):
@@ -199,6 +228,10 @@ class _Translation:
 
     def _read_solver_type(self) -> None:
         solver = self.solver
+        if self.has("type") and self.has("solver_type"):
+            raise self.refuse(
+                "sets both type and the old solver_type: Caffe refuses that too; keep type"
+            )
         if self.has("type"):
             kind, field = solver.type, "type"
         elif self.has("solver_type"):
@@ -228,16 +261,23 @@ class _Translation:
             self.set_flag("random_seed", "seed", solver.random_seed)
         if _enum_name(solver, "SolverMode", solver.solver_mode) == "CPU":
             self.set_flag("solver_mode", "use_cpu", True)
-        elif (
-            self.has("device_id") and not {"gpus", "processes_per_machine", "use_cpu"} & self.given
-        ):
-            self.set_flag("device_id", "gpus", (solver.device_id,))
+        elif self.has("device_id"):
+            if self.launched is not None:
+                self.note("device_id", f"{self.launched.name} places each process on its GPU")
+            elif not {"gpus", "processes_per_machine", "use_cpu"} & self.given:
+                self.set_flag("device_id", "gpus", (solver.device_id,))
 
-    def turn_iterations_into_epochs(self, args: argparse.Namespace, global_batch: int) -> None:
+    def turn_iterations_into_epochs(self, global_batch: int) -> None:
         """Caffe's iteration counts as epochs of this run's iterations (see the module's doc)."""
         solver, per_epoch = self.solver, None
         if "epoch_size" in self.given:
-            per_epoch = max(1, args.epoch_size // global_batch)
+            per_epoch = max(1, self.args.epoch_size // global_batch)
+            if solver.test_interval > 0:
+                self.note(
+                    "test_interval",
+                    f"the command line's --epoch_size makes epochs of {per_epoch} iterations, "
+                    "and tests follow each",
+                )
         elif solver.test_interval > 0 or solver.max_iter > 0:
             per_epoch = solver.test_interval or solver.max_iter
             self.set_flag(
@@ -253,7 +293,7 @@ class _Translation:
         if solver.test_iter:
             images = solver.test_iter[0] * global_batch
             self.set_flag("test_iter", "test_epoch_size", images, f" ({global_batch} a batch)")
-        policy = solver.lr_policy
+        policy = solver.lr_policy if self.policy_applies else None
         if per_epoch is None:
             if policy in ("step", "multistep", "exp", "inv"):
                 raise self.refuse(

@@ -34,6 +34,9 @@ def test_the_default_is_the_originals_step_policy():
 def test_step_and_multistep_drop_at_their_epochs():
     step = schedule_of("--lr_steps", "1.5", "--lr_gamma", "0.5")
     assert [step(i) for i in (14, 15, 29, 30)] == [0.1, 0.05, 0.05, 0.025]
+    # floor(e / step) of the README's table, with a step of 0.25 epochs = 2.5 iterations.
+    quarter = schedule_of("--lr_steps", "0.25", "--lr_gamma", "0.5")
+    assert [round(math.log2(0.1 / quarter(i))) for i in range(8)] == [0, 0, 0, 1, 1, 2, 2, 2]
     multi = schedule_of("--lr_policy", "multistep", "--lr_steps", "1", "3", "--lr_gamma", "0.2")
     assert [multi(i) for i in (9, 10, 29, 30, 39)] == pytest.approx([0.1, 0.02, 0.02, 0.004, 0.004])
 
@@ -77,6 +80,7 @@ def test_the_lr_is_a_function_of_the_iteration_alone():
         (("--lr_policy", "multistep", "--lr_steps", "20", "10"), "increasing order"),
         (("--lr_gamma", "2"), "--lr_gamma 2 is above 1"),
         (("--lr_policy", "cosine", "--min_lr", "5"), "--min_lr 5 is above the run's LR"),
+        (("--lr_policy", "poly", "--warmup_epochs", "1000"), "leaves nothing of the 1000 epochs"),
         (("--lr_steps", "0"), "--lr_steps: invalid value '0'"),
         (("--lr_steps", "nan"), "--lr_steps: invalid value 'nan'"),
         (("--lr_gamma", "inf"), "--lr_gamma: invalid value 'inf'"),
@@ -91,18 +95,30 @@ def test_lr_and_optimizer_flags_that_do_not_fit_are_one_line(capsys, flags, word
     assert words in line, line
 
 
-def test_iter_size_on_one_process_trains_what_two_processes_of_its_passes_train(image_db, tmp_path):
-    """One process taking its batch of 8 in 2 passes of 4 meets the same images as 2 processes of
-    4 (positions are dealt out in order), with BN over the same 4 at a time, and steps with the
-    mean of the same gradients: equal parameters up to the order of the sums. Two steps: this
-    tiny net amplifies float rounding step by step (measured: 8e-7 after one step, 2e-5 after
-    two, against 0.17 for a whole batch of 8 in one pass)."""
+# Machine batch, then the run in passes and the run of as many processes as passes: the same
+# positions meet in each pass, BN over the same images at a time.
+ITER_SIZE_RUNS = [
+    ("8", ("--iter_size", "2"), ("--num_gpus", "2")),
+    ("16", ("--num_gpus", "2", "--iter_size", "2"), ("--num_gpus", "4")),  # DDP's no_sync
+]
+
+
+@pytest.mark.parametrize(("batch", "passes_flags", "processes_flags"), ITER_SIZE_RUNS)
+def test_iter_size_trains_what_as_many_processes_of_its_passes_train(
+    image_db, tmp_path, batch, passes_flags, processes_flags
+):
+    """Processes taking their batch in 2 passes meet the same images, pass by pass, as twice as
+    many processes (positions are dealt out in order), with BN over the same images at a time,
+    and step with the mean of the same gradients (all-reduced once, after the last pass): equal
+    parameters up to the order of the sums. Two steps: this tiny net amplifies float rounding
+    step by step (measured: 8e-7 after one step, 2e-5 after two, against 0.17 for a whole batch
+    of 8 in one pass)."""
     database = image_db("db", 32, 4)
-    runs = {"passes": ("--iter_size", "2"), "processes": ("--num_gpus", "2")}
+    runs = {"passes": passes_flags, "processes": processes_flags}
     for name, flags in runs.items():
         done = run_trainer(
-            *("--train_data", database, "--epoch_size", "16", "--num_epochs", "1"),
-            *("--log_dir", str(tmp_path / name), *flags),
+            *("--train_data", database, "--batch_size", batch, "--num_epochs", "1"),
+            *("--epoch_size", str(2 * int(batch)), "--log_dir", str(tmp_path / name), *flags),
         )
         assert done.returncode == 0, done.stderr
     passes, processes = (model_state(tmp_path / name / "resnet50_model_1.pt") for name in runs)

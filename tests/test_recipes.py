@@ -28,6 +28,8 @@ def test_modern_sets_torchvisions_values_and_fixres_with_its_training_size():
     assert (config.image_size, config.test_resize, config.test_image_size) == (176, 232, 224)
     small = config_of(*RUN, "--recipe", "modern")  # SMALL_RUN's --image_size 32 wins
     assert (small.image_size, small.test_sizes) == (32, (small.scale, 32))  # no FixRes
+    given = config_of(*RUN, "--recipe", "modern", "--image_size", "176")  # its own size: FixRes
+    assert given.test_sizes == (232, 224)
 
 
 def test_a_flag_given_wins_over_the_recipe_and_the_start_says_which():

@@ -11,6 +11,7 @@ import pytest
 
 from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
 from resnet50_trainer.lr_schedule import LearningRateSchedule
+from resnet50_trainer.rendezvous.launchers import Launched
 from trainer_runs import (
     REPOSITORY,
     SMALL_RUN,
@@ -194,3 +195,58 @@ def test_the_readmes_solver_example_becomes_what_the_readme_says(tmp_path):
         assert " ".join(words.split()) in said, (words, lines)
     config = config_from_args(args, gpus_present=8)
     assert (config.epoch_size, config.num_epochs, config.lr_steps) == (1_280_000, 90, (30, 60, 80))
+
+
+@pytest.mark.parametrize(
+    "policy, caffe_lr",
+    [
+        ('lr_policy: "step" stepsize: 7 gamma: 0.5', lambda i: 0.2 * 0.5 ** (i // 7)),
+        (
+            'lr_policy: "multistep" stepvalue: 5 stepvalue: 16 gamma: 0.5',
+            lambda i: 0.2 * 0.5 ** ((i >= 5) + (i >= 16)),
+        ),
+    ],
+)
+def test_iteration_counts_off_the_epochs_grid_drop_at_caffes_iteration(tmp_path, policy, caffe_lr):
+    """Epochs of 3 iterations: a stepsize of 7 is 7/3 epochs, a stepvalue of 5 is 5/3; the drops
+    still land on Caffe's iterations, not one before or after."""
+    text = f"base_lr: 0.2 max_iter: 21 test_interval: 3 {policy}"
+    config = config_of(*SMALL_RUN, "--train_data", "null", "--solver", solver_file(tmp_path, text))
+    assert lrs(config, 21) == [caffe_lr(i) for i in range(21)]
+
+
+def test_a_policy_given_on_the_command_line_leaves_the_files_policy_fields(tmp_path):
+    path = solver_file(tmp_path, STEP_SOLVER)
+    flags = [*SMALL_RUN, "--train_data", "null", "--solver", path, "--lr_policy", "cosine"]
+    config = config_of(*flags)
+    assert (config.lr_policy, config.lr_steps, config.lr_gamma) == ("cosine", None, None)
+    _, lines = with_recipe_and_solver(build_parser().parse_args(flags), flags, None)
+    said = "\n".join(lines)
+    assert "stepsize: not used: read by the file's lr_policy step" in said, said
+    # --base_learning_rate given: a base for 256, scaled as the command line's flags say.
+    flags = [*SMALL_RUN, "--train_data", "null", "--solver", path, "--base_learning_rate", "0.4"]
+    assert config_of(*flags).lr_scaling == "linear"
+
+
+def test_under_a_launcher_device_id_is_the_launchers(tmp_path):
+    path = solver_file(tmp_path, "max_iter: 4 device_id: 3")
+    flags = ["--train_data", "null", "--solver", path]
+    torchrun = Launched("torchrun", 0, 1, 0, 1, None, None)
+    args, lines = with_recipe_and_solver(build_parser().parse_args(flags), flags, torchrun)
+    assert args.gpus is None and any("device_id: not used: torchrun" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("max_iter: 4 stepsize: 2 gamma: 0.1", "sets gamma, stepsize but no lr_policy"),
+        ('max_iter: 4 type: "SGD" solver_type: NESTEROV', "sets both type and the old solver_type"),
+        ("max_iter: 4 net_param {}", "net_param: a net or net state written inline"),
+        ("max_iter: 4 test_state {}", "test_state: a net or net state written inline"),
+    ],
+)
+def test_files_caffe_itself_would_refuse_are_one_line(capsys, tmp_path, text, words):
+    line = refused_in_process(
+        capsys, "--train_data", "null", "--solver", solver_file(tmp_path, text)
+    )
+    assert words in line, line
