@@ -1,6 +1,6 @@
-"""The one skip rule for the tests that need CUDA: every GPU test is marked `gpu` (so `pytest -m gpu`
-collects them) and is skipped with a reason where the GPUs it needs are missing. Use as decorators:
-`@needs_gpu`, `@needs_two_gpus`."""
+"""The one skip rule for the tests that need CUDA: every GPU test is marked `gpu` (so
+`pytest -m gpu` collects them) and is skipped with a reason where the GPUs it needs are
+missing. Use as decorators: `@needs_gpu`, `@needs_two_gpus`."""
 
 from __future__ import annotations
 
