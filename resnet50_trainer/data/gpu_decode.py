@@ -174,13 +174,13 @@ class BatchDecoder:
         try:
             return self._decode_now(jpegs)
         except RuntimeError as error:
-            _raise_unless_record_failure(error)  # one bad file fails the whole call
+            raise_unless_record_failure(error)  # one bad file fails the whole call
         decoded = []
         for jpeg, key in zip(jpegs, keys):  # find the bad ones by decoding one at a time
             try:
                 decoded.append(self._decode_now([jpeg])[0])
             except RuntimeError as error:
-                _raise_unless_record_failure(error)
+                raise_unless_record_failure(error)
                 log.debug("record %r: %s", key, error)
                 bad_keys.append(key)
                 decoded.append(None)
@@ -228,7 +228,7 @@ def _no_bytes() -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8)
 
 
-def _raise_unless_record_failure(error: RuntimeError) -> None:
+def raise_unless_record_failure(error: RuntimeError) -> None:
     """Re-raise what the device or torchvision failed on: out of memory, a CUDA error (sticky: the
     process cannot go on), a build without nvJPEG. Anything else is the record's."""
     accelerator_error = getattr(torch, "AcceleratorError", ())
