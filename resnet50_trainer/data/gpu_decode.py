@@ -94,9 +94,9 @@ class GpuDecode:
             end = start + len(sample.jpeg) if sample.jpeg is not None else start
             spans.append((start, end) if sample.jpeg is not None else None)
             start = end
-        files = b"".join(sample.jpeg for sample in good if sample.jpeg is not None)
+        files = bytearray().join(sample.jpeg for sample in good if sample.jpeg is not None)
         return EncodedBatch(
-            torch.frombuffer(bytearray(files), dtype=torch.uint8) if files else _no_bytes(),
+            torch.frombuffer(files, dtype=torch.uint8) if files else _no_bytes(),
             spans,
             [sample.plan for sample in good],
             torch.stack(crops) if crops else _no_bytes(),
