@@ -6,11 +6,14 @@ The logic runs here with the CPU as the decode device where torchvision allows i
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -177,28 +180,48 @@ def test_decoding_on_a_busy_side_stream_leaves_queued_work_and_crops_intact(tmp_
     assert (bad_sums, bad_crops) == (0, 0)
 
 
+@contextlib.contextmanager
+def stderr_on_a_terminal(monkeypatch):
+    """sys.stderr on a real pseudo-terminal (drained by a thread), where tqdm shows its bar."""
+    master, replica = os.openpty()
+    drain = threading.Thread(target=lambda: _read_until_closed(master), daemon=True)
+    drain.start()
+    with os.fdopen(replica, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        yield
+    drain.join(timeout=10)
+    os.close(master)
+
+
+def _read_until_closed(descriptor: int) -> None:
+    with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
+        while os.read(descriptor, 4096):
+            pass
+
+
 @needs_gpu
-def test_the_progress_bar_never_syncs_the_host(tmp_path):
+def test_the_progress_bar_never_syncs_the_host(monkeypatch):
     """20 steps after a warm-up under set_sync_debug_mode("error"), the bar refreshed every step."""
     clock = iter(range(0, 10_000, 2))  # 2 s a step: every step refreshes
-    config = config_of("--train_data", "null", "--print_every", "1000")
-    progress = EpochProgress(config, True, 0, 1000, clock=lambda: float(next(clock)))
-    progress.bar.disable = False  # as on a terminal (tqdm turns itself off without one)
+    config = config_of("--train_data", "null", "--print_every", "1000", gpus_present=1)
     weights = torch.randn(256, device="cuda")
+    with stderr_on_a_terminal(monkeypatch):
+        progress = EpochProgress(config, True, 0, 1000, clock=lambda: float(next(clock)))
+        assert not progress.bar.disable
 
-    def steps(first: int, count: int) -> None:
-        for step in range(first, first + count):
-            loss = (weights * step).square().mean()
-            progress.step(step, loss, loss, 8, bad_keys=[])
+        def steps(first: int, count: int) -> None:
+            for step in range(first, first + count):
+                loss = (weights * step).square().mean()
+                progress.step(step, loss, loss, 8, bad_keys=[])
 
-    steps(0, 5)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        steps(5, 20)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-        progress.close()
+        steps(0, 5)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            steps(5, 20)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            progress.close()
     assert progress.loss_reader.value is not None
 
 

@@ -36,7 +36,7 @@ from resnet50_trainer.errors import UserError
 log = logging.getLogger(__name__)
 JPEG_END = b"\xff\xd9"  # the EOI marker, where a complete file ends (give or take padding)
 # Errors of the device or of torchvision, not of one record: they stop the run.
-DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with", "ALLOCATOR_FAILURE")
+DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with")
 
 
 class EncodedSample(NamedTuple):
