@@ -67,18 +67,38 @@ def _nvml_handles(gpu_indices: Sequence[int]) -> list:
         import pynvml
 
         pynvml.nvmlInit()
-        return [_nvml_handle(pynvml, index) for index in gpu_indices]
+        handles = [_nvml_handle(pynvml, index) for index in gpu_indices]
     except Exception as error:  # ImportError or any NVMLError: monitoring is optional
         log.info("GPU utilisation not shown (NVML unavailable: %s)", error)
         return []
+    if any(_is_mig(pynvml, handle) for handle in handles):
+        log.warning(
+            "GPU utilisation not shown: the GPUs are MIG instances (or run with MIG on), for "
+            "which NVML reports no utilisation; nvidia-smi shows their memory"
+        )
+        return []
+    return handles
 
 
 def _nvml_handle(pynvml, cuda_index: int):
     """CUDA numbers the GPUs that CUDA_VISIBLE_DEVICES lets it see; NVML numbers all of them in
-    PCI order. The device's UUID is the same in both."""
+    PCI order. The device's UUID is the same in both (a MIG instance's is named MIG-...)."""
     import torch
 
     uuid = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
     if uuid is None:  # torch too old to say: the numbering agrees without CUDA_VISIBLE_DEVICES
         return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
-    return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+    except pynvml.NVMLError:
+        return pynvml.nvmlDeviceGetHandleByUUID(f"MIG-{uuid}")
+
+
+def _is_mig(pynvml, handle) -> bool:
+    try:
+        if pynvml.nvmlDeviceIsMigDeviceHandle(handle):
+            return True
+        current, _ = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:  # NOT_SUPPORTED: a GPU without MIG
+        return False
+    return current == pynvml.NVML_DEVICE_MIG_ENABLE

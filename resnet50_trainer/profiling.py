@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -28,11 +29,20 @@ class StepProfiler:
 
     Every process counts the steps; only the one given a `trace_path` profiles. step() and close()
     return True where the profile ends, on every process at the same step, so that a trace that
-    could not be written (`failure`, on the profiling process) can stop them all together."""
+    could not be written (`failure`, on the profiling process) can stop them all together.
+    `devices`: the replica's (two with --model_parallel), all waited for before the profile ends,
+    so that the trace holds their kernels."""
 
-    def __init__(self, num_steps: int, trace_path: str | None, warmup_steps: int = WARMUP_STEPS):
+    def __init__(
+        self,
+        num_steps: int,
+        trace_path: str | None,
+        devices: Sequence[torch.device] = (),
+        warmup_steps: int = WARMUP_STEPS,
+    ):
         self.num_steps = num_steps
         self.trace_path = trace_path
+        self.gpus = sorted({device for device in devices if device.type == "cuda"}, key=str)
         self.warmup_steps = warmup_steps
         self.steps_seen = 0
         self.failure: UserError | None = None
@@ -60,8 +70,8 @@ class StepProfiler:
 
     def _finish(self) -> bool:
         if self._profile is not None:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+            for gpu in self.gpus:
+                torch.cuda.synchronize(gpu)
             self._profile.__exit__(None, None, None)
             assert self.trace_path, "a profile is only started with a trace path"
             try:

@@ -1,6 +1,11 @@
 """What the first process shows while an epoch runs: a tqdm bar with loss, images/s, the share of
 time spent waiting for input (high: the input pipeline starves the devices) and, on GPUs, their
-utilisation and memory; and the original's console lines. Other processes only name bad records."""
+utilisation and memory; and the original's console lines. Other processes only name bad records.
+
+The bar never waits for the device: on CUDA it shows the loss of an earlier step, copied to pinned
+host memory behind the step's work (LossReader). The console lines every --print_every steps read
+the loss and accuracy of that very step (a wait for the device's queue, where the training loop
+reads the device anyway: its divergence check)."""
 
 from __future__ import annotations
 
@@ -16,11 +21,37 @@ from resnet50_trainer.gpu_monitor import GpuMonitor
 
 log = logging.getLogger(__name__)
 BAD_KEYS_NAMED = 10  # bad records named one by one in an epoch; the rest are counted
-PROGRESS_REFRESH_S = 1.0  # reading the loss forces a device sync: at most once a second
+PROGRESS_REFRESH_S = 1.0  # the bar's refreshes, at most once a second
+
+
+class LossReader:
+    """A step's loss for the bar without a host sync: on CUDA a non-blocking copy into pinned host
+    memory and an event behind it; read() gives the latest copy that has arrived (None before the
+    first) and queues the next once the last has arrived. Elsewhere the value itself."""
+
+    def __init__(self) -> None:
+        self.host: torch.Tensor | None = None
+        self.arrived: torch.cuda.Event | None = None
+        self.value: float | None = None
+
+    def read(self, loss: torch.Tensor) -> float | None:
+        if loss.device.type != "cuda":
+            return loss.item()
+        if self.arrived is not None and self.arrived.query():
+            assert self.host is not None, "an event is recorded behind a copy into host"
+            self.value, self.arrived = self.host.item(), None  # host memory: no device sync
+        if self.arrived is None:
+            if self.host is None:
+                self.host = torch.empty((), dtype=torch.float32, pin_memory=True)
+            self.host.copy_(loss.detach().float(), non_blocking=True)
+            self.arrived = torch.cuda.Event()
+            self.arrived.record(torch.cuda.current_stream(loss.device))
+        return self.value
 
 
 class EpochProgress:
-    """Reads device values at most once a second or every --print_every steps, never per step."""
+    """Refreshes at most once a second (without waiting for the device) and prints every
+    --print_every steps (reading the device), never per step."""
 
     def __init__(
         self,
@@ -45,6 +76,7 @@ class EpochProgress:
             leave=False,
         )
         self.bad_named = 0
+        self.loss_reader = LossReader()
         self.waited = 0.0
         self.started = self.last_refresh = clock()
         self.interval_started, self.interval_steps = self.started, 0
@@ -87,14 +119,16 @@ class EpochProgress:
                 self.epoch + 1,
                 rate,
             )
+            # A wait for the device (see the module's docstring).
             log.info("Training loss: %.4f, accuracy: %.4f", loss.item(), correct.item() / images)
             self.interval_started, self.interval_steps = now, 0
         elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
             # Images since this process (re)started the epoch, not since a resumed epoch began.
             images = (self.bar.n - self.bar.initial) * config.global_batch_size
+            shown_loss = self.loss_reader.read(loss)
             postfix = {
-                "loss": f"{loss.item():.3f}",
+                "loss": "..." if shown_loss is None else f"{shown_loss:.3f}",
                 "img_s": f"{images / elapsed:.0f}",
                 "input_wait": f"{self.input_wait_share:.0%}",
             }

@@ -14,6 +14,7 @@ from resnet50_trainer import checkpoint_schema, distributed
 from resnet50_trainer.auto_resume import resume_path, say_how_it_starts
 from resnet50_trainer.checkpoint_saver import CheckpointSaver
 from resnet50_trainer.config import Config
+from resnet50_trainer.devices import replica_devices
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.epoch_loop import EpochLoop, Outputs
 from resnet50_trainer.evaluate_only import evaluate_checkpoint
@@ -118,8 +119,14 @@ def _open_outputs(
     return Outputs(
         runlog,
         GpuMonitor(config.gpus).start() if runlog else None,
-        StepProfiler(config.profile_iters, trace_path),
+        StepProfiler(config.profile_iters, trace_path, _replica_devices(config, placement, device)),
     )
+
+
+def _replica_devices(
+    config: Config, placement: Placement, device: torch.device
+) -> tuple[torch.device, ...]:
+    return replica_devices(config, placement.local_rank) if config.model_parallel else (device,)
 
 
 def _log_start(

@@ -51,6 +51,15 @@ def make_jpeg(
     return encode_image(smooth_pixels(height, width, channels, seed), "JPEG", quality)
 
 
+def make_undecodable_jpeg(height: int = 48, width: int = 56, seed: int = 0) -> bytes:
+    """A complete JPEG whose header reads but whose decode fails (libjpeg-turbo and nvJPEG alike):
+    its first component names quantisation table 3, which the file does not define."""
+    data = bytearray(make_jpeg(height, width, seed=seed))
+    frame = data.find(b"\xff\xc0")  # SOF0: length, precision, height, width, count, components
+    data[frame + 12] = 3  # the first component's table selector
+    return bytes(data)
+
+
 def datum_record(
     label: int,
     pixels: np.ndarray | None = None,

@@ -11,7 +11,14 @@ import pytest
 import torch
 from PIL import Image
 
-from dbfactory import datum_record, encode_image, make_jpeg, smooth_pixels, write_db
+from dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    make_undecodable_jpeg,
+    smooth_pixels,
+    write_db,
+)
 from resnet50_trainer.config import RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
@@ -88,7 +95,7 @@ def cpu_and_gpu_path_batches(db, count, crop):
             next(iter(make_loader(records_of(decoding, db, train, **crop), batch_items, 0, False)))
             for decoding in (CpuDecode, GpuDecode)
         )
-        assert all(jpeg is not None for jpeg in encoded.jpegs)
+        assert all(span is not None for span in encoded.spans)
         yield cpu, BatchDecoder(CPU, 3, 32)(encoded)
 
 
@@ -153,8 +160,6 @@ def test_cpu_path_reads_gray_and_cmyk_jpegs_and_counts_a_truncated_one_as_bad(tm
 
 def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_path, caplog):
     pixels = smooth_pixels(48, 56, seed=3)
-    truncated = make_jpeg(160, 200, seed=1)
-    truncated = truncated[: len(truncated) * 3 // 5]  # the header parses, the body fails
     db = write_db(
         str(tmp_path / "db"),
         "lmdb",
@@ -162,13 +167,13 @@ def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_pa
             (b"0_jpeg", datum_record(0, encoded=make_jpeg(48, 56, seed=3))),
             (b"1_png", datum_record(1, encoded=encode_image(pixels, "PNG"))),
             (b"2_raw", datum_record(2, pixels=pixels)),
-            (b"3_bad", datum_record(3, encoded=truncated)),
+            (b"3_bad", datum_record(3, encoded=make_undecodable_jpeg())),
         ],
     )
     items = [[(p, p) for p in range(4)]]
     cpu = next(iter(make_loader(records_of(CpuDecode, db), items, 0, False)))
     encoded = next(iter(make_loader(records_of(GpuDecode, db), items, 0, False)))
-    assert [jpeg is None for jpeg in encoded.jpegs] == [False, True, True, False]
+    assert [span is None for span in encoded.spans] == [False, True, True, False]
     with caplog.at_level(logging.WARNING):
         decoded = BatchDecoder(CPU, 3, 32)(encoded)
     assert "raw pixels, PNG" in caplog.text
@@ -181,13 +186,11 @@ def test_gpu_decode_falls_back_to_cpu_for_raw_and_png_and_names_bad_jpegs(tmp_pa
 def test_both_paths_fill_a_batch_alike_when_input_and_device_failures_meet(tmp_path):
     """A record the device fails on, beside one the input process failed on: each is named once,
     and both paths put the two decoded records first, then copies of them."""
-    truncated = make_jpeg(160, 200, seed=1)
-    truncated = truncated[: len(truncated) * 3 // 5]  # the header parses, the body fails
     db = write_db(
         str(tmp_path / "db"),
         "lmdb",
         [
-            (b"0_bad_jpeg", datum_record(0, encoded=truncated)),
+            (b"0_bad_jpeg", datum_record(0, encoded=make_undecodable_jpeg(160, 200, seed=1))),
             (b"1_garbage", b"\x08\x01 not a record"),
             (b"2_jpeg", datum_record(2, encoded=make_jpeg(48, 56, seed=2))),
             (b"3_jpeg", datum_record(3, encoded=make_jpeg(50, 60, seed=3))),

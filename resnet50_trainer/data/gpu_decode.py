@@ -6,7 +6,14 @@ over the file bytes. The training process decodes the whole batch in one call
 (torchvision.io.decode_jpeg on the device, nvJPEG on CUDA), then cuts, resizes and mirrors each crop
 there. Records that are raw pixels, PNG or unusual JPEGs (CMYK) fall back to the CPU path in the
 input process, with one warning per run. A JPEG whose header libjpeg-turbo reads but the device
-cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record.
+cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record; so does one whose body is
+cut short, which goes to the CPU path (nvJPEG's hardware decoder may not fail on it).
+
+A batch travels as one tensor of file bytes (one buffer for the loader to pin, not one a record).
+On CUDA the decode waits for the calling stream to be idle: torchvision's decoder allocates its
+outputs on that stream but writes them from its own, so it could be handed memory that kernels
+queued there still read (pytorch/vision PR #9606). Only errors of a record are counted as bad
+records; the device's own (out of memory, CUDA errors, a torchvision without nvJPEG) stop the run.
 """
 
 from __future__ import annotations
@@ -16,19 +23,24 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
-from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+from torchvision.transforms.v2 import functional
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, filled_order
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.records import Record, jpeg_header
 from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.errors import UserError
 
 log = logging.getLogger(__name__)
+JPEG_END = b"\xff\xd9"  # the EOI marker, where a complete file ends (give or take padding)
+# Errors of the device or of torchvision, not of one record: they stop the run.
+DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with")
 
 
 class EncodedSample(NamedTuple):
-    jpeg: torch.Tensor | None  # the file's bytes, uint8; None when `image` holds a CPU crop
+    jpeg: bytes | None  # the file's bytes; None when `image` holds a CPU crop
     plan: transforms.CropPlan | None
     image: torch.Tensor | None  # CHW uint8 crop decoded on the CPU (the fallback)
     label: int
@@ -40,9 +52,12 @@ class EncodedBatch(NamedTuple):
     """The records that did not fail in the input processes, in order; the batch's other places
     are the bad keys', filled on the device (BatchDecoder)."""
 
-    jpegs: list  # per record: bytes tensor, or None where cpu_images has the crop
+    encoded: (
+        torch.Tensor
+    )  # uint8: the file bytes of the records decoded on the device, back to back
+    spans: list  # per record: (start, end) of its bytes in `encoded`; None where cpu_images has it
     plans: list
-    cpu_images: torch.Tensor  # K x C x S x S uint8, the records whose jpeg is None, in order
+    cpu_images: torch.Tensor  # K x C x S x S uint8, the records whose span is None, in order
     labels: torch.Tensor
     bad_keys: list
     keys: list
@@ -58,13 +73,13 @@ class GpuDecode:
 
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> EncodedSample:
         header = jpeg_header(record)
-        if header is None or record.encoded is None:  # a JPEG header is only read from file bytes
+        # A JPEG header is only read from file bytes; a cut file is the CPU decoder's to judge.
+        if header is None or record.encoded is None or not _ends_complete(record.encoded):
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
-        jpeg = torch.frombuffer(bytearray(record.encoded), dtype=torch.uint8)
         plan = plan_for(width, height, False).crop  # nvJPEG decodes at full size
-        return EncodedSample(jpeg, plan, None, record.label, None, key)
+        return EncodedSample(bytes(record.encoded), plan, None, record.label, None, key)
 
     @staticmethod
     def failed(key: bytes) -> EncodedSample:
@@ -74,10 +89,17 @@ class GpuDecode:
     def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
         good = [sample for sample in samples if sample.bad_key is None]
         crops = [sample.image for sample in good if sample.image is not None]
+        spans, start = [], 0
+        for sample in good:
+            end = start + len(sample.jpeg) if sample.jpeg is not None else start
+            spans.append((start, end) if sample.jpeg is not None else None)
+            start = end
+        files = bytearray().join(sample.jpeg for sample in good if sample.jpeg is not None)
         return EncodedBatch(
-            [sample.jpeg for sample in good],
+            torch.frombuffer(files, dtype=torch.uint8) if files else _no_bytes(),
+            spans,
             [sample.plan for sample in good],
-            torch.stack(crops) if crops else torch.empty(0, dtype=torch.uint8),
+            torch.stack(crops) if crops else _no_bytes(),
             torch.tensor([sample.label for sample in good], dtype=torch.int64),
             [sample.bad_key for sample in samples if sample.bad_key is not None],
             [sample.key for sample in good],
@@ -88,31 +110,36 @@ class GpuDecode:
 
 
 class BatchDecoder:
-    """EncodedBatch -> Batch on `device`: decode the JPEGs together, then crop each one there."""
+    """EncodedBatch -> Batch on `device`: decode the JPEGs together, then crop them there, in one
+    resize per crop size. On CUDA, nvJPEG is tried once at start (UserError if it cannot run)."""
 
     def __init__(self, device: torch.device, num_channels: int, image_size: int):
         self.device, self.image_size = device, image_size
         self.mode = ImageReadMode.RGB if num_channels == 3 else ImageReadMode.GRAY
         self.shape = (num_channels, image_size, image_size)
         self.warned = False
+        if device.type == "cuda":
+            self._probe()
 
     def __call__(self, batch: EncodedBatch) -> Batch:
         """The decoded records first, then copies of them (with labels) in failed ones' places."""
-        images = torch.empty(
-            (len(batch.jpegs),) + self.shape, dtype=torch.uint8, device=self.device
-        )
-        on_device = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is not None]
-        on_cpu = [i for i, jpeg in enumerate(batch.jpegs) if jpeg is None]
-        if on_cpu:
-            self._warn_once(len(on_cpu), len(batch.jpegs))
-            images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
+        on_device = [i for i, span in enumerate(batch.spans) if span is not None]
+        on_cpu = [i for i, span in enumerate(batch.spans) if span is None]
         bad_keys = list(batch.bad_keys)
+        # First, while the calling stream has the least queued on it (see _decode_now).
         decoded = self._decode(
-            [batch.jpegs[i] for i in on_device], [batch.keys[i] for i in on_device], bad_keys
+            [batch.encoded[slice(*batch.spans[i])] for i in on_device],
+            [batch.keys[i] for i in on_device],
+            bad_keys,
         )
-        for i, image in zip(on_device, decoded):
-            if image is not None:
-                images[i] = transforms.resize_crop(image, batch.plans[i], self.image_size)
+        images = torch.empty(
+            (len(batch.spans),) + self.shape, dtype=torch.uint8, device=self.device
+        )
+        if on_cpu:
+            self._warn_once(len(on_cpu), len(batch.spans))
+            images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
+        kept = [(i, image) for i, image in zip(on_device, decoded) if image is not None]
+        self._crop_into(images, kept, batch.plans)
         labels = batch.labels.to(self.device, non_blocking=True)
         if len(bad_keys):  # the input processes' failures take the places after these records'
             failed = {i for i, image in zip(on_device, decoded) if image is None}
@@ -122,31 +149,90 @@ class BatchDecoder:
             images, labels = images[order], labels[order]  # empty when every record failed
         return Batch(images, labels, bad_keys)
 
+    def _crop_into(self, images: torch.Tensor, kept: list, plans: list) -> None:
+        """Cut each plan's box; boxes of one size are resized and mirrored together (the same
+        arithmetic per image as transforms.resize_crop, in fewer kernel launches)."""
+        by_size: dict[tuple, list] = {}
+        for i, image in kept:
+            left, top, right, bottom = plans[i].box
+            cut = image[:, top:bottom, left:right]
+            by_size.setdefault(tuple(cut.shape), []).append((i, cut))
+        for group in by_size.values():
+            places = [i for i, _ in group]
+            resized = functional.resize(
+                torch.stack([cut for _, cut in group]), [self.image_size] * 2, antialias=True
+            )
+            mirrored = [n for n, i in enumerate(places) if plans[i].mirror]
+            if mirrored:
+                resized[mirrored] = resized[mirrored].flip(-1)
+            images[places] = resized
+
     def _decode(self, jpegs: list, keys: list, bad_keys: list) -> list:
         """CHW uint8 images decoded on the device; None (its key in bad_keys) where one fails."""
         if not jpegs:
             return []
         try:
-            return list(decode_jpeg(jpegs, mode=self.mode, device=self.device))
-        except RuntimeError:
-            pass  # one bad file fails the whole call: find it by decoding one at a time
+            return self._decode_now(jpegs)
+        except RuntimeError as error:
+            raise_unless_record_failure(error)  # one bad file fails the whole call
         decoded = []
-        for jpeg, key in zip(jpegs, keys):
+        for jpeg, key in zip(jpegs, keys):  # find the bad ones by decoding one at a time
             try:
-                decoded.append(decode_jpeg(jpeg, mode=self.mode, device=self.device))
+                decoded.append(self._decode_now([jpeg])[0])
             except RuntimeError as error:
+                raise_unless_record_failure(error)
                 log.debug("record %r: %s", key, error)
                 bad_keys.append(key)
                 decoded.append(None)
         return decoded
 
+    def _decode_now(self, jpegs: list) -> list:
+        if self.device.type == "cuda":
+            # The decoder writes from its own stream into memory allocated on this one: nothing
+            # queued here may still read memory the allocator could hand it (vision PR #9606).
+            torch.cuda.current_stream(self.device).synchronize()
+        return list(decode_jpeg(jpegs, mode=self.mode, device=self.device))
+
+    def _probe(self) -> None:
+        """Decode a tiny JPEG once, so that a torchvision without nvJPEG or an nvJPEG that cannot
+        start is one line at start, not a run of bad records."""
+        tiny = encode_jpeg(torch.zeros((3, 8, 8), dtype=torch.uint8))
+        try:
+            self._decode_now([tiny])
+            torch.cuda.synchronize(self.device)
+        except RuntimeError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise UserError(
+                f"--decode_device gpu: nvJPEG cannot decode on {self.device} ({reason}): "
+                "use --decode_device cpu"
+            ) from None
+
     def _warn_once(self, count: int, total: int) -> None:
         if not self.warned:
             log.warning(
-                "%d of %d records of a batch are raw pixels, PNG or non-RGB JPEG: the "
-                "input processes decode those on the CPU (--decode_device gpu decodes "
-                "only JPEG)",
+                "%d of %d records of a batch are raw pixels, PNG, non-RGB or incomplete JPEG: "
+                "the input processes decode those on the CPU (--decode_device gpu decodes "
+                "only complete JPEGs)",
                 count,
                 total,
             )
             self.warned = True
+
+
+def _ends_complete(encoded: bytes) -> bool:
+    """Whether the file ends with the EOI marker, allowing the zero padding some writers add."""
+    return encoded[-64:].rstrip(b"\x00").endswith(JPEG_END)
+
+
+def _no_bytes() -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8)
+
+
+def raise_unless_record_failure(error: RuntimeError) -> None:
+    """Re-raise what the device or torchvision failed on: out of memory, a CUDA error (sticky: the
+    process cannot go on), a build without nvJPEG. Anything else is the record's."""
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    if isinstance(error, (torch.OutOfMemoryError, accelerator_error)):
+        raise error
+    if any(marker in str(error) for marker in DEVICE_FAILURES):
+        raise error

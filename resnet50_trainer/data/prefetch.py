@@ -2,8 +2,9 @@
 
 On a GPU, a side CUDA stream runs `stage` (the pinned host->device copy, or the GPU decoder) for
 batch k+1 while the default stream computes batch k (queued just before); the default stream waits
-for the side stream only when it takes the batch. On the CPU there is nothing to overlap: batches
-pass through `stage`.
+for the side stream only when it takes the batch. The GPU decoder waits for the side stream (not the
+default one) to be idle before nvJPEG writes (data/gpu_decode.py). On the CPU there is nothing to
+overlap: batches pass through `stage`.
 """
 
 from __future__ import annotations
