@@ -15,6 +15,7 @@ import multiprocessing.util
 import os
 import shutil
 import tempfile
+import weakref
 from abc import ABC, abstractmethod
 
 import lmdb
@@ -111,27 +112,22 @@ class Database(ABC):
 
 # LMDB refuses to open one environment twice in a process ("already open in this process"), as
 # when --test_data is --train_data and both are read in the training process: the readers of a
-# process share its one environment, each with its own read transaction. Keyed by process too: a
-# forked child must open its own (an LMDB environment does not survive a fork).
-_OPEN_LMDB: dict[tuple[int, int, int], list] = {}  # (pid, device, inode) -> [environment, users]
+# process share its one environment, each with its own read transaction. Held weakly, so that it
+# closes as it always did, with the last reader that holds it (closed or dropped). Keyed by
+# process too: a forked child opens its own (an LMDB environment does not survive a fork).
+_OPEN_LMDB: weakref.WeakValueDictionary[tuple[int, int, int], lmdb.Environment] = (
+    weakref.WeakValueDictionary()
+)
 
 
-def _open_lmdb(path: str) -> tuple[tuple[int, int, int], lmdb.Environment]:
+def _open_lmdb(path: str) -> lmdb.Environment:
     info = os.stat(path)
     key = (os.getpid(), info.st_dev, info.st_ino)
-    if key not in _OPEN_LMDB:
+    environment = _OPEN_LMDB.get(key)
+    if environment is None:
         environment = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
-        _OPEN_LMDB[key] = [environment, 0]
-    _OPEN_LMDB[key][1] += 1
-    return key, _OPEN_LMDB[key][0]
-
-
-def _release_lmdb(key: tuple[int, int, int]) -> None:
-    entry = _OPEN_LMDB[key]
-    entry[1] -= 1
-    if entry[1] == 0:
-        entry[0].close()
-        del _OPEN_LMDB[key]
+        _OPEN_LMDB[key] = environment
+    return environment
 
 
 class LmdbDatabase(Database):
@@ -141,13 +137,12 @@ class LmdbDatabase(Database):
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
-            self._key, environment = _open_lmdb(path)
+            self._env: lmdb.Environment | None = _open_lmdb(path)
         except (lmdb.Error, OSError) as exc:
             raise UserError(
                 f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
             ) from exc
-        self._txn = environment.begin(buffers=False)
-        self._open = True
+        self._txn = self._env.begin(buffers=False)
 
     def _read_keys(self) -> list[bytes]:
         with self._txn.cursor() as cursor:
@@ -157,10 +152,10 @@ class LmdbDatabase(Database):
         return self._txn.get(key)
 
     def close(self) -> None:
-        if self._open:
-            self._open = False
+        if self._env is not None:
             self._txn.abort()
-            _release_lmdb(self._key)
+            del self._txn  # it holds the environment too
+            self._env = None  # the environment closes with its last reader
 
 
 # LevelDB lets only one process open a database, even for reading, and opening it rewrites files
