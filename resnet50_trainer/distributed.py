@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.utils.data
 
-from resnet50_trainer import network, rendezvous
+from resnet50_trainer import network, peers, rendezvous
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import PeerLost, UserError
 from resnet50_trainer.rendezvous.launchers import Launched
@@ -102,7 +102,7 @@ def join_process_group(config: Config, placement: Placement, host: str, port: in
     _form_group(
         config,
         store,
-        f"{host}:{port}",
+        (host, port),
         placement.rank,
         placement.world_size,
         placement.local_world_size,
@@ -133,6 +133,9 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
                 f"({first_line(error)}): check that every rank was started and "
                 "reaches that address"
             ) from None
+        peers.start_heartbeat(
+            launched.master, launched.rank, launched.world_size, launched.local_world_size
+        )
         return None
     meeting = _meet_through_board(
         config, Seat(launched.rank, launched.world_size, "rank", _board_run_id(config))
@@ -140,7 +143,7 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
     _form_group(
         config,
         meeting.store,
-        f"{meeting.host}:{meeting.port}",
+        (meeting.host, meeting.port),
         launched.rank,
         launched.world_size,
         launched.local_world_size,
@@ -149,12 +152,20 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
 
 
 def _form_group(
-    config: Config, store: dist.Store, where: str, rank: int, world_size: int, per_machine: int
+    config: Config,
+    store: dist.Store,
+    address: tuple[str, int],
+    rank: int,
+    world_size: int,
+    per_machine: int,
 ) -> None:
-    """init_process_group on the run's store. Each rank checks in first, so that a failure (a peer
-    that never came, or died while the group formed) names the ranks that did not join."""
+    """init_process_group on the run's store at `address`. Each rank checks in and starts its
+    heartbeat first, so that a failure names the ranks that did not join, or that stopped
+    answering after they did."""
+    where = f"{address[0]}:{address[1]}"
     try:
         store.add(f"{JOINED_KEY}/{rank}", 1)
+        peers.start_heartbeat(address, rank, world_size, per_machine)
         dist.init_process_group(
             _backend(config),
             store=store,
@@ -172,24 +183,15 @@ def _form_group(
                 "serves it, is gone; start the run again"
             ) from None
         who = (
-            f"{_ranks(missing, per_machine)} of {world_size} did not join"
+            f"{peers.ranks_named(missing, per_machine)} of {world_size} did not join"
             if missing
-            else "a peer was lost"
+            else peers.who_was_lost()
         )
         raise UserError(
             f"rank {rank} could not form the process group: {who} "
             f"({first_line(error)}; store {where}): start every process of the run, "
             "or raise --first_iter_timeout"
         ) from None
-
-
-def _ranks(ranks: list[int], per_machine: int) -> str:
-    """ "rank 3 (shard 1)", "ranks 2, 3 (shard 1)": shard = rank // processes per machine."""
-    shards = sorted({rank // per_machine for rank in ranks})
-    return (
-        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-        f"(shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))})"
-    )
 
 
 def _board_run_id(config: Config) -> str:
@@ -253,9 +255,7 @@ def waiting_for_peers(what: str) -> Iterator[None]:
             type(error) is not RuntimeError or raised_by_input_processes(error) or _alone()
         ):
             raise
-        raise PeerLost(
-            f"a peer was lost or stopped answering during {what} ({first_line(error)})"
-        ) from error
+        raise PeerLost(f"{peers.who_was_lost()} during {what} ({first_line(error)})") from error
 
 
 def _alone() -> bool:
@@ -308,6 +308,7 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
 def leave_process_group() -> None:
     """Leave the group; the DataLoader's SIGCHLD handler may report an input process that died
     with the run here, after the run's own error has been raised: that one is the one to report."""
+    peers.stop_heartbeat()
     if not dist.is_initialized():
         return
     try:

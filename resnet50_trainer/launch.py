@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
 
 import torch
@@ -25,6 +26,7 @@ from resnet50_trainer.errors import (
     PeerLost,
     RunFailed,
     error_line,
+    exit_status,
     leave,
     report,
 )
@@ -78,10 +80,13 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
         run_process(0, config, store_host, store_port)
         return 0
+    # One line from this machine: its processes mostly fail for one reason (a lost peer, a store
+    # out of reach), and the first to report it speaks for all.
+    reported = mp.get_context("spawn").Value("b", 0)
     # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
     context = mp.start_processes(
         _run_spawned,
-        args=(config, store_host, store_port),
+        args=(config, store_host, store_port, reported),
         nprocs=config.processes_per_machine,
         join=False,
         start_method="spawn",
@@ -175,23 +180,38 @@ def _cannot_go_on(config: Config) -> str:
     )
 
 
-def _run_spawned(local_index: int, config: Config, store_host: str, store_port: int) -> NoReturn:
-    """A spawned process reports its failure in one line and exits 2 (user error) or 1; the
-    launcher passes that on. SIGTERM, from the launcher or from outside, stops it like Ctrl-C.
-    It leaves as the command does (errors.leave), never through the interpreter's teardown; only
-    a bug's traceback goes back to the launcher through torch's spawn."""
+def _run_spawned(
+    local_index: int,
+    config: Config,
+    store_host: str,
+    store_port: int,
+    reported: Synchronized | None = None,
+) -> NoReturn:
+    """A spawned process reports its failure in one line, unless another process of this machine
+    did (`reported`), and exits 2 (user error) or 1; the launcher passes that on. SIGTERM, from
+    the launcher or from outside, stops it like Ctrl-C. It leaves as the command does
+    (errors.leave), never through the interpreter's teardown; only a bug's traceback goes back to
+    the launcher through torch's spawn."""
     # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
     _interrupt_once()
     try:
         run_process(local_index, config, store_host, store_port)
         status = 0
     except ONE_LINE_ERRORS as error:
-        status = report(TRAINER, error)
+        status = report(TRAINER, error) if _first_to_report(reported) else exit_status(error)
     except SystemExit as stop:  # a run-wide stop the first process reported
         status = stop.code if isinstance(stop.code, int) else FAILURE_EXIT_STATUS
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
+
+
+def _first_to_report(reported: Synchronized | None) -> bool:
+    if reported is None:
+        return True
+    with reported.get_lock():
+        first, reported.value = not reported.value, 1
+    return first
 
 
 def _interrupt_once() -> None:

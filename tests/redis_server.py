@@ -1,4 +1,5 @@
-"""A real redis-server on 127.0.0.1 and a free port, for rendezvous tests (no mocks)."""
+"""A real redis-server on 127.0.0.1 (or another machine's address) and a free port, for rendezvous
+tests (no mocks)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import contextlib
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -21,16 +24,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_redis(*extra_args: str):
-    """Yields the port of a fresh, empty, non-persistent redis-server; stops it afterwards."""
+def running_redis(*extra_args: str, bind: str = "127.0.0.1", prefix: Sequence[str] = ()):
+    """Yields the port of a fresh, empty, non-persistent redis-server on `bind`; stops it
+    afterwards. `prefix` starts it elsewhere: on another machine (`ip netns exec NS`), where
+    `bind` is that machine's address."""
     port = free_port()
     server = subprocess.Popen(
         [
+            *prefix,
             REDIS_SERVER,
             "--port",
             str(port),
             "--bind",
-            "127.0.0.1",
+            bind,
             "--save",
             "",
             "--appendonly",
@@ -42,18 +48,27 @@ def running_redis(*extra_args: str):
     )
     try:
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail(f"redis-server did not start on port {port}")
-                time.sleep(0.05)
+        while not _answers(bind, port, prefix):
+            if time.monotonic() > deadline or server.poll() is not None:
+                pytest.fail(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
         yield port
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def _answers(host: str, port: int, prefix: Sequence[str]) -> bool:
+    """Whether a connection to host:port succeeds from where `prefix` runs commands."""
+    if not prefix:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    connect = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)"
+    probe = [*prefix, sys.executable, "-c", connect, host, str(port)]
+    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 @pytest.fixture

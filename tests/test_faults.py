@@ -218,10 +218,11 @@ config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_
 launch._run_spawned(rank, config, "127.0.0.1", port)
 """
 # What a survivor says, wherever it waited on the lost peer: a collective of the step, the
-# all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses).
+# all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses);
+# the peer it names is the one whose heartbeat on the store stopped.
 LOST_PEER = re.compile(
-    r"resnet50-trainer: error: rank (\d) stopped: a peer was lost or stopped "
-    r"answering during (the [^(]+) \(.+\); the run cannot go on without every "
+    r"resnet50-trainer: error: rank (\d) stopped: rank (\d) \(shard 0\) of 2 was lost or "
+    r"stopped answering during (the [^(]+) \(.+\); the run cannot go on without every "
     r"process: resume it with --load_model_path (\S+)$"
 )
 
@@ -264,12 +265,14 @@ def survivor_ends(survivor: subprocess.Popen, processes, within_s: float) -> tup
 
 
 def assert_lost_peer_line(stderr: str, rank: int, out) -> str:
-    """One line, no traceback (Python's or torch's C++ one); returns what the survivor waited on."""
+    """One line, no traceback (Python's or torch's C++ one), naming the other rank; returns what
+    the survivor waited on."""
     errors = [line for line in stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in stderr and "frame #" not in stderr, stderr
     line = LOST_PEER.match(errors[0])
-    assert line and line[1] == str(rank) and line[3] == str(out), errors[0]
-    return line[2]
+    assert line and line[1] == str(rank) and line[2] == str(1 - rank), errors[0]
+    assert line[4] == str(out), errors[0]
+    return line[3]
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])

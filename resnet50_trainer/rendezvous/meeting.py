@@ -53,9 +53,19 @@ class Meeting:
     entry: str | None = None
 
     def close(self) -> None:
-        """The run is over: its id is free again (a crashed run's entry is stale, and ignored)."""
+        """The run is over: its id is free again (a crashed run's entry is stale, and ignored).
+        A board out of reach by now (Redis down, the directory gone) costs the run nothing: the
+        entry stays, and the next run with this id finds its store dead and replaces it."""
         if self.board is not None and self.entry is not None:
-            self.board.withdraw(self.entry)
+            try:
+                self.board.withdraw(self.entry)
+            except UserError as error:
+                log.warning(
+                    "The run's entry stays in %s, out of reach at the run's end (the next run "
+                    "with this run id replaces it): %s",
+                    self.board.where,
+                    error,
+                )
             self.entry = None
 
 

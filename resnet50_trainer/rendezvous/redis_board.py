@@ -10,11 +10,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from resnet50_trainer.errors import UserError
 
 KEY_PREFIX = "resnet50_trainer"
 CONNECT_TIMEOUT_S = 5.0
+RETRIES = 1
 URL_SCHEMES = ("redis://", "rediss://")
 # Delete the key only if it still holds our entry: a newer run with the same id may have replaced
 # it.
@@ -27,7 +30,11 @@ class RedisBoard:
     def __init__(self, run_id: str, host: str, port: int, password: str | None):
         self.key = f"{KEY_PREFIX}:{run_id}:address"
         options: dict[str, Any] = dict(
-            socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=CONNECT_TIMEOUT_S,
+            # One retry, at once (a pooled connection may be stale): redis-py's default retries
+            # with backoff took 75 s to give up on a server whose link was down.
+            retry=Retry(NoBackoff(), RETRIES),
         )
         if password:
             options["password"] = password

@@ -1,0 +1,149 @@
+"""Machines with their own addresses on one Linux host: network namespaces joined by a bridge.
+
+    from network_namespaces import NamespaceNetwork, namespaces_unavailable
+
+    if (reason := namespaces_unavailable()) is None:
+        with NamespaceNetwork(("m0", "m1", "redis")) as net:
+            net.address("m0")     # "10.231.7.1": the machine's own IPv4 address
+            net.interface("m0")   # "eth_m0": its one link (each machine's has another name)
+            subprocess.Popen(net.command("m0", ["python", "-m", "resnet50_trainer", ...]))
+            net.link_down("m1")   # the cable of m1 pulled: its packets are dropped, no reset
+            net.link_up("m1")     # and plugged back
+
+Each name gets a namespace `r50t<pid>x<n>_<name>` with its loopback up and one end of a veth
+pair, `eth_<name>`, holding address 10.231.<pid % 250>.<index + 1>/24; the other end is a port of
+a bridge in a hub namespace `r50t<pid>x<n>_hub`. Nothing is added to the root namespace: the
+subnet cannot clash with the host's routes, and two sessions' networks never meet (the pid and the
+count n of networks made in this process only keep the namespace names apart). `link_down` takes
+the hub's end down: the machine's interface keeps its address but loses its carrier, as when its
+cable is pulled; the others' packets to it are dropped without a word (no reset). The files stay
+shared (`ip netns exec` changes only the network), so a directory still serves as the machines'
+shared disk. Leaving the `with` block, or an error inside it, removes every namespace; namespaces
+left by a session that was killed (its pid no longer alive) are removed when the next one starts.
+Needs root and iproute2 (`ip`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+
+PREFIX = "r50t"
+HUB = "hub"
+BRIDGE = "br0"
+_NAME = re.compile(r"[a-z0-9]{1,10}")  # interface names ("eth_" + name) have 15 characters at most
+_OURS = re.compile(rf"({PREFIX}(\d+)x\d+)_\w+")
+_sequence = itertools.count()
+_live_prefixes: set[str] = set()  # this process's open networks
+
+
+class NamespaceNetwork:
+    """One namespace a name, all on one private /24; a context manager (see the module's text)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(names)
+        bad = [name for name in self.names if not _NAME.fullmatch(name) or name == HUB]
+        if bad or len(set(self.names)) != len(self.names) or not 0 < len(self.names) < 254:
+            raise ValueError(f"names must be distinct, 1-10 of a-z0-9, not {HUB!r}: {self.names}")
+        self.prefix = f"{PREFIX}{os.getpid()}x{next(_sequence)}"
+        self.subnet = f"10.231.{os.getpid() % 250}"
+
+    def __enter__(self) -> NamespaceNetwork:
+        remove_stale_namespaces()
+        _live_prefixes.add(self.prefix)
+        try:
+            hub = self.namespace(HUB)
+            _ip("netns", "add", hub)
+            _ip("-n", hub, "link", "add", BRIDGE, "type", "bridge")
+            _ip("-n", hub, "link", "set", BRIDGE, "up")
+            for name in self.names:
+                self._plug_in(name)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.close()
+
+    def _plug_in(self, name: str) -> None:
+        namespace, hub = self.namespace(name), self.namespace(HUB)
+        _ip("netns", "add", namespace)
+        _ip("-n", namespace, "link", "set", "lo", "up")
+        port = _hub_port(name)
+        _ip("-n", hub, "link", "add", port, "type", "veth", "peer", "name", self.interface(name))
+        _ip("-n", hub, "link", "set", self.interface(name), "netns", namespace)
+        _ip("-n", hub, "link", "set", port, "master", BRIDGE, "up")
+        _ip("-n", namespace, "addr", "add", f"{self.address(name)}/24", "dev", self.interface(name))
+        _ip("-n", namespace, "link", "set", self.interface(name), "up")
+
+    def namespace(self, name: str) -> str:
+        return f"{self.prefix}_{name}"
+
+    def address(self, name: str) -> str:
+        return f"{self.subnet}.{self.names.index(name) + 1}"
+
+    def interface(self, name: str) -> str:
+        return f"eth_{name}"
+
+    def command(self, name: str, argv: Sequence[str]) -> list[str]:
+        """`argv` run on machine `name`: inside its namespace, as the calling user."""
+        return ["ip", "netns", "exec", self.namespace(name), *argv]
+
+    def link_down(self, name: str) -> None:
+        _ip("-n", self.namespace(HUB), "link", "set", _hub_port(name), "down")
+
+    def link_up(self, name: str) -> None:
+        _ip("-n", self.namespace(HUB), "link", "set", _hub_port(name), "up")
+
+    def close(self) -> None:
+        """Remove every namespace of this network (with them, their links and the bridge)."""
+        for name in [*self.names, HUB]:
+            _remove(self.namespace(name))
+        _live_prefixes.discard(self.prefix)
+
+
+def _hub_port(name: str) -> str:
+    return f"p_{name}"
+
+
+def namespaces_unavailable() -> str | None:
+    """Why namespaces cannot be made here (not root, no iproute2, refused), or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    probe = f"{PREFIX}{os.getpid()}x{next(_sequence)}_probe"
+    try:
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    except FileNotFoundError:
+        return "network namespaces need iproute2's ip command"
+    if made.returncode:
+        return f"ip netns add refused: {made.stderr.strip()}"
+    _remove(probe)
+    return None
+
+
+def remove_stale_namespaces() -> None:
+    """Remove the namespaces of networks whose session is gone: its pid is no longer alive, or is
+    this process's (reused) without a network of that name open here."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        ours = _OURS.fullmatch(line.split()[0]) if line.strip() else None
+        if ours is None or ours.group(1) in _live_prefixes:
+            continue
+        pid = int(ours.group(2))
+        if pid == os.getpid() or not os.path.exists(f"/proc/{pid}"):
+            _remove(ours.group(0))
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _remove(namespace: str) -> None:
+    """Deleting a namespace deletes its interfaces, and a veth pair dies with either end."""
+    subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
