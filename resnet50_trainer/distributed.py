@@ -225,9 +225,31 @@ def _backend(config: Config) -> str:
     return "gloo" if config.use_cpu else "nccl"
 
 
+# The limit of this process's collectives once shortened (shorten_timeout); None until then, when
+# the group's own (--first_iter_timeout) holds.
+_short_timeout: list[datetime.timedelta] = []
+
+
 def shorten_timeout(config: Config) -> None:
     """After the first step, a peer that stops answering ends the run within --timeout."""
-    timeout = datetime.timedelta(seconds=config.timeout)
+    _short_timeout[:] = [datetime.timedelta(seconds=config.timeout)]
+    _set_timeout(_short_timeout[0])
+
+
+@contextmanager
+def long_wait(config: Config) -> Iterator[None]:
+    """Collectives issued inside wait up to --first_iter_timeout: the checkpoint barrier, where the
+    others wait while the first process writes (hundreds of MB, on slow storage perhaps). With NCCL
+    a collective past its limit is aborted by the watchdog, which kills the process (SIGABRT)."""
+    _set_timeout(datetime.timedelta(seconds=config.first_iter_timeout))
+    try:
+        yield
+    finally:
+        if _short_timeout:
+            _set_timeout(_short_timeout[0])
+
+
+def _set_timeout(timeout: datetime.timedelta) -> None:
     set_timeout = getattr(dist, "set_timeout", None)  # torch >= 2.12; earlier: the private setter
     if set_timeout is None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
