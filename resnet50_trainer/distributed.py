@@ -125,6 +125,7 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
                 rank=launched.rank,
                 world_size=launched.world_size,
                 timeout=timeout,
+                device_id=_bound_device(config),
             )
         except (dist.DistError, RuntimeError) as error:
             raise UserError(
@@ -161,6 +162,7 @@ def _form_group(
             rank=rank,
             world_size=world_size,
             timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+            device_id=_bound_device(config),
         )
     except (dist.DistError, RuntimeError) as error:
         try:
@@ -223,6 +225,16 @@ def _meet_through_board(config: Config, seat: Seat) -> Meeting:
 
 def _backend(config: Config) -> str:
     return "gloo" if config.use_cpu else "nccl"
+
+
+def _bound_device(config: Config) -> torch.device | None:
+    """NCCL's communicator bound to this process's GPU (claim_device set it current): created at
+    once, where it would be created at the first collective, after a guess of the device that the
+    first barrier warns of. Not with --model_parallel: a replica's second GPU is this process's
+    too, and a group bound to the first refuses collectives there."""
+    if config.use_cpu or config.model_parallel:
+        return None
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 # The limit of this process's collectives once shortened (shorten_timeout); None until then, when
