@@ -180,6 +180,48 @@ def test_nccl_with_two_processes(gpu_db, tmp_path):
     assert BARRIER_WARNING not in done.stderr, done.stderr
 
 
+def _share_one_gpu(rank: int, port: int) -> None:
+    """One of 2 processes on cuda:0 under Gloo (NCCL refuses two ranks on one GPU): the run's
+    collectives on CUDA tensors, the checkpoint barrier's long limit included."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from resnet50_trainer import distributed
+    from resnet50_trainer.errors import UserError
+    from resnet50_trainer.stopping import StoppedByFirst, stop_together
+
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    config = config_of("--train_data", "null", "--timeout", "1", gpus_present=1)
+    distributed.shorten_timeout(config)
+    with distributed.long_wait(config):
+        stop_together(None, device)
+    torch.manual_seed(0)
+    distributed.parameters_digest_everywhere(torch.nn.Linear(4, 4).to(device))
+    try:
+        stop_together(UserError("the first one's write failed") if rank == 0 else None, device)
+    except (UserError, StoppedByFirst):
+        pass
+    else:
+        raise AssertionError("stop_together let a failed write pass")
+    dist.destroy_process_group()
+
+
+@needs_gpu
+def test_gloo_with_two_processes_sharing_one_gpu():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.start_processes(_share_one_gpu, args=(port,), nprocs=2, start_method="spawn")
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_exact_resume_on_the_gpu(gpu_db, tmp_path, dtype):
