@@ -10,7 +10,7 @@ from resnet50_trainer.model import weight_decay_groups
 
 
 def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
-    return torch.optim.SGD(
+    optimizer = torch.optim.SGD(
         weight_decay_groups(model, bn_weight_decay=not config.no_bn_weight_decay),
         lr=config.effective_learning_rate,
         momentum=config.momentum,
@@ -18,6 +18,13 @@ def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
         weight_decay=config.weight_decay,
         fused=_fused(model),
     )
+    # A checkpoint's param groups carry the kernel choice of the run that saved it (a GPU's fused
+    # one, a CPU's default): this run keeps its own, as its device decides.
+    kernels = {key: optimizer.defaults[key] for key in ("fused", "foreach")}
+    optimizer.register_load_state_dict_post_hook(
+        lambda loaded: [group.update(kernels) for group in loaded.param_groups]
+    )
+    return optimizer
 
 
 def _fused(model: torch.nn.Module) -> bool | None:

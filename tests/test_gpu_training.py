@@ -113,6 +113,21 @@ def test_cpu_optimizer_is_torchs_default():
     assert optimizer.defaults["fused"] is None and optimizer.defaults["foreach"] is None
 
 
+def test_a_cpu_run_resumed_from_a_gpu_checkpoint_keeps_its_own_kernels():
+    """A checkpoint's param groups carry the kernel choice of the run that saved it: a GPU's
+    fused one must not switch a CPU run to CPU's fused SGD (other bits than before), nor a CPU's
+    default keep a GPU run from the fused one."""
+    from resnet50_trainer.optim import build_optimizer
+
+    config = config_of("--use_cpu", "--train_data", "null")
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
+    saved_on_a_gpu = optimizer.state_dict()
+    for group in saved_on_a_gpu["param_groups"]:
+        group["fused"] = True
+    optimizer.load_state_dict(saved_on_a_gpu)
+    assert [group["fused"] for group in optimizer.param_groups] == [None] * 2
+
+
 # --- on a GPU ---
 
 
