@@ -21,9 +21,12 @@ def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
     # A checkpoint's param groups carry the kernel choice of the run that saved it (a GPU's fused
     # one, a CPU's default): this run keeps its own, as its device decides.
     kernels = {key: optimizer.defaults[key] for key in ("fused", "foreach")}
-    optimizer.register_load_state_dict_post_hook(
-        lambda loaded: [group.update(kernels) for group in loaded.param_groups]
-    )
+
+    def keep_kernels(loaded: torch.optim.Optimizer) -> None:
+        for group in loaded.param_groups:
+            group.update(kernels)
+
+    optimizer.register_load_state_dict_post_hook(keep_kernels)
     return optimizer
 
 
