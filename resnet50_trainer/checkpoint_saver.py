@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from resnet50_trainer import checkpoint, checkpoint_schema, compression_checkpoint
+from resnet50_trainer import checkpoint, checkpoint_schema, compression_checkpoint, distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import Diverged, UserError
@@ -51,8 +51,10 @@ class CheckpointSaver:
                 self._write(path, run, epoch_sums, epoch_seconds, compression)
             except (UserError, Diverged) as error:
                 failure = error
-        # Also the barrier after the write: no process runs ahead of a saved step.
-        stop_together(failure, self.device, "the checkpoint barrier")
+        # Also the barrier after the write: no process runs ahead of a saved step. The others
+        # wait there as long as the write takes: --first_iter_timeout, not --timeout.
+        with distributed.long_wait(self.config):
+            stop_together(failure, self.device, "the checkpoint barrier")
         return path
 
     def _write(

@@ -16,7 +16,11 @@ from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
 from resnet50_trainer.recipes import with_recipe
-from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
+from resnet50_trainer.rendezvous.launchers import (
+    Launched,
+    detect_launcher,
+    gpus_the_machine_holds,
+)
 from resnet50_trainer.solver_flags import with_solver
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
@@ -39,6 +43,9 @@ def config_from_args(
     `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""
     if launched is not None:
         args = adopt_launcher(args, launched)
+        gpus_present = gpus_the_machine_holds(
+            launched, gpus_present, args.model_parallel, os.environ
+        )
     # Each flag's value is its setting, but for the few worked out from the flags and the machine.
     config = Config(**{**vars(args), **derived_settings(args, gpus_present, launched)})
     check_settings(config)

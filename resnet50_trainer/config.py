@@ -117,7 +117,7 @@ class Config:
     optimizer: str
     iter_size: int  # passes each step's batch is split into, gradients accumulated
     weight_decay: float
-    cudnn_workspace_limit_mb: int
+    cudnn_workspace_limit_mb: int | None  # None: cuDNN's own workspace choice
     num_shards: int
     shard_id: int
     run_id: str | None
@@ -131,7 +131,7 @@ class Config:
     dtype: str
     float16_compute: bool
     enable_tensor_core: bool
-    distributed_transport: str
+    distributed_transport: str | None  # None: NCCL's own choice
     distributed_interfaces: str
     first_iter_timeout: float
     timeout: float

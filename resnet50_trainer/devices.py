@@ -13,6 +13,7 @@ import torch
 
 from resnet50_trainer.config import Config
 from resnet50_trainer.gpu_ids import gpu_pairs
+from resnet50_trainer.rendezvous.launchers import sees_only_its_own_gpus
 
 
 def gpus_on_this_machine() -> int:
@@ -26,9 +27,11 @@ def claim_device(config: Config, local_index: int) -> torch.device:
         # Processes share the cores; more threads than a share only contend.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.processes_per_machine))
         return torch.device("cpu")
-    # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the allocator's
-    # largest free block); cuDNN reads this debug variable, in MiB. Set before cuDNN is first used.
-    os.environ.setdefault("CUDNN_CONV_WSCAP_DBG", str(config.cudnn_workspace_limit_mb))
+    if config.cudnn_workspace_limit_mb is not None:
+        # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the
+        # allocator's largest free block); cuDNN reads this debug variable, in MiB. Set before
+        # cuDNN is first used; none by default, so the autotuner may pick any algorithm.
+        os.environ.setdefault("CUDNN_CONV_WSCAP_DBG", str(config.cudnn_workspace_limit_mb))
     torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
     device = replica_devices(config, local_index)[0]
     torch.cuda.set_device(device)
@@ -40,6 +43,11 @@ def replica_devices(config: Config, local_index: int) -> tuple[torch.device, tor
     the split, the hand-over and DDP over the composite module run on any machine)."""
     if config.use_cpu:
         return torch.device("cpu"), torch.device("cpu")
+    per_replica = 2 if config.model_parallel else 1
+    # srun --gpus-per-task: this rank's own GPU(s) are the ones it sees, numbered from 0.
+    visible = gpus_on_this_machine()
+    if sees_only_its_own_gpus(config.processes_per_machine, per_replica, visible, os.environ):
+        return torch.device("cuda", 0), torch.device("cuda", per_replica - 1)
     if config.model_parallel:
         return model_parallel_devices(config.gpus)[local_index]
     device = torch.device("cuda", config.gpus[local_index])

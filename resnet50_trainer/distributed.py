@@ -125,6 +125,7 @@ def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
                 rank=launched.rank,
                 world_size=launched.world_size,
                 timeout=timeout,
+                device_id=_bound_device(config),
             )
         except (dist.DistError, RuntimeError) as error:
             raise UserError(
@@ -172,6 +173,7 @@ def _form_group(
             rank=rank,
             world_size=world_size,
             timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+            device_id=_bound_device(config),
         )
     except (dist.DistError, RuntimeError) as error:
         try:
@@ -227,9 +229,41 @@ def _backend(config: Config) -> str:
     return "gloo" if config.use_cpu else "nccl"
 
 
+def _bound_device(config: Config) -> torch.device | None:
+    """NCCL's communicator bound to this process's GPU (claim_device set it current): created at
+    once, where it would be created at the first collective, after a guess of the device that the
+    first barrier warns of. Not with --model_parallel: a replica's second GPU is this process's
+    too, and a group bound to the first refuses collectives there."""
+    if config.use_cpu or config.model_parallel:
+        return None
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+# The limit of this process's collectives once shortened (shorten_timeout); None until then, when
+# the group's own (--first_iter_timeout) holds.
+_short_timeout: list[datetime.timedelta] = []
+
+
 def shorten_timeout(config: Config) -> None:
     """After the first step, a peer that stops answering ends the run within --timeout."""
-    timeout = datetime.timedelta(seconds=config.timeout)
+    _short_timeout[:] = [datetime.timedelta(seconds=config.timeout)]
+    _set_timeout(_short_timeout[0])
+
+
+@contextmanager
+def long_wait(config: Config) -> Iterator[None]:
+    """Collectives issued inside wait up to --first_iter_timeout: the checkpoint barrier, where the
+    others wait while the first process writes (hundreds of MB, on slow storage perhaps). With NCCL
+    a collective past its limit is aborted by the watchdog, which kills the process (SIGABRT)."""
+    _set_timeout(datetime.timedelta(seconds=config.first_iter_timeout))
+    try:
+        yield
+    finally:
+        if _short_timeout:
+            _set_timeout(_short_timeout[0])
+
+
+def _set_timeout(timeout: datetime.timedelta) -> None:
     set_timeout = getattr(dist, "set_timeout", None)  # torch >= 2.12; earlier: the private setter
     if set_timeout is None:
         from torch.distributed.distributed_c10d import _set_pg_timeout

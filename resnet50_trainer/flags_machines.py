@@ -84,8 +84,8 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices.add_argument(
         "--cudnn_workspace_limit_mb",
         type=Number(int, 1, 1 << 20),
-        default=64,
-        help="cap on cuDNN's convolution workspace, in MiB (GPU only). PyTorch "
+        help="cap on cuDNN's convolution workspace, in MiB (GPU only; default: no cap, "
+        "the original's was 64). PyTorch "
         "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
         "itself reads (listed in PyTorch's CUDA environment variables), unless "
         "that variable is already set",
@@ -123,9 +123,10 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     )
     dist.add_argument(
         "--distributed_transport",
-        default="tcp",
         choices=("tcp", "ibverbs"),
-        help="transport between machines",
+        help="NCCL's transport between machines: tcp (sockets, InfiniBand off) or ibverbs "
+        "(InfiniBand); default: NCCL's own choice. A NCCL variable already set in the "
+        "environment wins",
     )
     dist.add_argument(
         "--distributed_interfaces",
@@ -137,7 +138,8 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
         "--first_iter_timeout",
         type=TIMEOUT_S,
         default=1200.0,
-        help="seconds allowed for the rendezvous and the first step",
+        help="seconds allowed for the rendezvous, the first step and each checkpoint barrier "
+        "(the first process writing the checkpoint)",
     )
     dist.add_argument(
         "--timeout",

@@ -99,22 +99,36 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         raise
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
-            rank = config.shard_id * config.processes_per_machine + failure.error_index
-            print(
-                error_line(
-                    TRAINER,
-                    f"training process of rank {rank} (pid {failure.error_pid}) "
-                    f"was killed by {failure.signal_name}; the run stopped: resume it "
-                    "with --load_model_path " + config.checkpoint_dir,
-                ),
-                file=sys.stderr,
-            )
+            print(error_line(TRAINER, _killed(config, failure, context.processes)), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
         return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
         return 1
     return 0
+
+
+def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
+    """The line for a training process that ended by a signal. With NCCL a lost or silent peer
+    never raises in Python: NCCL's watchdog aborts the waiting process (SIGABRT) once --timeout
+    has run out, so SIGABRT there is a lost peer, named where it was one of this machine's."""
+    rank = config.shard_id * config.processes_per_machine + failure.error_index
+    who = f"training process of rank {rank} (pid {failure.error_pid})"
+    resume = "resume it with --load_model_path " + config.checkpoint_dir
+    if failure.signal_name != "SIGABRT" or config.use_cpu:
+        return f"{who} was killed by {failure.signal_name}; the run stopped: {resume}"
+    gone = [
+        config.shard_id * config.processes_per_machine + index
+        for index, process in enumerate(processes)
+        if index != failure.error_index and process.exitcode not in (None, 0, -signal.SIGABRT)
+    ]
+    peer = f"rank {', '.join(map(str, gone))} of this machine" if gone else "a peer"
+    return (
+        f"{who} stopped: {peer} was lost or stopped answering, and NCCL's watchdog ended "
+        f"the wait with SIGABRT at its limit (--timeout {config.timeout:g} s; "
+        f"--first_iter_timeout {config.first_iter_timeout:g} s in the first step and the "
+        f"checkpoint barrier); {_cannot_go_on(config)}"
+    )
 
 
 def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import psutil
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 INFINIBAND_DEVICES = "/sys/class/infiniband"
 
 
-def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
+def check_transport(transport: str | None, interfaces: str, use_cpu: bool) -> None:
     """Refuse a combination that NCCL or Gloo cannot honour, rather than ignore it."""
     names = [name for name in interfaces.split(",") if name]
     if transport == "ibverbs":
@@ -46,35 +47,45 @@ def check_transport(transport: str, interfaces: str, use_cpu: bool) -> None:
         )
 
 
-def configure_transport(transport: str, interfaces: str) -> None:
-    """Set NCCL's and Gloo's environment before any process group exists; spawned processes
-    inherit it.
+def transport_environment(
+    transport: str | None, interfaces: str, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The NCCL and Gloo variables the flags ask for that `environ` does not set already: a
+    variable the user set wins (logged where it differs). Without --distributed_transport, NCCL
+    picks its transport itself (InfiniBand where it finds it).
 
     tcp: NCCL over sockets (InfiniBand off), as the original's Gloo tcp; the interfaces are the
-    socket interfaces of NCCL and Gloo. ibverbs: NCCL over InfiniBand; the interfaces are IB devices
-    (e.g. mlx5_0), as the original's ibverbs named them. Gloo (CPU) is always TCP.
-    """
-    settings = {"NCCL_IB_DISABLE": "1" if transport == "tcp" else "0"}
-    if interfaces and transport == "tcp":
-        settings.update(NCCL_SOCKET_IFNAME=interfaces, GLOO_SOCKET_IFNAME=interfaces)
-    elif interfaces:
+    socket interfaces of NCCL and Gloo (so too without a transport). ibverbs: NCCL over InfiniBand;
+    the interfaces are IB devices (e.g. mlx5_0), as the original's ibverbs named them. Gloo (CPU)
+    is always TCP."""
+    settings = {} if transport is None else {"NCCL_IB_DISABLE": str(int(transport == "tcp"))}
+    if interfaces and transport == "ibverbs":
         settings["NCCL_IB_HCA"] = interfaces
+    elif interfaces:
+        settings.update(NCCL_SOCKET_IFNAME=interfaces, GLOO_SOCKET_IFNAME=interfaces)
     for name, value in settings.items():
-        if os.environ.get(name, value) != value:
-            log.info(
-                "%s=%s replaces %s from the environment (--distributed_transport/interfaces)",
+        if environ.get(name, value) != value:
+            log.warning(
+                "%s=%s from the environment wins over the %s that "
+                "--distributed_transport/--distributed_interfaces ask for",
                 name,
+                environ[name],
                 value,
-                os.environ[name],
             )
-        os.environ[name] = value
+    return {name: value for name, value in settings.items() if name not in environ}
 
 
-def advertised_host(interfaces: str, transport: str, redis_host: str | None) -> str:
+def configure_transport(transport: str | None, interfaces: str) -> None:
+    """Set NCCL's and Gloo's environment before any process group exists; spawned processes
+    inherit it."""
+    os.environ.update(transport_environment(transport, interfaces, os.environ))
+
+
+def advertised_host(interfaces: str, transport: str | None, redis_host: str | None) -> str:
     """The address peers reach this machine's store at: the first named interface's, else the one
     this machine routes to Redis through, else its host name's."""
     first = interfaces.split(",")[0]
-    if first and transport == "tcp":
+    if first and transport != "ibverbs":
         addresses = psutil.net_if_addrs().get(first, [])
         ipv4 = [address.address for address in addresses if address.family == socket.AF_INET]
         if not ipv4:

@@ -8,7 +8,8 @@ How the original's flags map onto PyTorch (see the README, "Speed"):
   exactly what --dtype float16 does, so it selects the same mode.
 - --dtype bfloat16: autocast to bfloat16, no scaler (bfloat16 has float32's exponent range).
 - --enable_tensor_core: TF32 for matmuls and cuDNN convolutions, and channels_last tensors (the
-  layout tensor-core convolutions run on without transposes). GPU only.
+  layout tensor-core convolutions run on without transposes). GPU only; without it, neither
+  (PyTorch's own default lets cuDNN's convolutions use TF32).
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ class Precision:
         self.mean, self.std = channel_statistics(config, device)
         # A disabled scaler passes backward() and step() straight through.
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
-        if config.enable_tensor_core and device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
+        if device.type == "cuda":
+            # Both ways: cuDNN's convolutions default to TF32 in PyTorch, so float32 without the
+            # flag would quietly run them at TF32's 10-bit mantissa.
+            torch.backends.cuda.matmul.allow_tf32 = config.enable_tensor_core
+            torch.backends.cudnn.allow_tf32 = config.enable_tensor_core
 
     def autocast(self):
         if self.dtype is None:

@@ -133,23 +133,30 @@ def test_transport_combinations():
     assert network.advertised_host("", "tcp", "127.0.0.1") == "127.0.0.1"  # the route to Redis
 
 
-def test_transport_environment(monkeypatch):
-    # A private environment: what configure_transport sets must not reach later tests' processes
-    # (delenv of an absent variable records nothing to undo).
-    monkeypatch.setattr(
-        os,
-        "environ",
-        {
-            name: value
-            for name, value in os.environ.items()
-            if not name.startswith(("NCCL_", "GLOO_"))
-        },
-    )
-    network.configure_transport("tcp", "eth0,eth1")
-    names = ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-    assert [os.environ[n] for n in names] == ["1", "eth0,eth1", "eth0,eth1"]
-    network.configure_transport("ibverbs", "mlx5_0")
-    assert (os.environ["NCCL_IB_DISABLE"], os.environ["NCCL_IB_HCA"]) == ("0", "mlx5_0")
+@pytest.mark.parametrize(
+    ("transport", "interfaces", "environ", "set_"),
+    [
+        # No flag: NCCL picks its transport (InfiniBand where it finds it); nothing is set.
+        (None, "", {}, {}),
+        (None, "eth0", {}, {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}),
+        (
+            "tcp",
+            "eth0,eth1",
+            {},
+            {
+                "NCCL_IB_DISABLE": "1",
+                "NCCL_SOCKET_IFNAME": "eth0,eth1",
+                "GLOO_SOCKET_IFNAME": "eth0,eth1",
+            },
+        ),
+        ("ibverbs", "mlx5_0", {}, {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0"}),
+        # A variable the user set wins over the flags.
+        ("tcp", "", {"NCCL_IB_DISABLE": "0"}, {}),
+        ("ibverbs", "mlx5_0", {"NCCL_IB_HCA": "mlx5_1"}, {"NCCL_IB_DISABLE": "0"}),
+    ],
+)
+def test_transport_environment(transport, interfaces, environ, set_):
+    assert network.transport_environment(transport, interfaces, environ) == set_
 
 
 def test_two_shards_of_two_processes_read_each_record_once_per_epoch():

@@ -297,8 +297,10 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
     small_db, tmp_path, fault
 ):
     """A known place: rank 0 is held in its checkpoint write (between fsync and rename) when it is
-    lost, so rank 1 waits in the checkpoint barrier."""
+    lost, so rank 1 waits in the checkpoint barrier, under --first_iter_timeout rather than
+    --timeout (a write may take long): a hung writer is found when that runs out."""
     store = serve_store()
+    barrier_limit_s = 40
     writer, survivor = start_ranks(
         store,
         (0, 1),
@@ -307,6 +309,8 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
         small_db,
         "--num_epochs",
         "2",
+        "--first_iter_timeout",
+        str(barrier_limit_s),
         **pause_before_rename(300),
     )
     wait_for(
@@ -315,9 +319,29 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
         "the checkpoint write",
     )
     writer.send_signal(fault)
-    status, stderr = survivor_ends(survivor, (survivor, writer), TIMEOUT_S + 10)
+    status, stderr = survivor_ends(survivor, (survivor, writer), barrier_limit_s + 20)
     assert status == 1, stderr
     assert assert_lost_peer_line(stderr, 1, tmp_path) == "the checkpoint barrier"
+
+
+def test_a_checkpoint_slower_than_timeout_is_waited_for(small_db, tmp_path):
+    """The others wait in the checkpoint barrier while the first process writes: under
+    --first_iter_timeout, not --timeout, which would end the run on slow storage."""
+    done = run_trainer(
+        "--train_data",
+        small_db,
+        "--num_gpus",
+        "2",
+        "--num_epochs",
+        "1",
+        "--timeout",
+        "1",
+        "--log_dir",
+        str(tmp_path),
+        **pause_before_rename(4),  # 4 x --timeout
+    )
+    assert done.returncode == 0, done.stderr
+    torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
 
 
 def test_a_rank_that_never_joins_is_named(small_db, tmp_path):

@@ -166,3 +166,32 @@ def _master(environ: Mapping[str, str]) -> tuple[str, int] | None:
             "65535): check the launcher's command line"
         )
     return environ["MASTER_ADDR"], port
+
+
+def sees_only_its_own_gpus(
+    processes_per_machine: int, per_replica: int, visible: int, environ: Mapping[str, str]
+) -> bool:
+    """srun --gpus-per-task, or mpirun with a binding script, give each of a machine's ranks its own
+    GPU(s) through CUDA_VISIBLE_DEVICES: such a rank sees one replica's worth, numbered from 0,
+    whatever its local rank. (One process alone on a machine claims GPUs by --gpus as before.)"""
+    return (
+        processes_per_machine > 1
+        and visible == per_replica
+        and bool(environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+    )
+
+
+def gpus_the_machine_holds(
+    launched: Launched | None, visible: int, model_parallel: bool, environ: Mapping[str, str]
+) -> int:
+    """The GPUs of this machine as the run counts them: a rank that sees only its own (above),
+    started one per replica by srun or mpirun, stands for the machine's local_world_size replicas.
+    Not under torchrun, which binds no GPU: a rank there that sees one GPU is a machine of one."""
+    per_replica = 2 if model_parallel else 1
+    if (
+        launched is not None
+        and launched.name != "torchrun"
+        and sees_only_its_own_gpus(launched.local_world_size, per_replica, visible, environ)
+    ):
+        return launched.local_world_size * per_replica
+    return visible

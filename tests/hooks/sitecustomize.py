@@ -51,3 +51,15 @@ if os.environ.get(KILL_ENV) and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"
     _rank, _steps = os.environ[KILL_ENV].split(":")
     if os.environ.get("RANK") == _rank:
         _kill_after_steps(int(_steps))
+
+# "1": deterministic GPU arithmetic, for exact-resume tests on a GPU: deterministic algorithms
+# (cuBLAS with its fixed workspace), and cuDNN's autotuner held off, whose timing-based choice
+# among deterministic algorithms may differ from one process to the next.
+DETERMINISTIC_ENV = "RESNET50_TRAINER_TEST_DETERMINISTIC"
+
+if os.environ.get(DETERMINISTIC_ENV) == "1":
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    type(torch.backends.cudnn).benchmark = property(lambda self: False, lambda self, value: None)
