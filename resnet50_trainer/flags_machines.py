@@ -84,11 +84,10 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
     devices.add_argument(
         "--cudnn_workspace_limit_mb",
         type=Number(int, 1, 1 << 20),
-        help="cap on cuDNN's convolution workspace, in MiB (GPU only; default: no cap, "
-        "the original's was 64). PyTorch "
-        "has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
-        "itself reads (listed in PyTorch's CUDA environment variables), unless "
-        "that variable is already set",
+        help="cap on cuDNN's convolution workspace, in MiB (GPU only; the original capped it at "
+        "64). PyTorch has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
+        "itself reads (listed in PyTorch's CUDA environment variables), unless that variable "
+        "is already set (default: no cap)",
     )
 
 
@@ -125,8 +124,8 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
         "--distributed_transport",
         choices=("tcp", "ibverbs"),
         help="NCCL's transport between machines: tcp (sockets, InfiniBand off) or ibverbs "
-        "(InfiniBand); default: NCCL's own choice. A NCCL variable already set in the "
-        "environment wins",
+        "(InfiniBand). A NCCL variable already set in the environment wins (default: NCCL's "
+        "own choice)",
     )
     dist.add_argument(
         "--distributed_interfaces",
