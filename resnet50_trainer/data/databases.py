@@ -16,8 +16,10 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 
 import lmdb
+import numpy as np
 import plyvel
 
 from resnet50_trainer.errors import UserError
@@ -99,6 +101,10 @@ class Database(ABC):
         """The value stored under `key`, or None."""
 
     @abstractmethod
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        """Every (key, value) in key order, the value possibly a view valid for this step only."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the database; closing twice is harmless."""
 
@@ -131,6 +137,13 @@ class LmdbDatabase(Database):
 
     def _lookup(self, key: bytes) -> bytes | None:
         return self._txn.get(key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
+        assert self._env is not None, "items() of a closed LMDB"
+        with self._env.begin(buffers=True) as txn, txn.cursor() as cursor:
+            for key, value in cursor:
+                yield bytes(key), value
 
     def close(self) -> None:
         if self._env is not None:
@@ -193,6 +206,9 @@ class LevelDbDatabase(Database):
     def _lookup(self, key: bytes) -> bytes | None:
         return self._db.get(key)
 
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        return iter(self._db.iterator())
+
     def close(self) -> None:
         self._finalizer()
 
@@ -210,10 +226,42 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
     return database
 
 
-def read_keys(path: str, db_type: str) -> list[bytes]:
+class KeyStore(Sequence[bytes]):
+    """Keys packed into one byte buffer with their offsets: two numpy arrays, whatever the count.
+    Input processes inherit it from the training process by fork and share its pages: reading a
+    key writes to neither array, whereas a list's bytes objects get their reference counts updated
+    on every read, so each process would end up copying every page (~100 MB at 1.28M keys)."""
+
+    def __init__(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        self._buffer, self._offsets = buffer, offsets  # key i: buffer[offsets[i]:offsets[i + 1]]
+
+    @classmethod
+    def pack(cls, keys: Sequence[bytes]) -> KeyStore:
+        offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, keys), dtype=np.int64, count=len(keys)), out=offsets[1:])
+        return cls(np.frombuffer(b"".join(keys), dtype=np.uint8), offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            if step != 1:
+                return KeyStore.pack([self[index] for index in range(start, stop, step)])
+            # A view: the slice shares this store's buffer.
+            return KeyStore(self._buffer, self._offsets[start : max(start, stop) + 1])
+        index = range(len(self))[item]  # negative indices, and IndexError past the end
+        return self._buffer[self._offsets[index] : self._offsets[index + 1]].tobytes()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self[index] for index in range(len(self)))
+
+
+def read_keys(path: str, db_type: str) -> KeyStore:
     """All keys of a DB in key order, read once by each training process; UserError if empty."""
     with open_database(path, db_type) as database:
-        return database.keys()
+        return KeyStore.pack(database.keys())
 
 
 class DatabaseWriter(ABC):
