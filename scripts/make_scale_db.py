@@ -1,9 +1,10 @@
 """Build an ImageNet-scale DB cheaply, to measure start-up and preflight at that scale.
 
 N records of a tiny JPEG each (a few distinct 8 px images), keys shaped like convert_imageset's
-("%08d_n01440764/n01440764_10026.JPEG", 38 bytes), labels i % --labels. --record_bytes pads each
-JPEG with comment segments (which decoders skip) to about that size: 50,000 records of 120,000
-bytes make a test DB of ImageNet's size (~6 GB) with almost no encoding work.
+("%08d_n01440764/n01440764_10026.JPEG", 39 bytes), labels i % --labels. --record_bytes pads each
+JPEG with comment segments of random bytes (decoders skip them; LevelDB cannot compress them) to
+about that size: 50,000 records of 120,000 bytes make a test DB of ImageNet's size (~6 GB) with
+almost no encoding work.
 
 Usage: python scripts/make_scale_db.py OUT --records 1281167 [--record_bytes 120000]
        [--db_type lmdb|leveldb] [--format datum|tensorprotos] [--labels 1000]
@@ -40,9 +41,11 @@ def padded(jpeg: bytes, record_bytes: int) -> bytes:
     """`jpeg` with comment segments after its SOI marker, to about `record_bytes` in all."""
     segments = []
     missing = record_bytes - len(jpeg)
+    # Random bytes, as incompressible as a photo's: LevelDB compresses its blocks.
+    noise = np.random.default_rng(len(jpeg))
     while missing > 4:
         payload = min(missing - 4, _LARGEST_COMMENT)
-        segments.append(_COMMENT_MARKER + (payload + 2).to_bytes(2, "big") + b"\0" * payload)
+        segments.append(_COMMENT_MARKER + (payload + 2).to_bytes(2, "big") + noise.bytes(payload))
         missing -= payload + 4
     return jpeg[:2] + b"".join(segments) + jpeg[2:]
 
