@@ -4,16 +4,18 @@ memory DB: the key list's memory in an input process. The training process reads
   a child as the DataLoader does, the child reads every key (as input processes do over an epoch)
   and reports its private (USS) and proportional (PSS) memory from /proc/self/smaps_rollup, once
   for the keys as a list of bytes objects (as before) and once as the trainer's KeyStore.
-labels DB: seconds the preflight's test-label check takes, and the same scan parsing every record
-  in full (as before).
+labels DB [--cold]: seconds the preflight's test-label check takes, and the same scan parsing every
+  record in full (as before); --cold first evicts the DB's files from the page cache
+  (posix_fadvise DONTNEED on those files alone), as on a machine that has not read them lately.
 
-Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels DB [--db_type lmdb]
+Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels DB [--db_type lmdb] [--cold]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import time
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -84,13 +86,25 @@ def full_parse_scan(db: str, db_type: str, num_labels: int) -> None:
             assert 0 <= label < num_labels
 
 
-def labels(db: str, db_type: str) -> None:
+def evict(db: str) -> None:
+    """Drop the DB's files from the page cache (clean pages only: nothing is lost)."""
+    for name in os.listdir(db):
+        descriptor = os.open(os.path.join(db, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+
+
+def labels(db: str, db_type: str, cold: bool) -> None:
     # The check reads only these two settings of the run's Config.
     config = SimpleNamespace(db_type=db_type, num_labels=1000)
     for name, scan in (
         ("full parse (before)", lambda: full_parse_scan(db, db_type, 1000)),
         ("label scan (after)", lambda: _check_test_labels(config, db)),  # type: ignore[arg-type]
     ):
+        if cold:
+            evict(db)
         started = time.perf_counter()
         scan()
         print(f"{name}: {time.perf_counter() - started:.2f} s")
@@ -101,8 +115,12 @@ def main() -> None:
     parser.add_argument("what", choices=("memory", "labels"))
     parser.add_argument("db")
     parser.add_argument("--db_type", default=LMDB)
+    parser.add_argument("--cold", action="store_true", help="labels: evict the DB from the cache")
     args = parser.parse_args()
-    (memory if args.what == "memory" else labels)(args.db, args.db_type)
+    if args.what == "memory":
+        memory(args.db, args.db_type)
+    else:
+        labels(args.db, args.db_type, args.cold)
 
 
 if __name__ == "__main__":
