@@ -7,8 +7,11 @@ memory DB: the key list's memory in an input process. The training process reads
 labels DB [--cold]: seconds the preflight's test-label check takes, and the same scan parsing every
   record in full (as before); --cold first evicts the DB's files from the page cache
   (posix_fadvise DONTNEED on those files alone), as on a machine that has not read them lately.
+first_step DB: seconds from launching a small CPU trainer run on DB (ResNet-18, 32 px, batch 8,
+  2 input processes) to its first step's line, with the trainer found on PYTHONPATH.
 
-Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels DB [--db_type lmdb] [--cold]
+Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels|first_step DB
+       [--db_type lmdb] [--cold]
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -110,15 +116,37 @@ def labels(db: str, db_type: str, cold: bool) -> None:
         print(f"{name}: {time.perf_counter() - started:.2f} s")
 
 
+FIRST_STEP_RUN = "--use_cpu --num_layers 18 --image_size 32 --batch_size 8 --num_labels 1000 "
+FIRST_STEP_RUN += "--num_workers 2 --print_every 1 --epoch_size 16 --num_epochs 1"
+
+
+def first_step(db: str, db_type: str) -> None:
+    with tempfile.TemporaryDirectory() as outputs:
+        flags = [*FIRST_STEP_RUN.split(), "--train_data", db, "--db_type", db_type]
+        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "resnet50_trainer", *flags]
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as process:
+            assert process.stdout is not None
+            lines = (line for line in process.stdout if "Finished iteration 1/" in line)
+            seconds = time.perf_counter() - started if next(lines, None) else float("nan")
+            process.stdout.read()
+    print(f"first step at {seconds:.2f} s (exit status {process.returncode})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("memory", "labels"))
+    parser.add_argument("what", choices=("memory", "labels", "first_step"))
     parser.add_argument("db")
     parser.add_argument("--db_type", default=LMDB)
     parser.add_argument("--cold", action="store_true", help="labels: evict the DB from the cache")
     args = parser.parse_args()
     if args.what == "memory":
         memory(args.db, args.db_type)
+    elif args.what == "first_step":
+        first_step(args.db, args.db_type)
     else:
         labels(args.db, args.db_type, args.cold)
 
