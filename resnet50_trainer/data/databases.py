@@ -17,10 +17,12 @@ import shutil
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 
 import lmdb
 import plyvel
 
+from resnet50_trainer.data.keys import KeyStore
 from resnet50_trainer.errors import UserError
 
 LMDB = "lmdb"
@@ -100,6 +102,10 @@ class Database(ABC):
         """The value stored under `key`, or None."""
 
     @abstractmethod
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        """Every (key, value) in key order, the value possibly a view valid for this step only."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the database; closing twice is harmless."""
 
@@ -150,6 +156,13 @@ class LmdbDatabase(Database):
 
     def _lookup(self, key: bytes) -> bytes | None:
         return self._txn.get(key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
+        assert self._env is not None, "items() of a closed LMDB"
+        with self._env.begin(buffers=True) as txn, txn.cursor() as cursor:
+            for key, value in cursor:
+                yield bytes(key), value
 
     def close(self) -> None:
         if self._env is not None:
@@ -212,6 +225,9 @@ class LevelDbDatabase(Database):
     def _lookup(self, key: bytes) -> bytes | None:
         return self._db.get(key)
 
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        return iter(self._db.iterator())
+
     def close(self) -> None:
         self._finalizer()
 
@@ -229,10 +245,10 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
     return database
 
 
-def read_keys(path: str, db_type: str) -> list[bytes]:
+def read_keys(path: str, db_type: str) -> KeyStore:
     """All keys of a DB in key order, read once by each training process; UserError if empty."""
     with open_database(path, db_type) as database:
-        return database.keys()
+        return KeyStore.pack(database.keys())
 
 
 class DatabaseWriter(ABC):

@@ -1,0 +1,155 @@
+"""ImageNet-scale costs of the input side (DBs from scripts/make_scale_db.py).
+
+memory DB: the key list's memory in an input process. The training process reads the keys, forks
+  a child as the DataLoader does, the child reads every key (as input processes do over an epoch)
+  and reports its private (USS) and proportional (PSS) memory from /proc/self/smaps_rollup, once
+  for the keys as a list of bytes objects (as before) and once as the trainer's KeyStore.
+labels DB [--cold]: seconds the preflight's test-label check takes, and the same scan parsing every
+  record in full (as before); --cold first evicts the DB's files from the page cache
+  (posix_fadvise DONTNEED on those files alone), as on a machine that has not read them lately.
+first_step DB: seconds from launching a small CPU trainer run on DB (ResNet-18, 32 px, batch 8,
+  2 input processes) to its first step's line, with the trainer found on PYTHONPATH.
+
+Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels|first_step DB
+       [--db_type lmdb] [--cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from resnet50_trainer.data.databases import LMDB, open_database, read_keys
+from resnet50_trainer.data.records import parse_record
+from resnet50_trainer.errors import RecordError
+from resnet50_trainer.preflight import _check_test_labels
+
+
+def memory_kib() -> dict[str, int]:
+    """This process's Rss, Pss and USS (private clean + dirty) in KiB."""
+    fields = {}
+    with open("/proc/self/smaps_rollup") as rollup:
+        for line in rollup:
+            name, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[name] = int(rest.split()[0])
+    uss = fields["Private_Clean"] + fields["Private_Dirty"]
+    return {"rss": fields["Rss"], "pss": fields["Pss"], "uss": uss}
+
+
+def _read_every_key(keys: Sequence[bytes], results) -> None:
+    before = memory_kib()
+    total = sum(len(keys[index]) for index in range(len(keys)))
+    after = memory_kib()
+    results.put((total, {name: after[name] - before[name] for name in after}, after))
+
+
+def child_memory(keys: Sequence[bytes]) -> tuple[dict[str, int], dict[str, int]]:
+    """(growth while reading every key, totals after) of a forked child, in KiB."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_read_every_key, args=(keys, results))
+    child.start()
+    _, growth, totals = results.get()
+    child.join()
+    return growth, totals
+
+
+def report_memory(name: str, keys: Sequence[bytes]) -> None:
+    growth, totals = child_memory(keys)
+    print(
+        f"{name}: {len(keys)} keys; the child grew by USS {growth['uss'] / 1024:.1f} MiB, "
+        f"PSS {growth['pss'] / 1024:.1f} MiB, RSS {growth['rss'] / 1024:.1f} MiB reading every "
+        f"key; its totals: USS {totals['uss'] / 1024:.1f} MiB, PSS {totals['pss'] / 1024:.1f} MiB, "
+        f"RSS {totals['rss'] / 1024:.1f} MiB"
+    )
+
+
+def memory(db: str, db_type: str) -> None:
+    with open_database(db, db_type) as database:
+        report_memory("list of bytes (before)", list(database.keys()))
+    started = time.perf_counter()
+    keys = read_keys(db, db_type)
+    print(f"read_keys: {time.perf_counter() - started:.2f} s")
+    report_memory("KeyStore (after)", keys)
+
+
+def full_parse_scan(db: str, db_type: str, num_labels: int) -> None:
+    """The check as it was: every record fetched (copied) and parsed in full."""
+    with open_database(db, db_type) as database:
+        for key in database.keys():
+            try:
+                label = parse_record(database.get(key)).label
+            except RecordError:
+                continue
+            assert 0 <= label < num_labels
+
+
+def evict(db: str) -> None:
+    """Drop the DB's files from the page cache (clean pages only: nothing is lost)."""
+    for name in os.listdir(db):
+        descriptor = os.open(os.path.join(db, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+
+
+def labels(db: str, db_type: str, cold: bool) -> None:
+    # The check reads only these two settings of the run's Config.
+    config = SimpleNamespace(db_type=db_type, num_labels=1000)
+    for name, scan in (
+        ("full parse (before)", lambda: full_parse_scan(db, db_type, 1000)),
+        ("label scan (after)", lambda: _check_test_labels(config, db)),  # type: ignore[arg-type]
+    ):
+        if cold:
+            evict(db)
+        started = time.perf_counter()
+        scan()
+        print(f"{name}: {time.perf_counter() - started:.2f} s")
+
+
+FIRST_STEP_RUN = "--use_cpu --num_layers 18 --image_size 32 --batch_size 8 --num_labels 1000 "
+FIRST_STEP_RUN += "--num_workers 2 --print_every 1 --epoch_size 16 --num_epochs 1"
+
+
+def first_step(db: str, db_type: str) -> None:
+    with tempfile.TemporaryDirectory() as outputs:
+        flags = [*FIRST_STEP_RUN.split(), "--train_data", db, "--db_type", db_type]
+        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "resnet50_trainer", *flags]
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as process:
+            assert process.stdout is not None
+            lines = (line for line in process.stdout if "Finished iteration 1/" in line)
+            seconds = time.perf_counter() - started if next(lines, None) else float("nan")
+            process.stdout.read()
+    print(f"first step at {seconds:.2f} s (exit status {process.returncode})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("memory", "labels", "first_step"))
+    parser.add_argument("db")
+    parser.add_argument("--db_type", default=LMDB)
+    parser.add_argument("--cold", action="store_true", help="labels: evict the DB from the cache")
+    args = parser.parse_args()
+    if args.what == "memory":
+        memory(args.db, args.db_type)
+    elif args.what == "first_step":
+        first_step(args.db, args.db_type)
+    else:
+        labels(args.db, args.db_type, args.cold)
+
+
+if __name__ == "__main__":
+    main()
