@@ -12,6 +12,7 @@
 Ours runs 2 epochs of --steps steps and reports the second (the first pays for start-up). Prints
 images/s, the ratios, and GPU memory peaks. Usage (GPU): python scripts/benchmark_train.py
 Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 4
+--results PATH also writes the figures as JSON (scripts/gpu_check.sh makes its table of them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import csv
 import glob
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -84,8 +86,9 @@ def baseline(args, device: torch.device, root: str) -> float:
     return args.steps * args.batch_size / (time.perf_counter() - started)
 
 
-def ours(args, device: torch.device, train_data: str, out: str) -> float:
-    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess."""
+def ours(args, device: torch.device, train_data: str, out: str) -> tuple[float, str]:
+    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess, and its peak GPU
+    memory line ("" on the CPU)."""
     log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
     flags = [
         "--train_data",
@@ -109,6 +112,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
         "--print_every",
         str(10 * args.steps),
     ]
+    if args.compile:
+        flags += ["--compile"]
     if device.type == "cuda":
         flags += ["--dtype", args.dtype, "--enable_tensor_core"]
         if train_data != "null" and not args.cpu_decode:
@@ -133,7 +138,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
     [log_path] = glob.glob(os.path.join(log_dir, "*.log"))
     with open(log_path) as log_file:
         rows = list(csv.DictReader(line for line in log_file if not line.startswith("#")))
-    return float(rows[-1]["inputs_per_sec"])
+    peak = peaks[-1].rsplit("peak GPU memory", 1)[-1].strip() if peaks else ""
+    return float(rows[-1]["inputs_per_sec"]), peak
 
 
 def ddp_cost(args, device: torch.device) -> tuple[float, float]:
@@ -181,7 +187,7 @@ def _peak(device: torch.device) -> str:
         return ""
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     torch.cuda.reset_peak_memory_stats(device)
-    return f", peak GPU memory {peak:.2f} GiB"
+    return f"{peak:.2f} GiB"
 
 
 def main() -> None:
@@ -197,6 +203,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     parser.add_argument("--ddp_rounds", type=int, default=5, help="alternations without/with DDP")
     parser.add_argument("--cpu_decode", action="store_true", help="ours decodes on the CPU")
+    parser.add_argument("--compile", action="store_true", help="ours runs with --compile")
+    parser.add_argument("--results", help="also write the figures to this JSON file")
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: baseline,end_to_end,compute,ddp"
     )
@@ -213,19 +221,20 @@ def main() -> None:
         f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}",
         flush=True,
     )
-    figures = {}
+    figures, peaks = {}, {}
     if "baseline" not in skip:
         figures["baseline"] = baseline(args, device, root)
+        peaks["baseline"] = _peak(device)
         print(
             f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
-            f"{_peak(device)}",
+            f"{', peak GPU memory ' + peaks['baseline'] if peaks['baseline'] else ''}",
             flush=True,
         )
     if "end_to_end" not in skip:
-        figures["end_to_end"] = ours(args, device, lmdb_path, args.out)
+        figures["end_to_end"], peaks["end_to_end"] = ours(args, device, lmdb_path, args.out)
         print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
     if "compute" not in skip:
-        figures["compute"] = ours(args, device, "null", args.out)
+        figures["compute"], peaks["compute"] = ours(args, device, "null", args.out)
         print(
             f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True
         )
@@ -236,11 +245,17 @@ def main() -> None:
     if {"compute", "end_to_end"} <= figures.keys():
         print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
     if "ddp" not in skip:
-        plain, wrapped = ddp_cost(args, device)
+        figures["without_ddp"], figures["with_ddp"] = ddp_cost(args, device)
         print(
-            f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
-            f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}"
+            f"DDP at one process ({device.type}, float32): without {figures['without_ddp']:.1f}, "
+            f"with {figures['with_ddp']:.1f} images/s, "
+            f"cost {1 - figures['with_ddp'] / figures['without_ddp']:.1%}"
         )
+    if args.results:
+        with open(args.results, "w") as results:
+            json.dump(
+                {"figures": figures, "peaks": peaks, "data": bench_data.describe(root)}, results
+            )
 
 
 if __name__ == "__main__":
