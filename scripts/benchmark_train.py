@@ -190,7 +190,25 @@ def _peak(device: torch.device) -> str:
     return f"{peak:.2f} GiB"
 
 
-def main() -> None:
+class Results:
+    """The figures and GPU memory peaks so far, written to --results after each part: a run cut
+    short (scripts/gpu_check.sh's time limits) keeps what it measured."""
+
+    def __init__(self, path: str | None, data: str):
+        self.path, self.data = path, data
+        self.figures: dict[str, float] = {}
+        self.peaks: dict[str, str] = {}
+
+    def add(self, name: str, figure: float, peak: str = "") -> None:
+        self.figures[name], self.peaks[name] = figure, peak
+        if self.path:
+            with open(self.path, "w") as results:
+                json.dump(
+                    {"figures": self.figures, "peaks": self.peaks, "data": self.data}, results
+                )
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
     parser.add_argument("--images", type=int, default=1024)
@@ -208,7 +226,11 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: baseline,end_to_end,compute,ddp"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     skip = set(filter(None, args.skip.split(",")))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
@@ -221,20 +243,20 @@ def main() -> None:
         f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}",
         flush=True,
     )
-    figures, peaks = {}, {}
+    results = Results(args.results, bench_data.describe(root))
+    figures = results.figures
     if "baseline" not in skip:
-        figures["baseline"] = baseline(args, device, root)
-        peaks["baseline"] = _peak(device)
+        results.add("baseline", baseline(args, device, root), _peak(device))
         print(
             f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
-            f"{', peak GPU memory ' + peaks['baseline'] if peaks['baseline'] else ''}",
+            f"{', peak GPU memory ' * bool(results.peaks['baseline'])}{results.peaks['baseline']}",
             flush=True,
         )
     if "end_to_end" not in skip:
-        figures["end_to_end"], peaks["end_to_end"] = ours(args, device, lmdb_path, args.out)
+        results.add("end_to_end", *ours(args, device, lmdb_path, args.out))
         print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
     if "compute" not in skip:
-        figures["compute"], peaks["compute"] = ours(args, device, "null", args.out)
+        results.add("compute", *ours(args, device, "null", args.out))
         print(
             f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True
         )
@@ -245,17 +267,13 @@ def main() -> None:
     if {"compute", "end_to_end"} <= figures.keys():
         print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
     if "ddp" not in skip:
-        figures["without_ddp"], figures["with_ddp"] = ddp_cost(args, device)
+        plain, wrapped = ddp_cost(args, device)
+        results.add("without_ddp", plain)
+        results.add("with_ddp", wrapped)
         print(
-            f"DDP at one process ({device.type}, float32): without {figures['without_ddp']:.1f}, "
-            f"with {figures['with_ddp']:.1f} images/s, "
-            f"cost {1 - figures['with_ddp'] / figures['without_ddp']:.1%}"
+            f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
+            f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}"
         )
-    if args.results:
-        with open(args.results, "w") as results:
-            json.dump(
-                {"figures": figures, "peaks": peaks, "data": bench_data.describe(root)}, results
-            )
 
 
 if __name__ == "__main__":

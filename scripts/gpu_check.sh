@@ -41,11 +41,15 @@ if ! "$python" -c 'import lmdb, plyvel, redis, google.protobuf, simplejpeg, psut
         exit 2
     fi
     # shellcheck disable=SC2086
-    "$python" -m pip install -q --no-index --find-links "$repo/wheelhouse" $packages || exit 2
+    if ! "$python" -m pip install -q --no-index --find-links "$repo/wheelhouse" $packages; then
+        echo "gpu_check: error: pip could not install wheelhouse/ (cp312 manylinux x86_64 wheels): see pip's message above" >&2
+        exit 2
+    fi
 fi
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$out" || exit 2
 parts=$(mktemp -d) data=$(mktemp -d)
+trap 'rm -rf "$parts" "$data"' EXIT # the figures end in the table; the JPEGs are regenerated
 cores=$(nproc)
 exec > >(tee "$out/gpu_check.log") 2>&1
 
@@ -55,7 +59,7 @@ part() {
     local name=$1 limit=$2 left=$((end - SECONDS))
     shift 2
     if [ "$left" -lt 20 ]; then
-        echo "skipped: GPU_CHECK_SECONDS spent" >"$parts/$name.failed"
+        echo "GPU_CHECK_SECONDS spent" >"$parts/$name.failed"
         return
     fi
     [ "$limit" -le "$left" ] || limit=$left

@@ -81,6 +81,8 @@ def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
     results = {"figures": figures, "peaks": {"compute": "20.10 GiB"}, "data": "1024 JPEGs"}
     (parts / "bf16.json").write_text(json.dumps(results))
     (parts / "fp16_compile.failed").write_text("failed or ran past 150s (see gpu_check.log)\n")
+    (parts / "cpu_decode.json").write_text(json.dumps({"figures": {"end_to_end": 900.0}}))
+    (parts / "cpu_decode.failed").write_text("failed or ran past 90s (see gpu_check.log)\n")
     (parts / "pytest.txt").write_text("3 passed, 700 deselected in 30.00s\n")
     out = tmp_path / "gpu_check.md"
     subprocess.run(
@@ -96,5 +98,7 @@ def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
     )
     assert "| compute only, float16, `--compile` | not measured: failed or ran past 150s" in table
     assert "| compute only, float16 (grad scaler), channels_last | skipped |  |" in table
+    # A figure measured before its part was cut short is kept.
+    assert "| end to end from LMDB, CPU decode on every core, bfloat16 | 900 |  |" in table
     assert "ours end to end / the ImageNet example: 2.50x" in table
     assert "DDP's cost at one process: 16.7%" in table
