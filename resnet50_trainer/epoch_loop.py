@@ -121,7 +121,7 @@ class EpochLoop:
     def train_epoch(self) -> EpochResult:
         config, run, steps = self.config, self.run, self.input.steps_per_epoch
         self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
-        self.replica.ddp.train()
+        self.replica.train_module.train()
         # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
         device_sums = torch.zeros(
             2,
@@ -210,7 +210,7 @@ class EpochLoop:
         replica, precision = self.replica, self.replica.precision
         with contextlib.ExitStack() as passes_before_the_last:
             if not last:
-                passes_before_the_last.enter_context(replica.ddp.no_sync())
+                passes_before_the_last.enter_context(replica.no_sync())
             with distributed.waiting_for_peers("the step's buffer broadcast"), precision.autocast():
                 logits = replica.train_model(precision.inputs(images))
                 loss = (

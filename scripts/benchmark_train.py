@@ -12,6 +12,7 @@
 Ours runs 2 epochs of --steps steps and reports the second (the first pays for start-up). Prints
 images/s, the ratios, and GPU memory peaks. Usage (GPU): python scripts/benchmark_train.py
 Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 4
+--results PATH also writes the figures as JSON (scripts/gpu_check.sh makes its table of them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import csv
 import glob
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -84,8 +86,9 @@ def baseline(args, device: torch.device, root: str) -> float:
     return args.steps * args.batch_size / (time.perf_counter() - started)
 
 
-def ours(args, device: torch.device, train_data: str, out: str) -> float:
-    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess."""
+def ours(args, device: torch.device, train_data: str, out: str) -> tuple[float, str]:
+    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess, and its peak GPU
+    memory line ("" on the CPU)."""
     log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
     flags = [
         "--train_data",
@@ -109,6 +112,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
         "--print_every",
         str(10 * args.steps),
     ]
+    if args.compile:
+        flags += ["--compile"]
     if device.type == "cuda":
         flags += ["--dtype", args.dtype, "--enable_tensor_core"]
         if train_data != "null" and not args.cpu_decode:
@@ -133,7 +138,8 @@ def ours(args, device: torch.device, train_data: str, out: str) -> float:
     [log_path] = glob.glob(os.path.join(log_dir, "*.log"))
     with open(log_path) as log_file:
         rows = list(csv.DictReader(line for line in log_file if not line.startswith("#")))
-    return float(rows[-1]["inputs_per_sec"])
+    peak = peaks[-1].rsplit("peak GPU memory", 1)[-1].strip() if peaks else ""
+    return float(rows[-1]["inputs_per_sec"]), peak
 
 
 def ddp_cost(args, device: torch.device) -> tuple[float, float]:
@@ -181,10 +187,28 @@ def _peak(device: torch.device) -> str:
         return ""
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     torch.cuda.reset_peak_memory_stats(device)
-    return f", peak GPU memory {peak:.2f} GiB"
+    return f"{peak:.2f} GiB"
 
 
-def main() -> None:
+class Results:
+    """The figures and GPU memory peaks so far, written to --results after each part: a run cut
+    short (scripts/gpu_check.sh's time limits) keeps what it measured."""
+
+    def __init__(self, path: str | None, data: str):
+        self.path, self.data = path, data
+        self.figures: dict[str, float] = {}
+        self.peaks: dict[str, str] = {}
+
+    def add(self, name: str, figure: float, peak: str = "") -> None:
+        self.figures[name], self.peaks[name] = figure, peak
+        if self.path:
+            with open(self.path, "w") as results:
+                json.dump(
+                    {"figures": self.figures, "peaks": self.peaks, "data": self.data}, results
+                )
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
     parser.add_argument("--images", type=int, default=1024)
@@ -197,10 +221,16 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     parser.add_argument("--ddp_rounds", type=int, default=5, help="alternations without/with DDP")
     parser.add_argument("--cpu_decode", action="store_true", help="ours decodes on the CPU")
+    parser.add_argument("--compile", action="store_true", help="ours runs with --compile")
+    parser.add_argument("--results", help="also write the figures to this JSON file")
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: baseline,end_to_end,compute,ddp"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     skip = set(filter(None, args.skip.split(",")))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
@@ -213,19 +243,20 @@ def main() -> None:
         f"ResNet-{args.num_layers}, {args.image_size} px, batch {args.batch_size}",
         flush=True,
     )
-    figures = {}
+    results = Results(args.results, bench_data.describe(root))
+    figures = results.figures
     if "baseline" not in skip:
-        figures["baseline"] = baseline(args, device, root)
+        results.add("baseline", baseline(args, device, root), _peak(device))
         print(
             f"baseline (ImageNet example, float32): {figures['baseline']:.1f} images/s"
-            f"{_peak(device)}",
+            f"{', peak GPU memory ' * bool(results.peaks['baseline'])}{results.peaks['baseline']}",
             flush=True,
         )
     if "end_to_end" not in skip:
-        figures["end_to_end"] = ours(args, device, lmdb_path, args.out)
+        results.add("end_to_end", *ours(args, device, lmdb_path, args.out))
         print(f"ours end to end: {figures['end_to_end']:.1f} images/s", flush=True)
     if "compute" not in skip:
-        figures["compute"] = ours(args, device, "null", args.out)
+        results.add("compute", *ours(args, device, "null", args.out))
         print(
             f"ours compute only (--train_data null): {figures['compute']:.1f} images/s", flush=True
         )
@@ -237,6 +268,8 @@ def main() -> None:
         print(f"end to end / compute only: {figures['end_to_end'] / figures['compute']:.1%}")
     if "ddp" not in skip:
         plain, wrapped = ddp_cost(args, device)
+        results.add("without_ddp", plain)
+        results.add("with_ddp", wrapped)
         print(
             f"DDP at one process ({device.type}, float32): without {plain:.1f}, "
             f"with {wrapped:.1f} images/s, cost {1 - wrapped / plain:.1%}"

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Run on a lent GPU machine, from a checkout that carries wheelhouse/ (scripts/build_wheelhouse.sh):
+# installs what the machine lacks, runs `pytest -m gpu`, then the benchmarks (compute only in
+# bfloat16 and float16, with and without --compile; end to end from an LMDB of ImageNet-like
+# JPEGs with nvJPEG and with CPU decoding; the input pipeline alone; the ImageNet example's loop;
+# DDP's cost at one process), and writes ONE markdown table to $OUT/gpu_check.md (else
+# ./gpu_check_out/), the full output beside it in gpu_check.log. About 8 minutes; --quick: 3.
+# Parts that would end past GPU_CHECK_SECONDS (540: inside a lent machine's 10-minute command)
+# are cut short or skipped, and the table says so.
+#   usage: scripts/gpu_check.sh [--quick] [--no_tests]      PYTHON: the interpreter (python3)
+# Exit status: 0 every part ran; 1 a part failed (the table names it); 2 bad usage or a missing
+# package with no wheelhouse/; 77 no CUDA GPU here (one line: nothing to check).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+out=${OUT:-$PWD/gpu_check_out}
+steps=30 ddp_rounds=3 compile=1 tests=1
+end=$((SECONDS + ${GPU_CHECK_SECONDS:-540} - 20)) # 20 s kept for the table
+for arg in "$@"; do
+    case $arg in
+        --quick) steps=10 ddp_rounds=1 compile=0 ;;
+        --no_tests) tests=0 ;;
+        *) echo "gpu_check: error: unknown argument '$arg' (usage: scripts/gpu_check.sh [--quick] [--no_tests])" >&2
+           exit 2 ;;
+    esac
+done
+
+if ! "$python" -c 'import torch' 2>/dev/null; then
+    echo "gpu_check: error: $python cannot import torch: set PYTHON to the interpreter that has it" >&2
+    exit 2
+fi
+if ! "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "gpu_check: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to check"
+    exit 77
+fi
+
+packages="lmdb plyvel redis protobuf simplejpeg psutil nvidia-ml-py matplotlib pytest"
+if ! "$python" -c 'import lmdb, plyvel, redis, google.protobuf, simplejpeg, psutil, pynvml, matplotlib, pytest' 2>/dev/null; then
+    if [ ! -d "$repo/wheelhouse" ]; then
+        echo "gpu_check: error: packages missing and no wheelhouse/: run scripts/build_wheelhouse.sh where pip reaches the index, and carry wheelhouse" >&2
+        exit 2
+    fi
+    # shellcheck disable=SC2086
+    if ! "$python" -m pip install -q --no-index --find-links "$repo/wheelhouse" $packages; then
+        echo "gpu_check: error: pip could not install wheelhouse/ (cp312 manylinux x86_64 wheels): see pip's message above" >&2
+        exit 2
+    fi
+fi
+export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+mkdir -p "$out" || exit 2
+parts=$(mktemp -d) data=$(mktemp -d)
+trap 'rm -rf "$parts" "$data"' EXIT # the figures end in the table; the JPEGs are regenerated
+cores=$(nproc)
+exec > >(tee "$out/gpu_check.log") 2>&1
+
+# part NAME SECONDS COMMAND...: a failure or overrun leaves NAME.failed for the table (and the exit
+# status), and the rest goes on. A file, not a variable: part may run in a pipeline's subshell.
+part() {
+    local name=$1 limit=$2 left=$((end - SECONDS))
+    shift 2
+    if [ "$left" -lt 20 ]; then
+        echo "GPU_CHECK_SECONDS spent" >"$parts/$name.failed"
+        return
+    fi
+    [ "$limit" -le "$left" ] || limit=$left
+    echo "== $name (at most ${limit}s): $*"
+    if ! timeout "$limit" "$@"; then
+        echo "failed or ran past ${limit}s (see gpu_check.log)" >"$parts/$name.failed"
+    fi
+}
+train_bench() {
+    local name=$1 limit=$2
+    shift 2
+    part "$name" "$limit" "$python" "$repo/scripts/benchmark_train.py" --out "$data" \
+        --steps "$steps" --ddp_rounds "$ddp_rounds" --results "$parts/$name.json" "$@"
+}
+input_bench() { # DECODE_DEVICE: resnet50-db bench's "images/sec: N" into input_DECODE.json
+    local rate
+    part "input_$1" 120 "$python" -m resnet50_trainer.tools.db_bench "$data/lmdb_1024" \
+        --device cuda --decode_device "$1" --num_workers "$cores" --batches 20 |
+        tee "$parts/input_$1.out"
+    rate=$(sed -n 's/^images\/sec: //p' "$parts/input_$1.out")
+    [ -z "$rate" ] || echo "{\"figures\": {\"input\": $rate}}" >"$parts/input_$1.json"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+if [ "$tests" = 1 ]; then
+    part pytest 240 "$python" -m pytest -q -p no:cacheprovider -m gpu "$repo/tests" |
+        tee "$parts/pytest.log"
+    tail -n 1 "$parts/pytest.log" | tr -d '=' | sed 's/^ *//; s/ *$//' >"$parts/pytest.txt"
+    # pytest's status 5 (no test marked gpu) is no failure.
+    ! grep -q "no tests ran" "$parts/pytest.txt" || rm -f "$parts/pytest.failed"
+fi
+# Also builds the data (1024 JPEGs as files and as an LMDB) that the later parts reuse.
+train_bench bf16 240
+train_bench fp16 90 --dtype float16 --skip baseline,end_to_end,ddp
+train_bench cpu_decode 90 --cpu_decode --workers "$cores" --skip baseline,compute,ddp
+input_bench gpu
+input_bench cpu
+if [ "$compile" = 1 ]; then
+    train_bench bf16_compile 150 --compile --skip baseline,end_to_end,ddp
+    train_bench fp16_compile 150 --compile --dtype float16 --skip baseline,end_to_end,ddp
+fi
+status=0
+"$python" "$repo/scripts/gpu_check_table.py" "$parts" "$out/gpu_check.md" || status=1
+! compgen -G "$parts/*.failed" >/dev/null || status=1
+echo "gpu_check: table in $out/gpu_check.md, log in $out/gpu_check.log (exit status $status)"
+exit "$status"

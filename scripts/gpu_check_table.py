@@ -1,0 +1,96 @@
+"""scripts/gpu_check.sh's one markdown table, from the JSON figures its parts left in a folder.
+
+usage: python scripts/gpu_check_table.py PARTS_DIR OUT.md
+PARTS_DIR holds NAME.json ({"figures": {...}, "peaks": {...}, "data": "..."}, as
+scripts/benchmark_train.py --results writes them), NAME.failed (one line: why a part has no
+figures) and pytest.txt (pytest -m gpu's summary line)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+# (part, figure, what it is): the rows, in order.
+ROWS = [
+    ("bf16", "compute", "compute only (`--train_data null`), bfloat16, channels_last"),
+    ("fp16", "compute", "compute only, float16 (grad scaler), channels_last"),
+    ("bf16_compile", "compute", "compute only, bfloat16, `--compile`"),
+    ("fp16_compile", "compute", "compute only, float16, `--compile`"),
+    ("bf16", "end_to_end", "end to end from LMDB, `--decode_device gpu`, bfloat16"),
+    ("cpu_decode", "end_to_end", "end to end from LMDB, CPU decode on every core, bfloat16"),
+    ("input_gpu", "input", "input only (`resnet50-db bench`), nvJPEG decode"),
+    ("input_cpu", "input", "input only (`resnet50-db bench`), CPU decode on every core"),
+    ("bf16", "baseline", "baseline: PyTorch's ImageNet example loop, float32, ImageFolder"),
+    ("bf16", "without_ddp", "one process, plain module (what the trainer runs), float32"),
+    ("bf16", "with_ddp", "one process, DistributedDataParallel around it, float32"),
+]
+
+
+def load(parts: Path) -> dict[str, dict]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(parts.glob("*.json"))}
+
+
+def cells(
+    results: dict[str, dict], failures: dict[str, str], part: str, figure: str
+) -> tuple[str, str]:
+    """(images/s, peak GPU memory) of a row."""
+    found = results.get(part, {})
+    if figure in found.get("figures", {}):  # measured before its part failed, too
+        return f"{found['figures'][figure]:.0f}", found.get("peaks", {}).get(figure, "")
+    if part in failures:
+        return f"not measured: {failures[part]}", ""
+    return "skipped", ""
+
+
+def ratios(results: dict[str, dict]) -> list[str]:
+    figures = results.get("bf16", {}).get("figures", {})
+    lines = []
+    if {"end_to_end", "baseline"} <= figures.keys():
+        lines.append(
+            f"- ours end to end / the ImageNet example: "
+            f"{figures['end_to_end'] / figures['baseline']:.2f}x"
+        )
+    if {"end_to_end", "compute"} <= figures.keys():
+        lines.append(
+            f"- end to end / compute only (bfloat16): "
+            f"{figures['end_to_end'] / figures['compute']:.0%}"
+        )
+    if {"with_ddp", "without_ddp"} <= figures.keys():
+        lines.append(
+            f"- DDP's cost at one process: {1 - figures['with_ddp'] / figures['without_ddp']:.1%}"
+            " (the trainer runs without it at one process)"
+        )
+    return lines
+
+
+def table(parts: Path) -> str:
+    results = load(parts)
+    failures = {path.stem: path.read_text().strip() for path in parts.glob("*.failed")}
+    pytest_file = parts / "pytest.txt"
+    tests = pytest_file.read_text().strip() if pytest_file.exists() else "not run"
+    data = next((found["data"] for found in results.values() if "data" in found), "")
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA GPU"
+    lines = [
+        f"### GPU check: {device}, {datetime.date.today()}, torch {torch.__version__} "
+        f"(CUDA {torch.version.cuda}), {os.cpu_count()} cores",
+        "",
+        f"ResNet-50, 224 px, batch 256; data: {data or 'none built'}. `pytest -m gpu`: {tests}.",
+        "",
+        "| what | images/s | peak GPU memory |",
+        "| --- | ---: | ---: |",
+    ]
+    for part, figure, what in ROWS:
+        rate, peak = cells(results, failures, part, figure)
+        lines.append(f"| {what} | {rate} | {peak} |")
+    return "\n".join([*lines, "", *ratios(results)]) + "\n"
+
+
+if __name__ == "__main__":
+    parts_dir, out_path = Path(sys.argv[1]), Path(sys.argv[2])
+    out_path.write_text(table(parts_dir))
+    print(out_path.read_text(), end="")

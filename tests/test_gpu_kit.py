@@ -1,0 +1,104 @@
+"""The GPU proof kit on a machine without a GPU: scripts/gpu_check.sh says so in one line and
+exits 77; scripts/build_wheelhouse.sh's lists hold every runtime dependency that a lent machine's
+own packages do not; scripts/gpu_check_table.py makes its table of what the parts left."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+# What a lent GPU machine has without the wheelhouse (scripts/build_wheelhouse.sh's PREINSTALLED).
+PREINSTALLED = {"torch", "torchvision", "pillow", "tqdm", "numpy"}
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out")},
+    )
+    assert done.returncode == 77
+    assert done.stderr == ""
+    assert done.stdout == (
+        "gpu_check: no CUDA GPU on this machine (torch.cuda.is_available() is False): "
+        "nothing to check\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing installed, nothing written
+
+
+def test_gpu_check_refuses_an_unknown_argument_in_one_line(tmp_path):
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--fast"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "unknown argument '--fast'" in done.stderr
+
+
+def wheelhouse_lists() -> dict[str, set[str]]:
+    script = (REPO / "scripts" / "build_wheelhouse.sh").read_text()
+    lists = dict(re.findall(r'^([A-Z_]+)="([^"]*)"$', script, re.MULTILINE))
+    return {
+        name: {canonical(package) for package in value.split()} for name, value in lists.items()
+    }
+
+
+def test_the_wheelhouse_covers_every_runtime_dependency():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    needed = {
+        canonical(re.split(r"[ <>=!~;\[]", spec, maxsplit=1)[0]) for spec in project["dependencies"]
+    }
+    lists = wheelhouse_lists()
+    assert lists["PREINSTALLED"] == PREINSTALLED
+    assert needed - PREINSTALLED <= lists["RUNTIME"], "add them to RUNTIME"
+    wheels = set().union(*(lists[name] for name in ("RUNTIME", "MATPLOTLIB_DEPS", "TEST_DEPS")))
+    assert not wheels & PREINSTALLED  # a second torch would not fit in what a device run carries
+
+
+def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    figures = {"baseline": 1000.0, "end_to_end": 2500.0, "compute": 3000.0}
+    figures |= {"without_ddp": 1200.0, "with_ddp": 1000.0}
+    results = {"figures": figures, "peaks": {"compute": "20.10 GiB"}, "data": "1024 JPEGs"}
+    (parts / "bf16.json").write_text(json.dumps(results))
+    (parts / "fp16_compile.failed").write_text("failed or ran past 150s (see gpu_check.log)\n")
+    (parts / "cpu_decode.json").write_text(json.dumps({"figures": {"end_to_end": 900.0}}))
+    (parts / "cpu_decode.failed").write_text("failed or ran past 90s (see gpu_check.log)\n")
+    (parts / "pytest.txt").write_text("3 passed, 700 deselected in 30.00s\n")
+    out = tmp_path / "gpu_check.md"
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check_table.py"), str(parts), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    table = out.read_text()
+    assert f"torch {torch.__version__}" in table and "1024 JPEGs" in table
+    assert "`pytest -m gpu`: 3 passed, 700 deselected in 30.00s." in table
+    assert "| compute only (`--train_data null`), bfloat16, channels_last | 3000 | 20.10 GiB |" in (
+        table
+    )
+    assert "| compute only, float16, `--compile` | not measured: failed or ran past 150s" in table
+    assert "| compute only, float16 (grad scaler), channels_last | skipped |  |" in table
+    # A figure measured before its part was cut short is kept.
+    assert "| end to end from LMDB, CPU decode on every core, bfloat16 | 900 |  |" in table
+    assert "ours end to end / the ImageNet example: 2.50x" in table
+    assert "DDP's cost at one process: 16.7%" in table
