@@ -15,7 +15,7 @@ from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.gpu_ids import select_gpus
 from resnet50_trainer.probes import check_machine, gpus_on_this_machine
-from resnet50_trainer.recipes import with_recipe
+from resnet50_trainer.recipes import CAFFE2_RECIPE, with_recipe
 from resnet50_trainer.rendezvous.launchers import (
     Launched,
     detect_launcher,
@@ -182,6 +182,8 @@ def with_recipe_and_solver(
 ) -> tuple[argparse.Namespace, list[str]]:
     """The flags with --recipe's values beneath them, and --solver's beneath the command line's
     but above the recipe's (the file is the more specific); the lines saying what each set."""
+    if args.recipe == CAFFE2_RECIPE and not args.solver:
+        return args, []  # nothing beneath the command line: no second parse of it
     given = given_flags(argv)
     args, lines = with_recipe(args, given)
     if args.solver:
