@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,6 +12,18 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # so tests can import dbfactory
 
 from dbfactory import write_image_db  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def module_tmp_path(request, tmp_path_factory):
+    """A directory for what one module's tests share, removed when the module ends unless one of
+    its tests failed. Runs write ResNet checkpoints of 50-200 MB each, and CI's disk is small: the
+    whole suite kept everything it wrote (14 GB) until pyproject's tmp_path_retention_policy."""
+    failed_before = request.session.testsfailed
+    path = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
+    yield path
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

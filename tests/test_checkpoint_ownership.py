@@ -43,10 +43,10 @@ NAME = "resnet50_model"
 
 
 @pytest.fixture(scope="module")
-def earlier(tmp_path_factory):
+def earlier(module_tmp_path):
     """(database, directory) of a finished run of 1 epoch (4 steps): its checkpoints
     resnet50_model_0_step3.pt and resnet50_model_1.pt."""
-    root = tmp_path_factory.mktemp("ownership")
+    root = module_tmp_path
     database = write_image_db(str(root / "db"), 32, 4)
     out = root / "earlier"
     done = run_trainer(

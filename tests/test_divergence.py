@@ -22,8 +22,8 @@ HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blo
 
 
 @pytest.fixture(scope="module")
-def small_db(tmp_path_factory):
-    return write_image_db(str(tmp_path_factory.mktemp("divergence") / "db"), 32, 4)  # 4 steps
+def small_db(module_tmp_path):
+    return write_image_db(str(module_tmp_path / "db"), 32, 4)  # 4 steps
 
 
 def good_first_epoch(database: str, out, processes: int) -> bytes:

@@ -62,9 +62,9 @@ def torchrun(out, *flags: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(module_tmp_path):
     """(database, uninterrupted run's directory, restarted run's directory, its output)."""
-    root = tmp_path_factory.mktemp("elastic")
+    root = module_tmp_path
     database = write_image_db(str(root / "db"), RECORDS, 4)
     flags = ["--train_data", database, *RUN, "--auto_resume"]
     uninterrupted = torchrun(root / "uninterrupted", *flags)

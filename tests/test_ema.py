@@ -99,9 +99,9 @@ def test_a_malformed_ema_in_a_checkpoint_is_named(ema, named):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(module_tmp_path):
     """3 epochs of 4 steps with everything on, a checkpoint every 3 iterations, all kept."""
-    root = tmp_path_factory.mktemp("ema")
+    root = module_tmp_path
     train, test = (
         write_image_db(str(root / "train"), 32, 4),
         write_image_db(str(root / "test"), 16, 4),

@@ -28,10 +28,10 @@ TEST_LABELS = [0, 3, 0, 3, 0, 3, 0, 3, 1, 0, 2, 1]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(module_tmp_path):
     """One epoch (2 processes) with a test DB of the 12 TEST_LABELS and an unreadable record; its
     directory holds the run log and the checkpoint resnet50_model_1.pt."""
-    root = tmp_path_factory.mktemp("trained")
+    root = module_tmp_path
     train = write_image_db(str(root / "train"), 16, 4)
     test = write_db(
         str(root / "test"),

@@ -94,8 +94,8 @@ def test_five_percent_corrupt_records_stop_the_run_with_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_db(tmp_path_factory):
-    return write_image_db(str(tmp_path_factory.mktemp("faults") / "db"), 32, 4)
+def small_db(module_tmp_path):
+    return write_image_db(str(module_tmp_path / "db"), 32, 4)
 
 
 def finish(run: subprocess.Popen, within_s: float) -> tuple[int, str, float]:

@@ -57,8 +57,8 @@ def run_on_gpus(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def gpu_db(tmp_path_factory):
-    return write_image_db(str(tmp_path_factory.mktemp("gpu") / "db"), 32, 4)  # 4 steps of 8
+def gpu_db(module_tmp_path):
+    return write_image_db(str(module_tmp_path / "db"), 32, 4)  # 4 steps of 8
 
 
 # --- the device and environment choices, on any machine ---

@@ -31,8 +31,8 @@ def three_epochs_on_two_processes(database: str, out, *args: str):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("powersgd")
+def uninterrupted(module_tmp_path):
+    root = module_tmp_path
     database = write_image_db(str(root / "db"), RECORDS, 4)
     out = root / "uninterrupted"
     done = three_epochs_on_two_processes(

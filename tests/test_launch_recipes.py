@@ -41,11 +41,11 @@ sys.exit(max(task.wait() for task in running))
 
 
 @pytest.fixture(scope="module")
-def databases(tmp_path_factory):
+def databases(module_tmp_path):
     """(training DB, test DB), small."""
     from dbfactory import write_image_db
 
-    root = tmp_path_factory.mktemp("recipes")
+    root = module_tmp_path
     return tuple(write_image_db(str(root / name), 32, 4) for name in ("train", "test"))
 
 

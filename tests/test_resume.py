@@ -34,10 +34,10 @@ RECORDS, STEPS = 32, 4
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_runs(tmp_path_factory):
+def uninterrupted_runs(module_tmp_path):
     """crop -> the reference of that training crop: 3 epochs in one go, every checkpoint kept;
     each run once, when a test first asks for it."""
-    root = tmp_path_factory.mktemp("resume")
+    root = module_tmp_path
     database = write_image_db(str(root / "db"), RECORDS, 4)
     runs = {}
 
