@@ -1,8 +1,10 @@
 """Gradient compression measured: the bytes each process hands to the all-reduce per step, and
 images/s, for --grad_compression none, fp16, bf16 and powersgd, 2 processes on Gloo.
 
-Each mode, in turn (--repeats rounds of all modes, interleaved): 2 processes meet on a TCPStore at
-127.0.0.1 (loopback), build the trainer's own replica (replica.build_replica: the model, DDP and
+Each mode, in turn (--repeats rounds of all modes, interleaved): 2 processes meet on a TCPStore,
+on loopback (--network loopback) or as two machines, each in its own network namespace with its
+own address and interface joined by a bridge (--network namespaces: network_namespaces.py, needs
+root), build the trainer's own replica (replica.build_replica: the model, DDP and
 the mode's communication hook) from the trainer's flags, run --warmup steps (past
 --powersgd_start_iter, so PowerSGD compresses while timed) and then --steps timed steps of
 forward, loss, backward and SGD step on synthetic images.
@@ -12,14 +14,15 @@ wrapper in the benchmark's own processes. `none` registers no hook: DDP's C++ al
 every gradient once in float32, 4 bytes a parameter, which is what the table says for it. On the
 wire a ring all-reduce moves 2(N-1)/N of the payload in and out of each process.
 
-Usage: PYTHONPATH=. python scripts/benchmark_compression.py [--num_layers 50 --image_size 64
---batch_size 16 --steps 10 --repeats 2]
+Usage: PYTHONPATH=. python scripts/benchmark_compression.py [--network namespaces --num_layers 50
+--image_size 64 --batch_size 16 --steps 10 --repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from datetime import timedelta
 
@@ -27,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from network_namespaces import Place, namespaces_unavailable, seated
 
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config import GRAD_COMPRESSIONS, Config
@@ -60,9 +64,12 @@ def count_all_reduce_bytes() -> list[int]:
     return counted
 
 
-def measure(rank: int, args: argparse.Namespace, mode: str, port: int, results) -> None:
+def measure(
+    rank: int, args: argparse.Namespace, mode: str, seats: list[Place], port: int, results
+) -> None:
+    seats[rank].enter()
     torch.set_num_threads(max(1, (os.cpu_count() or PROCESSES) // PROCESSES))
-    store = dist.TCPStore("127.0.0.1", port, PROCESSES, is_master=rank == 0)
+    store = dist.TCPStore(seats[rank].store_address, port, PROCESSES, is_master=rank == 0)
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=PROCESSES, timeout=timedelta(seconds=600)
     )
@@ -99,6 +106,7 @@ def free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--network", choices=("loopback", "namespaces"), default="loopback")
     parser.add_argument("--num_layers", type=int, default=50)
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--batch_size", type=int, default=16, help="global, over the 2 processes")
@@ -108,15 +116,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--modes", default=",".join(GRAD_COMPRESSIONS))
     args = parser.parse_args()
+    if args.network == "namespaces" and (reason := namespaces_unavailable()):
+        sys.exit(f"benchmark_compression.py: {reason}")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}")
-    context = mp.get_context("spawn")
-    results = context.SimpleQueue()
+    results = mp.get_context("spawn").SimpleQueue()
     rows = []
-    for _ in range(args.repeats):
-        for mode in args.modes.split(","):
-            mp.spawn(measure, (args, mode, free_port(), results), nprocs=PROCESSES)
-            rows.append(results.get())
-            print(f"{rows[-1][0]}: {rows[-1][1] / 1e6:.3f} MB a step, {rows[-1][2]:.2f} images/s")
+    with seated(PROCESSES, on_machines=args.network == "namespaces") as seats:
+        where = ", ".join(f"{seat.interface} -> {seat.store_address}" for seat in seats)
+        print(f"{args.network}: {where}")
+        for _ in range(args.repeats):
+            for mode in args.modes.split(","):
+                mp.spawn(measure, (args, mode, seats, free_port(), results), nprocs=PROCESSES)
+                rows.append(results.get())
+                mb, rate = rows[-1][1] / 1e6, rows[-1][2]
+                print(f"{rows[-1][0]}: {mb:.3f} MB a step, {rate:.2f} images/s")
     baseline = {payload: rate for mode, payload, rate in rows if mode == "none"}
     none_payload = next(iter(baseline), None)
     none_rate = sum(baseline.values()) / len(baseline) if baseline else None

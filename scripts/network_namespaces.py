@@ -1,6 +1,6 @@
 """Machines with their own addresses on one Linux host: network namespaces joined by a bridge.
 
-    from network_namespaces import NamespaceNetwork, namespaces_unavailable
+    from network_namespaces import NamespaceNetwork, namespaces_unavailable, seated
 
     if (reason := namespaces_unavailable()) is None:
         with NamespaceNetwork(("m0", "m1", "redis")) as net:
@@ -10,6 +10,9 @@
             net.link_down("m1")   # the cable of m1 pulled: its packets are dropped, no reset
             net.link_up("m1")     # and plugged back
 
+    with seated(2, on_machines=True) as seats:  # a benchmark's 2 processes, a machine each
+        mp.spawn(worker, (seats, ...), nprocs=2)  # each first calls seats[rank].enter()
+
 Each name gets a namespace `r50t<pid>x<n>_<name>` with its loopback up and one end of a veth
 pair, `eth_<name>`, holding address 10.231.<pid % 250>.<index + 1>/24; the other end is a port of
 a bridge in a hub namespace `r50t<pid>x<n>_hub`. Nothing is added to the root namespace: the
@@ -18,22 +21,28 @@ count n of networks made in this process only keep the namespace names apart). `
 the hub's end down: the machine's interface keeps its address but loses its carrier, as when its
 cable is pulled; the others' packets to it are dropped without a word (no reset). The files stay
 shared (`ip netns exec` changes only the network), so a directory still serves as the machines'
-shared disk. Leaving the `with` block, or an error inside it, removes every namespace; namespaces
-left by a session that was killed (its pid no longer alive) are removed when the next one starts.
+shared disk. `seated` and `places` seat the processes of a benchmark: on loopback, or one a
+machine, each moving itself into its namespace (`Place.enter`, the first thing it does). Leaving
+the `with` block, or an error inside it, removes every namespace; namespaces left by a session
+that was killed (its pid no longer alive) are removed when the next one starts.
 Needs root and iproute2 (`ip`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 PREFIX = "r50t"
 HUB = "hub"
 BRIDGE = "br0"
+CLONE_NEWNET = 0x40000000  # <sched.h>: setns joins a network namespace
 _NAME = re.compile(r"[a-z0-9]{1,10}")  # interface names ("eth_" + name) have 15 characters at most
 _OURS = re.compile(rf"({PREFIX}(\d+)x\d+)_\w+")
 _sequence = itertools.count()
@@ -104,6 +113,47 @@ class NamespaceNetwork:
         for name in [*self.names, HUB]:
             _remove(self.namespace(name))
         _live_prefixes.discard(self.prefix)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one process of a benchmark runs: its network namespace (None: the host's own), the
+    interface Gloo sends on, and the address of rank 0's store."""
+
+    namespace: str | None
+    interface: str
+    store_address: str
+
+    def enter(self) -> None:
+        """Move this process into the namespace: its sockets, and those of the threads it starts
+        from now on (Gloo's, the store's), are then the machine's. Call it before any of them."""
+        if self.namespace is not None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            with open(f"/run/netns/{self.namespace}") as handle:
+                if libc.setns(handle.fileno(), CLONE_NEWNET):
+                    raise OSError(ctypes.get_errno(), f"setns into {self.namespace}")
+        os.environ["GLOO_SOCKET_IFNAME"] = self.interface
+
+
+def places(processes: int, net: NamespaceNetwork | None = None) -> list[Place]:
+    """One Place a process: all on loopback, or (with `net`) one on each of its machines in turn."""
+    if net is None:
+        return [Place(None, "lo", "127.0.0.1")] * processes
+    if processes > len(net.names):
+        raise ValueError(f"{processes} processes, {len(net.names)} machines")
+    seats = net.names[:processes]
+    return [Place(net.namespace(n), net.interface(n), net.address(seats[0])) for n in seats]
+
+
+@contextlib.contextmanager
+def seated(processes: int, on_machines: bool) -> Iterator[list[Place]]:
+    """places(processes): all on loopback, or one on each machine of a NamespaceNetwork made for
+    the `with` block (m0, m1, ...)."""
+    if not on_machines:
+        yield places(processes)
+        return
+    with NamespaceNetwork(f"m{index}" for index in range(processes)) as net:
+        yield places(processes, net)
 
 
 def _hub_port(name: str) -> str:

@@ -5,7 +5,8 @@
 - when each bucket's gradients are ready, as a fraction of the backward pass (a communication
   hook that records the time and sends nothing, one process, one thread), and the forward pass's
   share of a step;
-- Gloo's all-reduce bandwidth between 2 processes on loopback (25 MB float32, DDP's bucket size).
+- Gloo's all-reduce bandwidth between 2 processes (25 MB float32, DDP's bucket size), on loopback
+  and between two machines of network namespaces (network_namespaces.py; where they can be made).
 
 Run: PYTHONPATH=. python scripts/scaling_calibration.py OUT.json (a few minutes on 2 cores)."""
 
@@ -23,6 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 import torchvision
+from network_namespaces import Place, namespaces_unavailable, seated
 from torch.nn.parallel import DistributedDataParallel
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
@@ -71,9 +73,10 @@ def buckets_and_backward(image_size: int, batch: int) -> dict:
     }
 
 
-def _time_all_reduce(rank: int, port: int, repeats: int, results) -> None:
+def _time_all_reduce(rank: int, seats: list[Place], port: int, repeats: int, results) -> None:
+    seats[rank].enter()
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0)
+    store = dist.TCPStore(seats[rank].store_address, port, 2, is_master=rank == 0)
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=2, timeout=timedelta(seconds=600)
     )
@@ -90,15 +93,17 @@ def _time_all_reduce(rank: int, port: int, repeats: int, results) -> None:
     dist.destroy_process_group()
 
 
-def gloo_loopback_bus_gbps(repeats: int = 10) -> float:
-    """Bus bandwidth (bytes each process sends: 2(N-1)/N x size, = size at N = 2) in Gb/s."""
+def gloo_bus_gbps(on_machines: bool, repeats: int = 10) -> float:
+    """Bus bandwidth (bytes each process sends: 2(N-1)/N x size, = size at N = 2) in Gb/s, on
+    loopback or between two namespace machines."""
     import socket
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     results = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(_time_all_reduce, (port, repeats, results), nprocs=2)
+    with seated(2, on_machines) as seats:
+        mp.spawn(_time_all_reduce, (seats, port, repeats, results), nprocs=2)
     return round(BUCKET_BYTES * 8 / results.get() / 1e9, 2)
 
 
@@ -115,7 +120,10 @@ def main() -> None:
         "image_size": args.image_size,
         "batch": args.batch,
         **buckets_and_backward(args.image_size, args.batch),
-        "gloo_loopback_bus_gbps": gloo_loopback_bus_gbps(),
+        "gloo_loopback_bus_gbps": gloo_bus_gbps(on_machines=False),
+        "gloo_namespaces_bus_gbps": (
+            gloo_bus_gbps(on_machines=True) if namespaces_unavailable() is None else None
+        ),
     }
     with open(args.output, "w") as file:
         json.dump(calibration, file, indent=1)

@@ -8,6 +8,7 @@ nothing. Skipped where namespaces cannot be made (not root, no iproute2)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -15,11 +16,11 @@ import time
 import pytest
 from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
-from redis_server import running_redis
+from redis_server import free_port, running_redis
 from trainer_runs import REPOSITORY, one_error_line, trainer_command, trainer_env
 
 sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))  # the helper is shared with benchmarks
-from network_namespaces import NamespaceNetwork, namespaces_unavailable  # noqa: E402
+from network_namespaces import NamespaceNetwork, Place, namespaces_unavailable, seated  # noqa: E402
 
 TIMEOUT_S = 10  # --timeout: how long a collective waits on a silent peer
 NOTICE_S = 30  # what noticing may add to it: the roll call of peers, leaving, a loaded machine
@@ -49,6 +50,41 @@ def test_a_killed_session_s_namespaces_go_when_the_next_starts_and_its_own_on_le
         assert stale not in namespaces() and other.namespace("a") in namespaces()
         assert network.namespace("m0") in namespaces()  # a live network of this process stays
     assert other.namespace("a") not in namespaces()
+
+
+def all_reduce_on_seats(rank: int, seats: list[Place], port: int, results) -> None:
+    """A benchmark's process: on its machine, it sums its rank with the other's over Gloo."""
+    import torch
+    import torch.distributed as dist
+
+    seats[rank].enter()
+    store = dist.TCPStore(seats[rank].store_address, port, 2, is_master=rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    results.put((rank, sorted(name for _, name in socket.if_nameindex()), total.item()))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("on_machines", [False, True], ids=["loopback", "namespaces"])
+def test_a_benchmark_s_processes_sit_on_their_machines_and_reach_each_other(on_machines):
+    """The benchmarks' seats (scripts/benchmark_compression.py, scaling_calibration.py): each
+    spawned process moves into its machine's namespace, where it sees only that machine's
+    interface, and the two all-reduce across the bridge."""
+    if on_machines and (reason := namespaces_unavailable()):
+        pytest.skip(reason)
+    import torch.multiprocessing as mp
+
+    results = mp.get_context("spawn").SimpleQueue()
+    with seated(2, on_machines) as seats:
+        mp.spawn(all_reduce_on_seats, (seats, free_port(), results), nprocs=2)
+        if on_machines:
+            assert seats[1].store_address == seats[0].store_address != "127.0.0.1"
+    seen = {rank: (interfaces, total) for rank, interfaces, total in (results.get(), results.get())}
+    for rank, (interfaces, total) in seen.items():
+        assert total == 3.0
+        if on_machines:
+            assert interfaces == [f"eth_m{rank}", "lo"]
 
 
 def start_machine(net: NamespaceNetwork, tmp_path, machine: str, *flags: str):
