@@ -1,5 +1,7 @@
 """Top-1 and top-5 accuracy over the test DB (or its first --test_epoch_size records), shared by
-all processes."""
+all processes. A test label outside the model's classes stops the run, on every process alike:
+preflight checks the test labels only as far as a few seconds allow (a cold 6 GB DB takes
+minutes), so the first test checks the rest as it reads them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from resnet50_trainer import distributed
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.replica import Replica
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,8 @@ def evaluate(
     take_first_process_statistics(model, device)
     model.eval()
     correct = torch.zeros(2, dtype=torch.float64, device=replica.output_device)  # top-1, top-5
+    # The largest label and the negated smallest, kept on the device: no wait for it per batch.
+    extremes = torch.full((2,), -(2**62), dtype=torch.int64, device=replica.output_device)
     images = bad = 0
     for batch in test_batches:
         if not len(batch.labels):  # every record of the batch failed
@@ -53,6 +58,7 @@ def evaluate(
         with precision.autocast():
             logits = model(precision.inputs(batch.images[:good]))
         labels = batch.labels[:good].to(replica.output_device)
+        extremes = torch.maximum(extremes, torch.stack([labels.max(), -labels.min()]))
         correct += _correct_in_top(logits, labels)
         images, bad = images + good, bad + len(batch.bad_keys)
     model.train()
@@ -62,6 +68,11 @@ def evaluate(
     with distributed.waiting_for_peers("the all-reduce of the test counts"):
         dist.all_reduce(counts)
         top1, top5, images, bad = counts.tolist()  # NCCL: the wait is here
+        extremes = extremes.to(device)
+        dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    for label in (int(extremes[0]), -int(extremes[1])):  # the largest, the smallest
+        if images and not 0 <= label < replica.num_labels:
+            raise test_label_refusal("--test_data", label, replica.num_labels)
     if bad and is_main:
         log.warning(
             "Test accuracy over %d records: %d of the test DB's records could not be "
@@ -81,6 +92,16 @@ def evaluate_ema(
     if replica.ema is None or test_batches is None:
         return None
     return evaluate(replica, test_batches, device, False, replica.ema.module)
+
+
+def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
+    """`test_data`: how the message names the DB ("--test_data PATH")."""
+    named = f" (key {key.decode(errors='replace')})" if key else ""
+    fix = f"set --num_labels to at least {label + 1} or use" if label > 0 else "use"
+    return UserError(
+        f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: "
+        f"{fix} a test DB of this model's classes"
+    )
 
 
 def take_first_process_statistics(model: torch.nn.Module, device: torch.device) -> None:

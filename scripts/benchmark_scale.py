@@ -4,8 +4,9 @@ memory DB: the key list's memory in an input process. The training process reads
   a child as the DataLoader does, the child reads every key (as input processes do over an epoch)
   and reports its private (USS) and proportional (PSS) memory from /proc/self/smaps_rollup, once
   for the keys as a list of bytes objects (as before) and once as the trainer's KeyStore.
-labels DB [--cold]: seconds the preflight's test-label check takes, and the same scan parsing every
-  record in full (as before); --cold first evicts the DB's files from the page cache
+labels DB [--cold]: seconds the test-label scan takes over the whole DB, the same scan parsing
+  every record in full (as before it), and the preflight's check (the scan for at most
+  preflight.LABEL_SCAN_S seconds, the first test checking the rest); --cold first evicts the DB's files from the page cache
   (posix_fadvise DONTNEED on those files alone), as on a machine that has not read them lately.
 first_step DB: seconds from launching a small CPU trainer run on DB (ResNet-18, 32 px, batch 8,
   2 input processes) to its first step's line, with the trainer found on PYTHONPATH.
@@ -17,6 +18,7 @@ Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels|first_step D
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import os
 import subprocess
@@ -29,7 +31,7 @@ from types import SimpleNamespace
 from resnet50_trainer.data.databases import LMDB, open_database, read_keys
 from resnet50_trainer.data.records import parse_record
 from resnet50_trainer.errors import RecordError
-from resnet50_trainer.preflight import _check_test_labels
+from resnet50_trainer.preflight import LABEL_SCAN_S, _check_test_labels
 
 
 def memory_kib() -> dict[str, int]:
@@ -107,7 +109,8 @@ def labels(db: str, db_type: str, cold: bool) -> None:
     config = SimpleNamespace(db_type=db_type, num_labels=1000)
     for name, scan in (
         ("full parse (before)", lambda: full_parse_scan(db, db_type, 1000)),
-        ("label scan (after)", lambda: _check_test_labels(config, db)),  # type: ignore[arg-type]
+        ("label scan, whole DB", lambda: _check_test_labels(config, db, math.inf)),
+        ("preflight's bounded scan", lambda: _check_test_labels(config, db, LABEL_SCAN_S)),
     ):
         if cold:
             evict(db)

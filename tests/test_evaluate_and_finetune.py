@@ -3,6 +3,7 @@ a checkpoint's or a torchvision state dict's weights, the classifier replaced fo
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from torchvision import models
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
 from resnet50_trainer.checkpoint_lock import lock_checkpoints
 from trainer_runs import (
+    SMALL_RUN,
     files,
     read_log,
     refused_in_process,
@@ -215,3 +217,48 @@ def test_init_model_refuses_what_is_no_fitting_weights(capsys, image_db, tmp_pat
         )
         assert f"--init_model {path} " in line and expected in line, line
     assert not any(name.endswith((".log", ".pt")) for name in os.listdir(out))
+
+
+@pytest.mark.parametrize(
+    "labels, expected",
+    [
+        ((0, 1, 2, 5), "holds label 5, outside 0..3: set --num_labels to at least 6 or use a"),
+        ((0, -1, 2, 3), "holds label -1, outside 0..3: use a"),
+    ],
+    ids=["above", "negative"],
+)
+def test_test_labels_preflight_had_no_time_for_stop_the_run_at_the_first_test(
+    capfd, caplog, monkeypatch, image_db, tmp_path, labels, expected
+):
+    """Preflight checks test labels for LABEL_SCAN_S seconds (a cold ImageNet test DB would take
+    minutes); given none, it checks no record, and the first test finds the label out of range on
+    the second process: both stop there, one line, exit 2, the epoch's checkpoint kept."""
+    from resnet50_trainer import cli, preflight
+
+    monkeypatch.setattr(preflight, "LABEL_SCAN_S", 0.0)
+    caplog.set_level(logging.INFO, "resnet50_trainer.preflight")
+    test = write_db(
+        str(tmp_path / "test"),
+        "lmdb",
+        [
+            (caffe_key(i, f"img{i}.jpg"), datum_record(label, encoded=make_jpeg(40, 48, seed=i)))
+            for i, label in enumerate(labels * 2)  # the second process reads records 1, 3, ...
+        ],
+    )
+    out = tmp_path / "out"
+    status = cli.main(
+        [
+            *SMALL_RUN,
+            *("--train_data", image_db("train", 16, 4), "--test_data", test),
+            *("--num_gpus", "2", "--num_epochs", "1", "--log_dir", str(out)),
+        ]
+    )
+    error = capfd.readouterr().err
+    assert status == 2, error
+    assert "Test labels: those of the first 0 records checked in 0 s" in caplog.text
+    lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
+    assert lines == [
+        f"resnet50-trainer: error: --test_data {expected} test DB of this model's classes"
+    ], error
+    assert "Traceback" not in error
+    assert (out / "resnet50_model_1.pt").is_file()
