@@ -22,7 +22,12 @@ from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.divergence import DivergenceWatch, divergence_report
 from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
-from resnet50_trainer.evaluation import TestAccuracy, evaluate, evaluate_ema
+from resnet50_trainer.evaluation import (
+    TestAccuracy,
+    evaluate,
+    evaluate_ema,
+    refuse_labels_outside,
+)
 from resnet50_trainer.gpu_monitor import GpuMonitor
 from resnet50_trainer.inputs import TrainInput
 from resnet50_trainer.lr_schedule import LearningRateSchedule
@@ -100,10 +105,10 @@ class EpochLoop:
             run.epoch_done(result.seconds, result.images)
             # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
             self.last_saved = self.saver.save(run)
-            test_accuracy = evaluate(
-                self.replica, self.test_batches, self.device, self.placement.is_main
-            )
-            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device)
+            is_main = self.placement.is_main
+            test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
+            refuse_labels_outside(test_accuracy, config, is_main)
+            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
             logged = ema_accuracy if config.ema_for_test else test_accuracy
             self.rows.append(self._row(result, logged))
             stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)

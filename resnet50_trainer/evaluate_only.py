@@ -11,7 +11,7 @@ from resnet50_trainer import checkpoint, checkpoint_schema
 from resnet50_trainer.config import Config
 from resnet50_trainer.distributed import Placement
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.evaluation import evaluate
+from resnet50_trainer.evaluation import evaluate, refuse_labels_outside
 from resnet50_trainer.inputs import build_test_input
 from resnet50_trainer.preflight import check_checkpoint
 from resnet50_trainer.replica import build_replica
@@ -36,6 +36,7 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
         weights = checkpoint_schema.ema_weights(state) if config.ema_for_test else state["model"]
     replica = build_replica(config, placement.local_rank, device, weights)
     score = evaluate(replica, test_batches, device, placement.is_main)
+    refuse_labels_outside(score, config, placement.is_main)
     if state is None or score is None:  # not the first process; score is None only without a DB
         return
     log.info(

@@ -1,7 +1,7 @@
 """Top-1 and top-5 accuracy over the test DB (or its first --test_epoch_size records), shared by
-all processes. A test label outside the model's classes stops the run, on every process alike:
-preflight checks the test labels only as far as a few seconds allow (a cold 6 GB DB takes
-minutes), so the first test checks the rest as it reads them."""
+all processes, with the test labels' range: a label outside the model's classes stops the run
+(refuse_labels_outside). Preflight checks the test labels only as far as a few seconds allow (a
+cold 6 GB DB takes minutes), so the first test checks the rest as it reads them."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import torch
 import torch.distributed as dist
 
 from resnet50_trainer import distributed
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.config import Config
+from resnet50_trainer.errors import UserError, exit_status
 from resnet50_trainer.replica import Replica
+from resnet50_trainer.stopping import stop_run
 
 log = logging.getLogger(__name__)
 # Top-5 as the later original logged it; with fewer labels every one is in the top k.
@@ -27,6 +29,7 @@ class TestAccuracy:
     top5: float
     images: int  # scored, over all processes
     bad_records: int  # left out, over all processes
+    labels: tuple[int, int]  # the smallest and the largest label scored (0, 0 without any)
 
 
 @torch.no_grad()
@@ -39,7 +42,8 @@ def evaluate(
 ) -> TestAccuracy | None:
     """BN in eval mode; None without --test_data. Each process scores its share (on the device
     already); the counts are all-reduced, at once, on this process's own `device`. `model`: the
-    weights scored, if not the replica's (its EMA)."""
+    weights scored, if not the replica's (its EMA; the replica's own evaluation warns of
+    unreadable records)."""
     if test_batches is None:
         return None
     model = replica.model if model is None else model
@@ -67,40 +71,50 @@ def evaluate(
     )
     with distributed.waiting_for_peers("the all-reduce of the test counts"):
         dist.all_reduce(counts)
-        top1, top5, images, bad = counts.tolist()  # NCCL: the wait is here
         extremes = extremes.to(device)
         dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
-    for label in (int(extremes[0]), -int(extremes[1])):  # the largest, the smallest
-        if images and not 0 <= label < replica.num_labels:
-            raise test_label_refusal("--test_data", label, replica.num_labels)
-    if bad and is_main:
+        top1, top5, images, bad = counts.tolist()  # NCCL: the wait is here
+        label_range = (-int(extremes[1]), int(extremes[0])) if images else (0, 0)
+    if bad and is_main and model is replica.model:
         log.warning(
             "Test accuracy over %d records: %d of the test DB's records could not be "
             "read and were left out (resnet50-db inspect names them)",
             images,
             bad,
         )
-    return TestAccuracy(top1 / max(images, 1), top5 / max(images, 1), int(images), int(bad))
+    return TestAccuracy(
+        top1 / max(images, 1), top5 / max(images, 1), int(images), int(bad), label_range
+    )
+
+
+def refuse_labels_outside(score: TestAccuracy | None, config: Config, is_main: bool) -> None:
+    """A test label outside the model's classes stops the run on every process (each holds the
+    same score); the first process reports it."""
+    classes = config.num_labels
+    for label in score.labels if score is not None else ():
+        if not 0 <= label < classes:
+            refusal = test_label_refusal(f"--test_data {config.test_data}", label, classes)
+            stop_run(refusal if is_main else None, exit_status(refusal))
 
 
 def evaluate_ema(
-    replica: Replica, test_batches: Iterable | None, device: torch.device
+    replica: Replica, test_batches: Iterable | None, device: torch.device, is_main: bool
 ) -> TestAccuracy | None:
     """The EMA's accuracy (None without --ema_decay or --test_data), with the first process's
     batch-norm statistics everywhere: the average its checkpoint holds. Unreadable records were
     warned of by the model's evaluation."""
     if replica.ema is None or test_batches is None:
         return None
-    return evaluate(replica, test_batches, device, False, replica.ema.module)
+    return evaluate(replica, test_batches, device, is_main, replica.ema.module)
 
 
 def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
     """`test_data`: how the message names the DB ("--test_data PATH")."""
     named = f" (key {key.decode(errors='replace')})" if key else ""
-    fix = f"set --num_labels to at least {label + 1} or use" if label > 0 else "use"
+    larger_model = f", or a model of {label + 1} or more (--num_labels)" if label > 0 else ""
     return UserError(
-        f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: "
-        f"{fix} a test DB of this model's classes"
+        f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: use a test DB "
+        f"of this model's {num_labels} classes{larger_model}"
     )
 
 

@@ -37,7 +37,6 @@ class Replica:
     # The logits (and so the labels they are scored against) are on the replica's last device.
     output_device: torch.device
     compression: GradCompression  # what the gradient all-reduce sends, and its state
-    num_labels: int  # the model's classes
     ema: WeightsEma | None = None  # --ema_decay: the average of the weights
 
     def no_sync(self) -> contextlib.AbstractContextManager:
@@ -79,15 +78,7 @@ def build_replica(
     # After DDP's broadcast from rank 0: every process's average starts at the same weights.
     ema = build_ema(model, config.ema_decay, config.ema_steps)
     return Replica(
-        model,
-        train_module,
-        train_model,
-        optimizer,
-        precision,
-        devices[1],
-        compression,
-        config.num_labels,
-        ema,
+        model, train_module, train_model, optimizer, precision, devices[1], compression, ema
     )
 
 

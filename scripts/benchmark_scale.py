@@ -6,8 +6,9 @@ memory DB: the key list's memory in an input process. The training process reads
   for the keys as a list of bytes objects (as before) and once as the trainer's KeyStore.
 labels DB [--cold]: seconds the test-label scan takes over the whole DB, the same scan parsing
   every record in full (as before it), and the preflight's check (the scan for at most
-  preflight.LABEL_SCAN_S seconds, the first test checking the rest); --cold first evicts the DB's files from the page cache
-  (posix_fadvise DONTNEED on those files alone), as on a machine that has not read them lately.
+  preflight.LABEL_SCAN_S seconds, the first test checking the rest); --cold first evicts the
+  DB's files from the page cache (posix_fadvise DONTNEED on those files alone), as on a machine
+  that has not read them lately.
 first_step DB: seconds from launching a small CPU trainer run on DB (ResNet-18, 32 px, batch 8,
   2 input processes) to its first step's line, with the trainer found on PYTHONPATH.
 

@@ -62,7 +62,7 @@ def test_test_labels_above_num_labels(capsys, earlier_run, image_db):
     train = image_db("train", 16, 4)
     test = image_db("test", 16, 6)  # labels 0..5, the model has 4 classes
     line = start(capsys, earlier_run, "--train_data", train, "--test_data", test)
-    assert "holds label 4" in line and "--num_labels to at least" in line
+    assert "holds label 4" in line and "or a model of 5 or more (--num_labels)" in line
 
 
 @pytest.mark.parametrize("layers, labels, flag", [(34, 4, "num_layers"), (18, 10, "num_labels")])

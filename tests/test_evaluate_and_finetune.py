@@ -222,8 +222,12 @@ def test_init_model_refuses_what_is_no_fitting_weights(capsys, image_db, tmp_pat
 @pytest.mark.parametrize(
     "labels, expected",
     [
-        ((0, 1, 2, 5), "holds label 5, outside 0..3: set --num_labels to at least 6 or use a"),
-        ((0, -1, 2, 3), "holds label -1, outside 0..3: use a"),
+        (
+            (0, 1, 2, 5),
+            "holds label 5, outside 0..3: use a test DB of this model's 4 classes, "
+            "or a model of 6 or more (--num_labels)",
+        ),
+        ((0, -1, 2, 3), "holds label -1, outside 0..3: use a test DB of this model's 4 classes"),
     ],
     ids=["above", "negative"],
 )
@@ -255,10 +259,8 @@ def test_test_labels_preflight_had_no_time_for_stop_the_run_at_the_first_test(
     )
     error = capfd.readouterr().err
     assert status == 2, error
-    assert "Test labels: those of the first 0 records checked in 0 s" in caplog.text
+    assert "Test labels: those of the first 0 records checked in 0.0 s" in caplog.text
     lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
-    assert lines == [
-        f"resnet50-trainer: error: --test_data {expected} test DB of this model's classes"
-    ], error
+    assert lines == [f"resnet50-trainer: error: --test_data {test} {expected}"], error
     assert "Traceback" not in error
     assert (out / "resnet50_model_1.pt").is_file()

@@ -117,7 +117,7 @@ def test_a_bad_test_label_after_many_good_records_is_refused(
     earlier.mkdir()
     line = start(capsys, earlier, "--train_data", train, "--test_data", test, "--db_type", db_type)
     assert "holds label 4 (key 99999999_last.JPEG)" in line
-    assert "--num_labels to at least 5" in line
+    assert "or a model of 5 or more (--num_labels)" in line
 
 
 def test_quick_labels_agree_with_full_parses_of_damaged_records():
