@@ -29,21 +29,23 @@ RUNNING_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 TEST_LABELS = [0, 3, 0, 3, 0, 3, 0, 3, 1, 0, 2, 1]
 
 
+def labelled_test_db(path: str, labels, *more_records) -> str:
+    """A test DB of JPEG Datum records with these labels, in key order, then `more_records`."""
+    records = [
+        (caffe_key(i, f"img{i}.jpg"), datum_record(label, encoded=make_jpeg(40, 48, seed=i)))
+        for i, label in enumerate(labels)
+    ]
+    return write_db(path, "lmdb", [*records, *more_records])
+
+
 @pytest.fixture(scope="module")
 def trained(module_tmp_path):
     """One epoch (2 processes) with a test DB of the 12 TEST_LABELS and an unreadable record; its
     directory holds the run log and the checkpoint resnet50_model_1.pt."""
     root = module_tmp_path
     train = write_image_db(str(root / "train"), 16, 4)
-    test = write_db(
-        str(root / "test"),
-        "lmdb",
-        [
-            (caffe_key(i, f"img{i}.jpg"), datum_record(label, encoded=make_jpeg(40, 48, seed=i)))
-            for i, label in enumerate(TEST_LABELS)
-        ]
-        + [(caffe_key(len(TEST_LABELS), "unreadable.jpg"), datum_record(0, encoded=b"no JPEG"))],
-    )
+    unreadable = caffe_key(len(TEST_LABELS), "unreadable.jpg"), datum_record(0, encoded=b"no JPEG")
+    test = labelled_test_db(str(root / "test"), TEST_LABELS, unreadable)
     out = root / "run"
     done = run_trainer(
         "--train_data", train, "--test_data", test, "--num_gpus", "2", "--num_epochs", "1",
@@ -231,31 +233,27 @@ def test_init_model_refuses_what_is_no_fitting_weights(capsys, image_db, tmp_pat
     ],
     ids=["above", "negative"],
 )
+@pytest.mark.parametrize("test_only", [False, True], ids=["training", "test_only"])
 def test_test_labels_preflight_had_no_time_for_stop_the_run_at_the_first_test(
-    capfd, caplog, monkeypatch, image_db, tmp_path, labels, expected
+    capfd, caplog, monkeypatch, trained, image_db, tmp_path, labels, expected, test_only
 ):
     """Preflight checks test labels for LABEL_SCAN_S seconds (a cold ImageNet test DB would take
-    minutes); given none, it checks no record, and the first test finds the label out of range on
-    the second process: both stop there, one line, exit 2, the epoch's checkpoint kept."""
+    minutes); given none, it checks no record, and the first test (after an epoch, or of
+    --test_only) finds the label out of range on the second process: both stop there, one line,
+    exit 2, the epoch's checkpoint kept."""
     from resnet50_trainer import cli, preflight
 
     monkeypatch.setattr(preflight, "LABEL_SCAN_S", 0.0)
     caplog.set_level(logging.INFO, "resnet50_trainer.preflight")
-    test = write_db(
-        str(tmp_path / "test"),
-        "lmdb",
-        [
-            (caffe_key(i, f"img{i}.jpg"), datum_record(label, encoded=make_jpeg(40, 48, seed=i)))
-            for i, label in enumerate(labels * 2)  # the second process reads records 1, 3, ...
-        ],
-    )
+    # The second process reads records 1, 3, ...
+    test = labelled_test_db(str(tmp_path / "test"), labels * 2)
     out = tmp_path / "out"
+    if test_only:
+        run = ["--train_data", trained[0], "--test_only", "--load_model_path", str(trained[2])]
+    else:
+        run = ["--train_data", image_db("train", 16, 4), "--num_epochs", "1"]
     status = cli.main(
-        [
-            *SMALL_RUN,
-            *("--train_data", image_db("train", 16, 4), "--test_data", test),
-            *("--num_gpus", "2", "--num_epochs", "1", "--log_dir", str(out)),
-        ]
+        [*SMALL_RUN, *run, "--test_data", test, "--num_gpus", "2", "--log_dir", str(out)]
     )
     error = capfd.readouterr().err
     assert status == 2, error
@@ -263,4 +261,4 @@ def test_test_labels_preflight_had_no_time_for_stop_the_run_at_the_first_test(
     lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
     assert lines == [f"resnet50-trainer: error: --test_data {test} {expected}"], error
     assert "Traceback" not in error
-    assert (out / "resnet50_model_1.pt").is_file()
+    assert test_only or (out / "resnet50_model_1.pt").is_file()
