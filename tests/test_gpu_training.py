@@ -158,6 +158,30 @@ def test_fused_sgd_steps_float16_without_a_host_sync():
 
 
 @needs_gpu
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--dtype", "bfloat16", "--enable_tensor_core"],
+        ["--dtype", "float16"],  # the gradient scaler: fused SGD, no found-inf read
+        ["--decode_device", "gpu"],
+    ],
+    ids=["bfloat16", "float16", "gpu_decode"],
+)
+def test_twenty_steps_of_a_real_run_never_sync_the_host(tmp_path, flags):
+    """A whole run's steps, not one part: from the 5th optimizer step to the 25th, every host
+    sync raises (tests/hooks: set_sync_debug_mode("error")): the loop between steps, the input
+    pipeline's hand-over to the GPU, the steps. The epoch's end, which reads the totals, is past
+    the window: 30 steps of 8."""
+    database = write_image_db(str(tmp_path / "db"), 240, 4)
+    run_on_gpus(
+        *("--train_data", database, "--num_gpus", "1", "--num_epochs", "1", *flags),
+        *("--log_dir", str(tmp_path / "out")),
+        **WITH_HOOKS,
+        RESNET50_TRAINER_TEST_NO_SYNC_STEPS="5:20",
+    )
+
+
+@needs_gpu
 @pytest.mark.parametrize("tensor_core", [False, True])
 def test_tf32_follows_enable_tensor_core_both_ways(tensor_core):
     from resnet50_trainer.precision import Precision

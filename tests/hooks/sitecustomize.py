@@ -63,3 +63,29 @@ if os.environ.get(DETERMINISTIC_ENV) == "1":
 
     torch.use_deterministic_algorithms(True)
     type(torch.backends.cudnn).benchmark = property(lambda self: False, lambda self, value: None)
+
+# "FIRST:COUNT": from the end of optimizer step FIRST to the end of step FIRST + COUNT, any host
+# sync raises (torch.cuda.set_sync_debug_mode("error")): the training loop between two steps, the
+# input pipeline's hand-over and the steps themselves must queue work without waiting on the GPU.
+SYNC_DEBUG_ENV = "RESNET50_TRAINER_TEST_NO_SYNC_STEPS"
+
+
+def _no_sync_between(first: int, count: int) -> None:
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    done = []
+
+    def window(optimizer, args, kwargs):
+        done.append(1)
+        if len(done) == first:
+            torch.cuda.set_sync_debug_mode("error")
+        elif len(done) == first + count:
+            torch.cuda.set_sync_debug_mode("default")
+
+    register_optimizer_step_post_hook(window)
+
+
+if os.environ.get(SYNC_DEBUG_ENV):
+    _first, _count = os.environ[SYNC_DEBUG_ENV].split(":")
+    _no_sync_between(int(_first), int(_count))
