@@ -15,6 +15,7 @@ import torch.distributed as dist
 from resnet50_trainer import distributed
 from resnet50_trainer.config import Config
 from resnet50_trainer.errors import UserError, exit_status
+from resnet50_trainer.flag_values import NUM_LABELS
 from resnet50_trainer.replica import Replica
 from resnet50_trainer.stopping import stop_run
 
@@ -111,7 +112,8 @@ def evaluate_ema(
 def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
     """`test_data`: how the message names the DB ("--test_data PATH")."""
     named = f" (key {key.decode(errors='replace')})" if key else ""
-    larger_model = f", or a model of {label + 1} or more (--num_labels)" if label > 0 else ""
+    larger = NUM_LABELS.holds(label + 1)  # not for a negative label, nor past the flag's range
+    larger_model = f", or a model of {label + 1} or more (--num_labels)" if larger else ""
     return UserError(
         f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: use a test DB "
         f"of this model's {num_labels} classes{larger_model}"

@@ -99,6 +99,7 @@ REDIS_PORT = Number(int, 1, 65535)
 # Ranges shared by the trainer's flags and resnet50-db bench's of the same name.
 PIXELS = Number(int, 32, 8192)  # below 32, ResNet's five stride-2 stages leave nothing
 BATCH_SIZE = Number(int, 1, 1_000_000)
+NUM_LABELS = Number(int, 1, 1_000_000)
 INPUT_WORKERS = Number(int, 0, 128)
 SEED = Number(int, 0, 2**64 - 1)  # what torch.manual_seed takes
 

@@ -23,6 +23,7 @@ from resnet50_trainer.config import (
 from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.flag_values import (
     INPUT_WORKERS,
+    NUM_LABELS,
     PIXELS,
     Bounds,
     FlagHelpFormatter,
@@ -94,9 +95,7 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
     )
-    data.add_argument(
-        "--num_labels", type=Number(int, 1, 1_000_000), default=1000, help="number of classes"
-    )
+    data.add_argument("--num_labels", type=NUM_LABELS, default=1000, help="number of classes")
     data.add_argument(
         "--test_epoch_size",
         type=Number(int, 1, 10**12),

@@ -116,14 +116,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--modes", default=",".join(GRAD_COMPRESSIONS))
     args = parser.parse_args()
+    unknown = set(args.modes.split(",")) - set(GRAD_COMPRESSIONS)
+    if unknown:
+        parser.error(
+            f"--modes: {', '.join(sorted(unknown))} not among {', '.join(GRAD_COMPRESSIONS)}"
+        )
     if args.network == "namespaces" and (reason := namespaces_unavailable()):
         sys.exit(f"benchmark_compression.py: {reason}")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}")
     results = mp.get_context("spawn").SimpleQueue()
     rows = []
     with seated(PROCESSES, on_machines=args.network == "namespaces") as seats:
-        where = ", ".join(f"{seat.interface} -> {seat.store_address}" for seat in seats)
-        print(f"{args.network}: {where}")
+        where = ", ".join(
+            f"rank {rank} on {seat.interface} {seat.address}" for rank, seat in enumerate(seats)
+        )
+        print(f"{args.network}: {where}; the store at {seats[0].store_address}")
         for _ in range(args.repeats):
             for mode in args.modes.split(","):
                 mp.spawn(measure, (args, mode, seats, free_port(), results), nprocs=PROCESSES)

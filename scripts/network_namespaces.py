@@ -118,10 +118,11 @@ class NamespaceNetwork:
 @dataclass(frozen=True)
 class Place:
     """Where one process of a benchmark runs: its network namespace (None: the host's own), the
-    interface Gloo sends on, and the address of rank 0's store."""
+    interface Gloo sends on and its address there, and the address of rank 0's store."""
 
     namespace: str | None
     interface: str
+    address: str
     store_address: str
 
     def enter(self) -> None:
@@ -138,11 +139,12 @@ class Place:
 def places(processes: int, net: NamespaceNetwork | None = None) -> list[Place]:
     """One Place a process: all on loopback, or (with `net`) one on each of its machines in turn."""
     if net is None:
-        return [Place(None, "lo", "127.0.0.1")] * processes
+        return [Place(None, "lo", "127.0.0.1", "127.0.0.1")] * processes
     if processes > len(net.names):
         raise ValueError(f"{processes} processes, {len(net.names)} machines")
     seats = net.names[:processes]
-    return [Place(net.namespace(n), net.interface(n), net.address(seats[0])) for n in seats]
+    store = net.address(seats[0])
+    return [Place(net.namespace(n), net.interface(n), net.address(n), store) for n in seats]
 
 
 @contextlib.contextmanager

@@ -4,15 +4,18 @@ checks."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 import torch
 
-from dbfactory import write_db
+from dbfactory import datum_record, make_jpeg, write_db
 from resnet50_trainer import checkpoint
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.model import build_model
-from trainer_runs import files, refused_in_process
+from resnet50_trainer.preflight import _check_test_labels
+from trainer_runs import config_of, files, refused_in_process
 
 
 @pytest.fixture
@@ -63,6 +66,39 @@ def test_test_labels_above_num_labels(capsys, earlier_run, image_db):
     test = image_db("test", 16, 6)  # labels 0..5, the model has 4 classes
     line = start(capsys, earlier_run, "--train_data", train, "--test_data", test)
     assert "holds label 4" in line and "or a model of 5 or more (--num_labels)" in line
+
+
+def test_a_test_label_no_model_could_have_is_refused_without_suggesting_one(
+    capsys, earlier_run, image_db, tmp_path
+):
+    """--num_labels goes to 1000000: label 2147483647 is fixed by the test DB alone."""
+    record = datum_record(2**31 - 1, encoded=make_jpeg(40, 48))
+    test = write_db(str(tmp_path / "test"), "lmdb", [(b"00000000_a.jpg", record)])
+    line = start(capsys, earlier_run, "--train_data", image_db("train", 16, 4), "--test_data", test)
+    assert line.endswith(
+        "holds label 2147483647 (key 00000000_a.jpg), outside 0..3: use a test DB of this "
+        "model's 4 classes"
+    )
+
+
+@pytest.mark.parametrize("test_epoch_size, refused", [(None, True), ("8", False), ("9", True)])
+def test_preflight_checks_only_the_test_labels_the_test_reads(
+    image_db, tmp_path, test_epoch_size, refused
+):
+    """The test reads the first --test_epoch_size records in key order: a bad label beyond them
+    is refused by neither preflight nor the test."""
+    jpeg = make_jpeg(40, 48)
+    records = [(b"%08d" % i, datum_record(i % 4 if i < 8 else 7, encoded=jpeg)) for i in range(12)]
+    test = write_db(str(tmp_path / "test"), "lmdb", records)
+    size = ["--test_epoch_size", test_epoch_size] if test_epoch_size else []
+    config = config_of(
+        "--use_cpu", "--num_labels", "4", "--train_data", "null", "--test_data", test, *size
+    )
+    if refused:
+        with pytest.raises(UserError, match="holds label 7 \\(key 00000008\\)"):
+            _check_test_labels(config, test, math.inf)
+    else:
+        _check_test_labels(config, test, math.inf)
 
 
 @pytest.mark.parametrize("layers, labels, flag", [(34, 4, "num_layers"), (18, 10, "num_labels")])
