@@ -24,13 +24,12 @@ import argparse
 import os
 import sys
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from network_namespaces import Place, namespaces_unavailable, seated
+from network_namespaces import Place, free_port, join_gloo_group, namespaces_unavailable, seated
 
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config import GRAD_COMPRESSIONS, Config
@@ -67,12 +66,8 @@ def count_all_reduce_bytes() -> list[int]:
 def measure(
     rank: int, args: argparse.Namespace, mode: str, seats: list[Place], port: int, results
 ) -> None:
-    seats[rank].enter()
+    join_gloo_group(seats, rank, port)
     torch.set_num_threads(max(1, (os.cpu_count() or PROCESSES) // PROCESSES))
-    store = dist.TCPStore(seats[rank].store_address, port, PROCESSES, is_master=rank == 0)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=PROCESSES, timeout=timedelta(seconds=600)
-    )
     config = trainer_config(args, mode)
     replica = build_replica(config, rank, torch.device("cpu"))
     counted = count_all_reduce_bytes()
@@ -94,14 +89,6 @@ def measure(
         payload = counted[0] / args.steps if mode != "none" else 4 * parameters
         results.put((mode, payload, config.global_batch_size * args.steps / seconds))
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def main() -> None:

@@ -11,7 +11,7 @@
             net.link_up("m1")     # and plugged back
 
     with seated(2, on_machines=True) as seats:  # a benchmark's 2 processes, a machine each
-        mp.spawn(worker, (seats, ...), nprocs=2)  # each first calls seats[rank].enter()
+        mp.spawn(worker, (seats, free_port(), ...), nprocs=2)  # each: join_gloo_group(seats, ...)
 
 Each name gets a namespace `r50t<pid>x<n>_<name>` with its loopback up and one end of a veth
 pair, `eth_<name>`, holding address 10.231.<pid % 250>.<index + 1>/24; the other end is a port of
@@ -22,7 +22,8 @@ the hub's end down: the machine's interface keeps its address but loses its carr
 cable is pulled; the others' packets to it are dropped without a word (no reset). The files stay
 shared (`ip netns exec` changes only the network), so a directory still serves as the machines'
 shared disk. `seated` and `places` seat the processes of a benchmark: on loopback, or one a
-machine, each moving itself into its namespace (`Place.enter`, the first thing it does). Leaving
+machine, each moving itself into its namespace (`Place.enter`, the first thing it does;
+`join_gloo_group` does that and forms the benchmark's Gloo group). Leaving
 the `with` block, or an error inside it, removes every namespace; namespaces left by a session
 that was killed (its pid no longer alive) are removed when the next one starts.
 Needs root and iproute2 (`ip`).
@@ -35,6 +36,7 @@ import ctypes
 import itertools
 import os
 import re
+import socket
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -156,6 +158,28 @@ def seated(processes: int, on_machines: bool) -> Iterator[list[Place]]:
         return
     with NamespaceNetwork(f"m{index}" for index in range(processes)) as net:
         yield places(processes, net)
+
+
+def join_gloo_group(seats: Sequence[Place], rank: int, port: int) -> None:
+    """Process `rank` of len(seats) moves onto its seat and joins a Gloo group whose store rank 0
+    serves on `port` (free_port()) at its address."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    seats[rank].enter()
+    world_size = len(seats)
+    store = dist.TCPStore(seats[rank].store_address, port, world_size, is_master=rank == 0)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=600)
+    )
+
+
+def free_port() -> int:
+    """A port free on this host's loopback; a fresh namespace has every port free."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _hub_port(name: str) -> str:

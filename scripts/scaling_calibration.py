@@ -17,14 +17,13 @@ import json
 import os
 import statistics
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 import torchvision
-from network_namespaces import Place, namespaces_unavailable, seated
+from network_namespaces import Place, free_port, join_gloo_group, namespaces_unavailable, seated
 from torch.nn.parallel import DistributedDataParallel
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
@@ -74,12 +73,8 @@ def buckets_and_backward(image_size: int, batch: int) -> dict:
 
 
 def _time_all_reduce(rank: int, seats: list[Place], port: int, repeats: int, results) -> None:
-    seats[rank].enter()
+    join_gloo_group(seats, rank, port)
     torch.set_num_threads(1)
-    store = dist.TCPStore(seats[rank].store_address, port, 2, is_master=rank == 0)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=2, timeout=timedelta(seconds=600)
-    )
     tensor = torch.ones(BUCKET_BYTES // 4)
     dist.all_reduce(tensor)  # connections made
     seconds = []
@@ -96,14 +91,9 @@ def _time_all_reduce(rank: int, seats: list[Place], port: int, repeats: int, res
 def gloo_bus_gbps(on_machines: bool, repeats: int = 10) -> float:
     """Bus bandwidth (bytes each process sends: 2(N-1)/N x size, = size at N = 2) in Gb/s, on
     loopback or between two namespace machines."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     results = mp.get_context("spawn").SimpleQueue()
     with seated(2, on_machines) as seats:
-        mp.spawn(_time_all_reduce, (seats, port, repeats, results), nprocs=2)
+        mp.spawn(_time_all_reduce, (seats, free_port(), repeats, results), nprocs=2)
     return round(BUCKET_BYTES * 8 / results.get() / 1e9, 2)
 
 

@@ -20,7 +20,13 @@ from redis_server import free_port, running_redis
 from trainer_runs import REPOSITORY, one_error_line, trainer_command, trainer_env
 
 sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))  # the helper is shared with benchmarks
-from network_namespaces import NamespaceNetwork, Place, namespaces_unavailable, seated  # noqa: E402
+from network_namespaces import (  # noqa: E402
+    NamespaceNetwork,
+    Place,
+    join_gloo_group,
+    namespaces_unavailable,
+    seated,
+)
 
 TIMEOUT_S = 10  # --timeout: how long a collective waits on a silent peer
 NOTICE_S = 30  # what noticing may add to it: the roll call of peers, leaving, a loaded machine
@@ -57,9 +63,7 @@ def all_reduce_on_seats(rank: int, seats: list[Place], port: int, results) -> No
     import torch
     import torch.distributed as dist
 
-    seats[rank].enter()
-    store = dist.TCPStore(seats[rank].store_address, port, 2, is_master=rank == 0)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    join_gloo_group(seats, rank, port)
     total = torch.tensor([rank + 1.0])
     dist.all_reduce(total)
     results.put((rank, sorted(name for _, name in socket.if_nameindex()), total.item()))
