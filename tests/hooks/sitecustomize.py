@@ -8,6 +8,7 @@ second run beside it. The trainer itself knows nothing of this."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import time
@@ -32,19 +33,22 @@ if _pause_s:
 KILL_ENV = "RESNET50_TRAINER_TEST_KILL_AFTER_STEPS"
 
 
+def _after_each_optimizer_step(act) -> None:
+    """act(n) once this process's n-th optimizer step has ended."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    done = itertools.count(1)
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: act(next(done)))
+
+
 def _kill_after_steps(steps: int) -> None:
     import signal
 
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    done = []
-
-    def count(optimizer, args, kwargs):
-        done.append(1)
-        if len(done) == steps:
+    def kill(step: int) -> None:
+        if step == steps:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    register_optimizer_step_post_hook(count)
+    _after_each_optimizer_step(kill)
 
 
 if os.environ.get(KILL_ENV) and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
@@ -72,18 +76,14 @@ SYNC_DEBUG_ENV = "RESNET50_TRAINER_TEST_NO_SYNC_STEPS"
 
 def _no_sync_between(first: int, count: int) -> None:
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    done = []
-
-    def window(optimizer, args, kwargs):
-        done.append(1)
-        if len(done) == first:
+    def window(step: int) -> None:
+        if step == first:
             torch.cuda.set_sync_debug_mode("error")
-        elif len(done) == first + count:
+        elif step == first + count:
             torch.cuda.set_sync_debug_mode("default")
 
-    register_optimizer_step_post_hook(window)
+    _after_each_optimizer_step(window)
 
 
 if os.environ.get(SYNC_DEBUG_ENV):
