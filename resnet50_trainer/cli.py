@@ -9,19 +9,15 @@ import os
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from resnet50_trainer.config import Config, default_scale
-from resnet50_trainer.config_checks import check_settings
+from resnet50_trainer.config.checks import check_settings
+from resnet50_trainer.config.flags.parser import RUN_ID_PATTERN, build_parser, given_flags
+from resnet50_trainer.config.gpu_ids import select_gpus
+from resnet50_trainer.config.launchers import Launched, detect_launcher, gpus_the_machine_holds
+from resnet50_trainer.config.recipes import CAFFE2_RECIPE, with_recipe
+from resnet50_trainer.config.settings import Config, default_scale
+from resnet50_trainer.config.solver import with_solver
 from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
-from resnet50_trainer.flags import RUN_ID_PATTERN, build_parser, given_flags
-from resnet50_trainer.gpu_ids import select_gpus
-from resnet50_trainer.probes import check_machine, gpus_on_this_machine
-from resnet50_trainer.recipes import CAFFE2_RECIPE, with_recipe
-from resnet50_trainer.rendezvous.launchers import (
-    Launched,
-    detect_launcher,
-    gpus_the_machine_holds,
-)
-from resnet50_trainer.solver_flags import with_solver
+from resnet50_trainer.launch.probes import check_machine, gpus_on_this_machine
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
 log = logging.getLogger(__name__)
@@ -215,7 +211,7 @@ def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         for line in lines:
             log.info("%s", line)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
-    from resnet50_trainer.launch import launch  # torch: only once the flags hold
+    from resnet50_trainer.launch.processes import launch  # torch: only once the flags hold
 
     return launch(config, launched)
 

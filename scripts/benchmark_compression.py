@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from network_namespaces import Place, free_port, join_gloo_group, namespaces_unavailable, seated
 
 from resnet50_trainer.cli import build_parser, config_from_args
-from resnet50_trainer.config import GRAD_COMPRESSIONS, Config
-from resnet50_trainer.replica import build_replica
+from resnet50_trainer.config.settings import GRAD_COMPRESSIONS, Config
+from resnet50_trainer.model.replica import build_replica
 
 PROCESSES = 2
 POWERSGD_START = 2  # the least PowerSGD takes: the timed steps all compress

@@ -26,7 +26,7 @@ from torchvision import datasets, transforms
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
 
-from resnet50_trainer.tools import db_bench  # noqa: E402
+from resnet50_trainer.tools.db import bench  # noqa: E402
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -75,7 +75,7 @@ def ours_rate(
         decode_device="cpu",
         seed=0,
     )
-    return db_bench.bench(args)
+    return bench.bench(args)
 
 
 def main() -> None:

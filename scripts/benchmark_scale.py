@@ -29,10 +29,10 @@ import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from resnet50_trainer.data.databases import LMDB, open_database, read_keys
-from resnet50_trainer.data.records import parse_record
+from resnet50_trainer.data.formats.databases import LMDB, open_database, read_keys
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
-from resnet50_trainer.preflight import LABEL_SCAN_S, _check_test_labels
+from resnet50_trainer.launch.preflight import LABEL_SCAN_S, _check_test_labels
 
 
 def memory_kib() -> dict[str, int]:

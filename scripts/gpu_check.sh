@@ -76,7 +76,7 @@ train_bench() {
 }
 input_bench() { # DECODE_DEVICE: resnet50-db bench's "images/sec: N" into input_DECODE.json
     local rate
-    part "input_$1" 120 "$python" -m resnet50_trainer.tools.db_bench "$data/lmdb_1024" \
+    part "input_$1" 120 "$python" -m resnet50_trainer.tools.db.bench "$data/lmdb_1024" \
         --device cuda --decode_device "$1" --num_workers "$cores" --batches 20 |
         tee "$parts/input_$1.out"
     rate=$(sed -n 's/^images\/sec: //p' "$parts/input_$1.out")

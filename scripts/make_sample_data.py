@@ -17,8 +17,8 @@ import tempfile
 import numpy as np
 from PIL import Image
 
-from resnet50_trainer.tools.db_build import create_database
-from resnet50_trainer.tools.db_sources import CreateOptions
+from resnet50_trainer.tools.db.build import create_database
+from resnet50_trainer.tools.db.sources import CreateOptions
 
 COLOURS = {
     "red": (200, 40, 40),

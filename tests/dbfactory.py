@@ -16,7 +16,7 @@ import numpy as np
 import plyvel
 from PIL import Image
 
-from resnet50_trainer.data import protos
+from resnet50_trainer.data.formats import protos
 
 
 def random_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:

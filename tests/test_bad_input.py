@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from dbfactory import datum_record, make_jpeg, write_db
-from resnet50_trainer import checkpoint
+from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model import build_model
-from resnet50_trainer.preflight import _check_test_labels
+from resnet50_trainer.launch.preflight import _check_test_labels
+from resnet50_trainer.model.resnet import build_model
 from trainer_runs import config_of, files, refused_in_process
 
 
@@ -106,7 +106,7 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
     path = str(tmp_path / "other_1.pt")
     model = build_model(layers, labels, 3)
     arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
-    state = dict.fromkeys(checkpoint.REQUIRED_KEYS, 0)
+    state = dict.fromkeys(checkpoint_files.REQUIRED_KEYS, 0)
     state.update(
         model=model.state_dict(),
         arguments=arguments,
@@ -116,7 +116,7 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
         torch_rng_state=torch.get_rng_state(),
         epoch_sums=None,
     )
-    checkpoint.save_checkpoint(state, path)
+    checkpoint_files.save_checkpoint(state, path)
     line = start(
         capsys, earlier_run, "--train_data", image_db("db", 16, 4), "--load_model_path", path
     )
@@ -136,7 +136,7 @@ def test_not_a_checkpoint(capsys, earlier_run, image_db, tmp_path):
 def test_a_checkpoint_path_that_is_no_regular_file(capsys, earlier_run, image_db, tmp_path, kind):
     """A FIFO would block the read forever (no writer), a device never end: refused at once."""
     if kind == "fifo":
-        path = str(tmp_path / "checkpoint.pt")
+        path = str(tmp_path / "checkpoint_files.pt")
         os.mkfifo(path)
     else:
         path = "/dev/zero"

@@ -19,18 +19,17 @@ from dbfactory import (
     smooth_pixels,
     write_db,
 )
-from resnet50_trainer.config import RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.databases import read_keys
 from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.formats.records import DATUM, Record, jpeg_header
 from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
-from resnet50_trainer.data.records import DATUM, Record, jpeg_header
-from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools import db_bench
+from resnet50_trainer.tools.db import bench
 
 CPU = torch.device("cpu")
 
@@ -57,7 +56,7 @@ def records_of(decoding, path, train=True, size=32, scale=40, **crop):
 
 def test_bench_prints_images_per_second_last(image_db, capsys):
     db = image_db("bench", 12, 4)
-    status = db_bench.main(
+    status = bench.main(
         [db, "--batch_size", "4", "--image_size", "32", "--num_workers", "1", "--batches", "5"]
     )
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -66,7 +65,7 @@ def test_bench_prints_images_per_second_last(image_db, capsys):
 
 def test_bench_refuses_gpu_decoding_without_a_gpu_in_one_line(image_db, capsys):
     db = image_db("bench", 4, 4)
-    assert db_bench.main([db, "--decode_device", "gpu"]) == 2
+    assert bench.main([db, "--decode_device", "gpu"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 

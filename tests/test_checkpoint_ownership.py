@@ -19,13 +19,15 @@ import torch
 import torch.distributed as dist
 
 from dbfactory import write_image_db
-from resnet50_trainer import checkpoint, checkpoint_schema, distributed
-from resnet50_trainer.checkpoint_lock import lock_checkpoints
-from resnet50_trainer.checkpoint_saver import CheckpointSaver
+from resnet50_trainer.checkpoint import files as checkpoint_files
+from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.checkpoint.lock import lock_checkpoints
+from resnet50_trainer.checkpoint.run_state import RunState
+from resnet50_trainer.checkpoint.saver import CheckpointSaver
+from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import Diverged, UserError
-from resnet50_trainer.lr_schedule import LearningRateSchedule
-from resnet50_trainer.replica import build_replica
-from resnet50_trainer.run_state import RunState
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
+from resnet50_trainer.model.replica import build_replica
 from trainer_runs import (
     SMALL_RUN,
     config_of,
@@ -67,7 +69,7 @@ def rewrite(path, **changes) -> None:
     """The checkpoint at `path` with some fields changed, written as the trainer writes."""
     state = torch.load(path, weights_only=True)
     state.update(changes)
-    checkpoint.save_checkpoint(state, str(path))
+    checkpoint_files.save_checkpoint(state, str(path))
 
 
 def test_a_fresh_run_refuses_a_directory_holding_another_runs_checkpoint(capsys, earlier, tmp_path):
@@ -104,16 +106,19 @@ def test_retention_deletes_only_this_lineages_checkpoints(earlier, tmp_path):
     _, out = earlier
     state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
     for epoch, lineage in ((1, "ours"), (2, "theirs"), (3, "ours"), (4, "ours")):
-        checkpoint.save_checkpoint(
-            {**state, "lineage": lineage}, checkpoint.checkpoint_path(str(tmp_path), NAME, epoch)
+        checkpoint_files.save_checkpoint(
+            {**state, "lineage": lineage},
+            checkpoint_files.checkpoint_path(str(tmp_path), NAME, epoch),
         )
     (tmp_path / f"{NAME}_0.pt").write_bytes(b"unreadable: never deleted")
     del state["lineage"]  # written before lineages: another run's, unless resumed from
-    checkpoint.save_checkpoint(state, checkpoint.checkpoint_path(str(tmp_path), NAME, 5))
+    checkpoint_files.save_checkpoint(
+        state, checkpoint_files.checkpoint_path(str(tmp_path), NAME, 5)
+    )
     # The one just written (3) counts as the newest, though 4 (of a run resumed from 3) is later.
-    checkpoint.remove_older(str(tmp_path), NAME, 1, "ours", str(tmp_path / f"{NAME}_3.pt"))
+    checkpoint_files.remove_older(str(tmp_path), NAME, 1, "ours", str(tmp_path / f"{NAME}_3.pt"))
     assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3, 5)]
-    checkpoint.remove_older(str(tmp_path), NAME, 1, "", str(tmp_path / f"{NAME}_6.pt"))
+    checkpoint_files.remove_older(str(tmp_path), NAME, 1, "", str(tmp_path / f"{NAME}_6.pt"))
     assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3)]
 
 
@@ -147,7 +152,9 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
     assert first.returncode == 0, stderr
     assert f"another run is writing checkpoints {NAME}_*.pt in {tmp_path}" in line
     assert f"{tmp_path}/.{NAME}.lock" in line
-    assert checkpoint.load_checkpoint(str(tmp_path), NAME)["path"] == str(tmp_path / f"{NAME}_2.pt")
+    assert checkpoint_files.load_checkpoint(str(tmp_path), NAME)["path"] == str(
+        tmp_path / f"{NAME}_2.pt"
+    )
 
 
 def lock_is_free(path) -> bool:
@@ -183,7 +190,7 @@ def test_a_killed_run_leaves_no_stuck_lock_and_its_temporary_files_go(earlier, t
     )
     assert done.returncode == 0, done.stderr
     assert not ours.exists() and theirs.read_bytes() == b"partial"
-    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path), NAME)] == [2]
+    assert [s.epoch for s in checkpoint_files.saved_checkpoints(str(tmp_path), NAME)] == [2]
 
 
 @pytest.mark.parametrize(
@@ -216,7 +223,7 @@ def test_a_directory_resumes_from_its_newest_readable_checkpoint(earlier, tmp_pa
     newest = tmp_path / f"{NAME}_1.pt"
     newest.write_bytes(newest.read_bytes()[:1_000_000])  # cut short, as by a full disk copy
     with caplog.at_level(logging.WARNING):
-        state = checkpoint.load_checkpoint(str(tmp_path), NAME)
+        state = checkpoint_files.load_checkpoint(str(tmp_path), NAME)
     assert state["path"] == str(tmp_path / f"{NAME}_0_step3.pt")
     assert (
         f"Checkpoint {newest} is not a readable checkpoint" in caplog.text
@@ -228,7 +235,7 @@ def test_a_directory_resumes_from_its_newest_readable_checkpoint(earlier, tmp_pa
         match=f"none of its 2 checkpoints can be resumed "
         f"\\(the newest, {newest}, is not a readable",
     ):
-        checkpoint.load_checkpoint(str(tmp_path), NAME)
+        checkpoint_files.load_checkpoint(str(tmp_path), NAME)
 
 
 def crafted(state: dict) -> list[tuple[str, dict, str]]:
@@ -284,7 +291,7 @@ def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
     state = torch.load(out / f"{NAME}_1.pt", weights_only=True)
     _, changes, expected = crafted(state)[case]
     path = tmp_path / "crafted_1.pt"
-    checkpoint.save_checkpoint({**state, **changes}, str(path))
+    checkpoint_files.save_checkpoint({**state, **changes}, str(path))
     logs = tmp_path / "logs"
     line = refused_in_process(
         capsys, "--train_data", database, "--log_dir", str(logs), "--load_model_path", str(path)
@@ -304,7 +311,7 @@ def test_a_mid_epoch_checkpoint_beyond_a_shorter_epoch_warns(earlier, tmp_path):
         f"{NAME}_0_step3.pt is 3 steps into epoch 1, but this run's epochs have 2 steps"
         in done.stderr
     ), done.stderr
-    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path), NAME)] == [2]
+    assert [s.epoch for s in checkpoint_files.saved_checkpoints(str(tmp_path), NAME)] == [2]
 
 
 @pytest.fixture
@@ -317,11 +324,11 @@ def saver(tmp_path):
         device = torch.device("cpu")
         yield CheckpointSaver(
             config,
-            distributed.placement_for(config, 0),
+            process_group.placement_for(config, 0),
             device,
             build_replica(config, 0, device),
             LearningRateSchedule(0.1, 1, 0),
-            checkpoint_schema.new_lineage(),
+            schema.new_lineage(),
         )
     finally:
         dist.destroy_process_group()
@@ -345,7 +352,7 @@ def test_diverged_weights_are_never_saved_over_good_ones(saver, tmp_path):
         f"{NAME}_2.pt was not written" in message
     ), message
     assert files(tmp_path) == before
-    assert checkpoint.load_checkpoint(good, NAME)["lineage"] == saver.lineage
+    assert checkpoint_files.load_checkpoint(good, NAME)["lineage"] == saver.lineage
 
 
 def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
@@ -362,7 +369,7 @@ def test_a_diverged_run_of_two_processes_ends_with_one_line(earlier, tmp_path):
     assert done.returncode == 1, done.stderr
     assert "finite" in one_error_line(done.stderr)
     assert {name: files(tmp_path)[name] for name in before} == before
-    assert [s.epoch for s in checkpoint.saved_checkpoints(str(tmp_path))] == [1]
+    assert [s.epoch for s in checkpoint_files.saved_checkpoints(str(tmp_path))] == [1]
 
 
 def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, tmp_path):
@@ -392,8 +399,8 @@ def test_a_checkpoint_dir_turned_read_only_mid_run_is_one_line(earlier, tmpfs, t
     assert run.returncode == 2, stderr
     line = one_error_line(stderr)
     assert "writing checkpoint" in line and "failed (Read-only file system)" in line, line
-    newest = checkpoint.saved_checkpoints(str(disk), NAME)[-1]
-    assert checkpoint.load_checkpoint(newest.path, NAME)["epoch"] == newest.epoch
+    newest = checkpoint_files.saved_checkpoints(str(disk), NAME)[-1]
+    assert checkpoint_files.load_checkpoint(newest.path, NAME)["epoch"] == newest.epoch
 
 
 def test_a_directory_resumes_this_name_s_checkpoints_not_another_name_s(capsys, earlier, tmp_path):
@@ -402,7 +409,7 @@ def test_a_directory_resumes_this_name_s_checkpoints_not_another_name_s(capsys, 
     database, out = earlier
     copy_checkpoints(out, tmp_path, f"{NAME}_1.pt")
     shutil.copy(out / f"{NAME}_0_step3.pt", tmp_path / "B_0_step3.pt")
-    state = checkpoint.load_checkpoint(str(tmp_path), "B")
+    state = checkpoint_files.load_checkpoint(str(tmp_path), "B")
     assert state["path"] == str(tmp_path / "B_0_step3.pt")
     line = refused_in_process(
         capsys,
@@ -422,8 +429,8 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
     del state["lineage"]
     (tmp_path / "old").mkdir()
     (tmp_path / "here").mkdir()
-    checkpoint.save_checkpoint(state, str(tmp_path / "old" / f"{NAME}_1.pt"))
-    checkpoint.save_checkpoint({**state, "epoch": 3}, str(tmp_path / "here" / f"{NAME}_3.pt"))
+    checkpoint_files.save_checkpoint(state, str(tmp_path / "old" / f"{NAME}_1.pt"))
+    checkpoint_files.save_checkpoint({**state, "epoch": 3}, str(tmp_path / "here" / f"{NAME}_3.pt"))
     before = files(tmp_path / "here")
     line = refused_in_process(
         capsys,
@@ -434,10 +441,10 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
     assert {name: files(tmp_path / "here")[name] for name in before} == before
     # Resumed in its own directory, the unmarked run continues there.
     assert (
-        checkpoint.lineage_of(
-            checkpoint.load_checkpoint(str(tmp_path / "here"), NAME), str(tmp_path / "here")
+        checkpoint_files.lineage_of(
+            checkpoint_files.load_checkpoint(str(tmp_path / "here"), NAME), str(tmp_path / "here")
         )
-        == checkpoint.UNMARKED_LINEAGE
+        == checkpoint_files.UNMARKED_LINEAGE
     )
 
 
@@ -476,4 +483,4 @@ def test_machines_that_would_resume_different_checkpoints_are_refused(earlier, t
         "the processes would resume different checkpoints (rank 0: " in line
         and "1 epochs and 0 steps done; rank 1: 0 epochs and 3 steps done)" in line
     ), line
-    assert checkpoint.saved_checkpoints(str(tmp_path / "0"), NAME) == []
+    assert checkpoint_files.saved_checkpoints(str(tmp_path / "0"), NAME) == []

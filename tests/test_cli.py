@@ -12,7 +12,8 @@ import pytest
 
 from dbfactory import write_db
 from resnet50_trainer.cli import build_parser
-from resnet50_trainer.config import Config
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.config.values import Number
 from resnet50_trainer.errors import (
     Diverged,
     PeerLost,
@@ -21,8 +22,7 @@ from resnet50_trainer.errors import (
     UserError,
     run_command,
 )
-from resnet50_trainer.flag_values import Number
-from resnet50_trainer.tools import db
+from resnet50_trainer.tools.db import command as db_command
 from trainer_runs import config_of, imported_by, run_python
 
 ORIGINAL_FLAGS = [
@@ -267,7 +267,7 @@ def test_ctrl_c_ends_a_command_with_130_and_a_bug_keeps_its_traceback(capsys):
 
 def test_a_record_that_cannot_be_decoded_ends_a_db_command_in_one_line(tmp_path, capsys):
     path = write_db(str(tmp_path / "garbage"), "lmdb", [(b"00000000", b"\x08\x01not an image")])
-    assert db.main(["dump", path, "--index", "0", "--out", str(tmp_path / "o.png")]) == 2
+    assert db_command.main(["dump", path, "--index", "0", "--out", str(tmp_path / "o.png")]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("resnet50-db dump: error: "), lines
     assert os.listdir(tmp_path) == ["garbage"]

@@ -14,15 +14,19 @@ import torch
 from torchvision.transforms import RandomResizedCrop
 
 from dbfactory import datum_record, make_jpeg, write_db
-from resnet50_trainer.config import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.databases import read_keys
 from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.formats.records import decode_jpeg_reduced
 from resnet50_trainer.data.input_pipeline import make_loader
-from resnet50_trainer.data.records import decode_jpeg_reduced
-from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.inputs import input_settings
+from resnet50_trainer.data.settings import (
+    DEFAULT_CROP_AREA,
+    DEFAULT_CROP_RATIO,
+    RANDOM_RESIZED_CROP,
+    InputSettings,
+)
+from resnet50_trainer.train.inputs import input_settings
 from trainer_runs import config_of, read_log, refused_in_process, run_trainer
 
 SMALL_RUN_FLAGS = ("--use_cpu", "--image_size", "32")

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db
-from resnet50_trainer.data.databases import DB_TYPES, open_database, open_writer
+from resnet50_trainer.data.formats.databases import DB_TYPES, open_database, open_writer
 from resnet50_trainer.errors import UserError
 from trainer_runs import log_rows, run_trainer
 

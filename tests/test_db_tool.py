@@ -30,10 +30,10 @@ from dbfactory import (
     write_class_folders,
     write_db,
 )
-from resnet50_trainer.data import protos
-from resnet50_trainer.data.databases import open_database
-from resnet50_trainer.data.records import parse_record
-from resnet50_trainer.tools.db import main
+from resnet50_trainer.data.formats import protos
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.tools.db.command import main
 from trainer_runs import imported_by, trainer_env, wait_for
 
 SAMPLE_DATA = os.path.join(os.path.dirname(__file__), os.pardir, "sample_data")

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.utils.data
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
-from resnet50_trainer import distributed
+from resnet50_trainer.distributed import process_group
 from trainer_runs import trainer_command, trainer_env, wait_for
 
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
@@ -305,10 +305,10 @@ def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
     next(batches)
     (worker,) = children_of_this_process() - before
     with pytest.raises(RuntimeError) as raised:
-        with distributed.waiting_for_peers("a wait in this test"):
+        with process_group.waiting_for_peers("a wait in this test"):
             os.kill(worker, signal.SIGKILL)
             time.sleep(30)  # the SIGCHLD handler raises in here
-    assert distributed.raised_by_input_processes(raised.value), raised.value
+    assert process_group.raised_by_input_processes(raised.value), raised.value
     del batches
 
 
@@ -319,7 +319,7 @@ def test_a_run_of_one_process_has_no_peer_to_blame():
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         with pytest.raises(RuntimeError, match="channels") as raised:
-            with distributed.waiting_for_peers("the step's buffer broadcast"):
+            with process_group.waiting_for_peers("the step's buffer broadcast"):
                 torch.nn.functional.conv2d(torch.zeros(1, 3, 8, 8), torch.zeros(4, 1, 3, 3))
         assert type(raised.value) is RuntimeError
     finally:

@@ -13,9 +13,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from dbfactory import write_image_db
-from resnet50_trainer.divergence import DivergenceWatch
-from resnet50_trainer.model import build_model
-from resnet50_trainer.precision import Precision
+from resnet50_trainer.model.precision import Precision
+from resnet50_trainer.model.resnet import build_model
+from resnet50_trainer.train.divergence import DivergenceWatch
 from trainer_runs import SMALL_RUN, config_of, one_error_line, run_trainer
 
 HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blows the weights up

@@ -16,9 +16,10 @@ import torch
 
 from dbfactory import write_image_db
 from redis_server import free_port
-from resnet50_trainer import checkpoint, checkpoint_schema
-from resnet50_trainer.auto_resume import resume_path
-from resnet50_trainer.rendezvous.launchers import detect_launcher
+from resnet50_trainer.checkpoint import files as checkpoint_files
+from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.checkpoint.auto_resume import resume_path
+from resnet50_trainer.config.launchers import detect_launcher
 from trainer_runs import (
     HOOKS,
     REPOSITORY,
@@ -94,12 +95,12 @@ def test_a_restarted_round_resumes_and_ends_as_an_uninterrupted_run(runs):
 
 def test_the_restarted_round_continued_the_runs_lineage(runs):
     _, _, restarted, _ = runs
-    lineages = {checkpoint.read_lineage(saved.path) for saved in checkpoint_of(restarted)}
+    lineages = {checkpoint_files.read_lineage(saved.path) for saved in checkpoint_of(restarted)}
     assert len(lineages) == 1
 
 
-def checkpoint_of(directory) -> list[checkpoint.Saved]:
-    return checkpoint.saved_checkpoints(str(directory), NAME)
+def checkpoint_of(directory) -> list[checkpoint_files.Saved]:
+    return checkpoint_files.saved_checkpoints(str(directory), NAME)
 
 
 def test_torchrun_rounds_keep_their_keys_apart():
@@ -148,7 +149,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(runs, tmp_path):
         and f"resuming from {tmp_path / NAME}_1_step2.pt instead" in done.stderr
     )
     assert not temporary.exists()
-    assert checkpoint.load_checkpoint(str(tmp_path), NAME)["epoch"] == 2
+    assert checkpoint_files.load_checkpoint(str(tmp_path), NAME)["epoch"] == 2
 
 
 @pytest.mark.parametrize(
@@ -176,8 +177,8 @@ def test_checkpoints_of_two_lineages_are_refused(runs, tmp_path, capsys):
     database, _, restarted, _ = runs
     shutil.copy(restarted / f"{NAME}_1.pt", tmp_path / f"{NAME}_1.pt")
     theirs = torch.load(restarted / f"{NAME}_0_step3.pt", weights_only=True)
-    theirs["lineage"] = checkpoint_schema.new_lineage()
-    checkpoint.save_checkpoint(theirs, str(tmp_path / f"{NAME}_0_step3.pt"))
+    theirs["lineage"] = schema.new_lineage()
+    checkpoint_files.save_checkpoint(theirs, str(tmp_path / f"{NAME}_0_step3.pt"))
     line = refused_in_process(
         capsys, "--train_data", database, "--log_dir", str(tmp_path), "--auto_resume"
     )
@@ -202,7 +203,7 @@ def test_a_crafted_setting_is_another_runs(runs, tmp_path, capsys):
     database, _, restarted, _ = runs
     state = torch.load(restarted / f"{NAME}_1.pt", weights_only=True)
     state["arguments"]["seed"] = torch.tensor([0, 0])
-    checkpoint.save_checkpoint(state, str(tmp_path / f"{NAME}_1.pt"))
+    checkpoint_files.save_checkpoint(state, str(tmp_path / f"{NAME}_1.pt"))
     line = refused_in_process(
         capsys, "--train_data", database, "--log_dir", str(tmp_path), "--auto_resume"
     )

@@ -13,9 +13,9 @@ import torch
 import torchvision
 
 from dbfactory import write_image_db
-from resnet50_trainer import checkpoint_schema
-from resnet50_trainer.ema import WeightsEma, restore_ema
-from resnet50_trainer.model import build_model
+from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.model.ema import WeightsEma, restore_ema
+from resnet50_trainer.model.resnet import build_model
 from trainer_runs import log_rows, one_error_line, run_trainer
 
 DECAY = 0.9
@@ -95,7 +95,7 @@ def test_a_checkpoint_without_an_ema_starts_it_from_the_resumed_weights():
 def test_a_malformed_ema_in_a_checkpoint_is_named(ema, named):
     model = _model(0)
     state = {"model": model.state_dict(), "optimizer": {}, "epoch_sums": None, "step": 0}
-    assert named in checkpoint_schema.field_problem({**state, "ema": ema})
+    assert named in schema.field_problem({**state, "ema": ema})
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 from torchvision import models
 
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
-from resnet50_trainer.checkpoint_lock import lock_checkpoints
+from resnet50_trainer.checkpoint.lock import lock_checkpoints
 from trainer_runs import (
     SMALL_RUN,
     files,
@@ -241,10 +241,11 @@ def test_test_labels_preflight_had_no_time_for_stop_the_run_at_the_first_test(
     minutes); given none, it checks no record, and the first test (after an epoch, or of
     --test_only) finds the label out of range on the second process: both stop there, one line,
     exit 2, the epoch's checkpoint kept."""
-    from resnet50_trainer import cli, preflight
+    from resnet50_trainer import cli
+    from resnet50_trainer.launch import preflight
 
     monkeypatch.setattr(preflight, "LABEL_SCAN_S", 0.0)
-    caplog.set_level(logging.INFO, "resnet50_trainer.preflight")
+    caplog.set_level(logging.INFO, "resnet50_trainer.launch.preflight")
     # The second process reads records 1, 3, ...
     test = labelled_test_db(str(tmp_path / "test"), labels * 2)
     out = tmp_path / "out"

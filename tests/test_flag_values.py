@@ -9,8 +9,8 @@ import math
 import pytest
 
 from resnet50_trainer import cli
+from resnet50_trainer.config.values import NO_TIME_LIMIT_S, Number
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.flag_values import NO_TIME_LIMIT_S, Number
 from trainer_runs import log_rows, run_trainer
 
 BAD_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e308", "text", "", "1.5", str(10**30)]

@@ -29,12 +29,12 @@ from dbfactory import (
 )
 from gpu import gpu_marks, needs_gpu, needs_two_gpus
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.databases import read_keys
 from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode, raise_unless_record_failure
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.progress import EpochProgress, LossReader
+from resnet50_trainer.reporting.progress import EpochProgress, LossReader
 from trainer_runs import RUN_TIMEOUT_S, SMALL_RUN, config_of, read_log, trainer_env
 
 CPU = torch.device("cpu")

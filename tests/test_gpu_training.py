@@ -20,7 +20,7 @@ import torch
 
 from dbfactory import write_image_db
 from gpu import needs_gpu, needs_two_gpus
-from resnet50_trainer.rendezvous.launchers import Launched, gpus_the_machine_holds
+from resnet50_trainer.config.launchers import Launched, gpus_the_machine_holds
 from trainer_runs import (
     HOOKS,
     REPOSITORY,
@@ -106,7 +106,7 @@ def test_srun_with_a_gpu_per_task_is_accepted_for_every_local_rank(monkeypatch):
 
 def test_cpu_optimizer_is_torchs_default():
     """The fused SGD is for GPUs: on the CPU the kernels (and so the bits) stay as before."""
-    from resnet50_trainer.optim import build_optimizer
+    from resnet50_trainer.model.optim import build_optimizer
 
     config = config_of("--use_cpu", "--train_data", "null")
     optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
@@ -117,7 +117,7 @@ def test_a_cpu_run_resumed_from_a_gpu_checkpoint_keeps_its_own_kernels():
     """A checkpoint's param groups carry the kernel choice of the run that saved it: a GPU's
     fused one must not switch a CPU run to CPU's fused SGD (other bits than before), nor a CPU's
     default keep a GPU run from the fused one."""
-    from resnet50_trainer.optim import build_optimizer
+    from resnet50_trainer.model.optim import build_optimizer
 
     config = config_of("--use_cpu", "--train_data", "null")
     optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
@@ -135,9 +135,9 @@ def test_a_cpu_run_resumed_from_a_gpu_checkpoint_keeps_its_own_kernels():
 def test_fused_sgd_steps_float16_without_a_host_sync():
     """The gradient scaler's step with the fused SGD reads nothing back to the host (unfused, its
     found-inf .item() synchronises every step)."""
-    from resnet50_trainer.model import model_for
-    from resnet50_trainer.optim import build_optimizer
-    from resnet50_trainer.precision import Precision
+    from resnet50_trainer.model.optim import build_optimizer
+    from resnet50_trainer.model.precision import Precision
+    from resnet50_trainer.model.resnet import model_for
 
     config = config_of("--train_data", "null", "--dtype", "float16", gpus_present=1)
     device = torch.device("cuda", 0)
@@ -184,7 +184,7 @@ def test_twenty_steps_of_a_real_run_never_sync_the_host(tmp_path, flags):
 @needs_gpu
 @pytest.mark.parametrize("tensor_core", [False, True])
 def test_tf32_follows_enable_tensor_core_both_ways(tensor_core):
-    from resnet50_trainer.precision import Precision
+    from resnet50_trainer.model.precision import Precision
 
     flags = ["--enable_tensor_core"] if tensor_core else []
     Precision(config_of("--train_data", "null", *flags, gpus_present=1), torch.device("cuda", 0))
@@ -195,7 +195,7 @@ def test_tf32_follows_enable_tensor_core_both_ways(tensor_core):
 @needs_gpu
 @pytest.mark.parametrize("limit", [None, "256"])
 def test_cudnn_workspace_is_capped_only_when_asked(monkeypatch, limit):
-    from resnet50_trainer.devices import claim_device
+    from resnet50_trainer.distributed.devices import claim_device
 
     monkeypatch.delenv("CUDNN_CONV_WSCAP_DBG", raising=False)
     flags = ["--cudnn_workspace_limit_mb", limit] if limit else []
@@ -226,20 +226,20 @@ def _share_one_gpu(rank: int, port: int) -> None:
 
     import torch.distributed as dist
 
-    from resnet50_trainer import distributed
+    from resnet50_trainer.distributed import process_group
+    from resnet50_trainer.distributed.stopping import StoppedByFirst, stop_together
     from resnet50_trainer.errors import UserError
-    from resnet50_trainer.stopping import StoppedByFirst, stop_together
 
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     config = config_of("--train_data", "null", "--timeout", "1", gpus_present=1)
-    distributed.shorten_timeout(config)
-    with distributed.long_wait(config):
+    process_group.shorten_timeout(config)
+    with process_group.long_wait(config):
         stop_together(None, device)
     torch.manual_seed(0)
-    distributed.parameters_digest_everywhere(torch.nn.Linear(4, 4).to(device))
+    process_group.parameters_digest_everywhere(torch.nn.Linear(4, 4).to(device))
     try:
         stop_together(UserError("the first one's write failed") if rank == 0 else None, device)
     except (UserError, StoppedByFirst):
@@ -303,9 +303,9 @@ def test_model_parallel_on_two_gpus(gpu_db, tmp_path):
 @needs_gpu
 def test_peak_memory_of_resnet50_at_batch_256_in_bfloat16():
     """Recorded, not judged: ResNet-50, 224 px, batch 256, bfloat16 autocast, 3 steps."""
-    from resnet50_trainer.model import model_for
-    from resnet50_trainer.optim import build_optimizer
-    from resnet50_trainer.precision import Precision
+    from resnet50_trainer.model.optim import build_optimizer
+    from resnet50_trainer.model.precision import Precision
+    from resnet50_trainer.model.resnet import model_for
 
     config = config_of(
         *("--train_data", "null", "--num_layers", "50", "--image_size", "224"),

@@ -13,7 +13,7 @@ import torch
 import torchvision
 
 from dbfactory import write_image_db
-from resnet50_trainer import checkpoint
+from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
 from trainer_runs import log_rows, refused_in_process, run_trainer
 
@@ -121,7 +121,7 @@ def test_an_altered_powersgd_state_is_refused_in_one_line(uninterrupted, tmp_pat
     altered = tmp_path / "resnet50_model_2_step1.pt"
     torch.save(state, altered)
     with pytest.raises(UserError, match="PowerSGD error feedback that is not finite"):
-        checkpoint.load_checkpoint(str(altered), "resnet50_model")
+        checkpoint_files.load_checkpoint(str(altered), "resnet50_model")
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,14 @@ import pytest
 import torch
 import torchvision
 
-from resnet50_trainer.checkpoint_schema import check_matches
+from resnet50_trainer.checkpoint.schema import check_matches
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.evaluation import _correct_in_top
-from resnet50_trainer.model import build_model, build_split_model
-from resnet50_trainer.precision import Precision
-from resnet50_trainer.runlog import HEADER, TOP5_COLUMN, log_file_name
-from resnet50_trainer.tools.logfile import read_run_log, run_label
-from resnet50_trainer.tools.plot_figure import build_figure
+from resnet50_trainer.model.precision import Precision
+from resnet50_trainer.model.resnet import build_model, build_split_model
+from resnet50_trainer.reporting.runlog import HEADER, TOP5_COLUMN, log_file_name
+from resnet50_trainer.tools.plot.figure import build_figure
+from resnet50_trainer.tools.plot.logfile import read_run_log, run_label
+from resnet50_trainer.train.evaluation import _correct_in_top
 from trainer_runs import config_of, files, model_state, read_log, refused_in_process, run_trainer
 
 CPU_PAIR = (torch.device("cpu"), torch.device("cpu"))

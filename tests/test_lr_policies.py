@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from resnet50_trainer.lr_schedule import LearningRateSchedule
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from trainer_runs import SMALL_RUN, config_of, model_state, refused_in_process, run_trainer
 
 # SMALL_RUN's global batch is 8; with --lr_scaling none the base LR is the LR.

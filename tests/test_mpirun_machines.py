@@ -12,8 +12,8 @@ import pytest
 from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
 from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
+from resnet50_trainer.config.launchers import Launched, detect_launcher
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.rendezvous.launchers import Launched, detect_launcher
 from trainer_runs import config_of, one_error_line, refused_in_process
 
 

@@ -12,8 +12,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from resnet50_trainer.optim import build_optimizer
-from resnet50_trainer.replica import build_replica
+from resnet50_trainer.model.optim import build_optimizer
+from resnet50_trainer.model.replica import build_replica
 from trainer_runs import SMALL_RUN, config_of
 
 

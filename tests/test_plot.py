@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.logfile import LOG_COLUMNS, read_run_log
-from resnet50_trainer.tools.plot import main
-from resnet50_trainer.tools.plot_figure import PANELS, plot_logs
+from resnet50_trainer.tools.plot.command import main
+from resnet50_trainer.tools.plot.figure import PANELS, plot_logs
+from resnet50_trainer.tools.plot.logfile import LOG_COLUMNS, read_run_log
 from trainer_runs import imported_by
 
 HEADER = ",".join(LOG_COLUMNS)

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from resnet50_trainer.cli import build_parser
+from resnet50_trainer.config.values import HELP_DEFAULT, FlagHelpFormatter
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.flag_values import HELP_DEFAULT, FlagHelpFormatter
 from trainer_runs import SMALL_RUN, config_of, read_log, refused_in_process, run_trainer
 
 # Every boolean flag, found from the parser: one added later as a plain store_true is tested too.

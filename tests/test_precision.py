@@ -11,8 +11,9 @@ import os
 import pytest
 import torch
 
-from resnet50_trainer import checkpoint, cli
-from resnet50_trainer.precision import Precision, compute_dtype, normalize
+from resnet50_trainer import cli
+from resnet50_trainer.checkpoint import files as checkpoint_files
+from resnet50_trainer.model.precision import Precision, compute_dtype, normalize
 from trainer_runs import SMALL_RUN, config_of
 
 TINY = [*SMALL_RUN, "--num_epochs", "1"]
@@ -42,7 +43,7 @@ def test_bfloat16_run_on_cpu_trains_and_logs(image_db, tmp_path):
     with open(log_path) as log_file:
         row = log_file.read().splitlines()[2].split(",")
     assert int(row[2]) == 16 and math.isfinite(float(row[9]))  # input_count, loss
-    saved = checkpoint.load_checkpoint(
+    saved = checkpoint_files.load_checkpoint(
         os.path.join(tmp_path, "resnet50_model_1.pt"), "resnet50_model"
     )
     assert saved["arguments"]["dtype"] == "bfloat16"

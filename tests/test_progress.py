@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from resnet50_trainer.gpu_monitor import GpuMonitor
-from resnet50_trainer.progress import EpochProgress
+from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
+from resnet50_trainer.reporting.progress import EpochProgress
 from trainer_runs import config_of
 
 INPUT_S = 0.03  # what each batch takes to arrive

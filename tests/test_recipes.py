@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from resnet50_trainer.cli import build_parser, with_recipe_and_solver
-from resnet50_trainer.recipes import MODERN
+from resnet50_trainer.config.recipes import MODERN
 from trainer_runs import REPOSITORY, SMALL_RUN, config_of, refused_in_process
 
 RUN = (*SMALL_RUN, "--train_data", "null")

@@ -22,8 +22,8 @@ from dbfactory import (
     smooth_pixels,
     tensorprotos_record,
 )
-from resnet50_trainer.data import protos
-from resnet50_trainer.data.records import (
+from resnet50_trainer.data.formats import protos
+from resnet50_trainer.data.formats.records import (
     decode_image,
     decode_jpeg_reduced,
     jpeg_header,

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, tensorprotos_record
-from resnet50_trainer.data.records import (
+from resnet50_trainer.data.formats.records import (
     DATUM,
     TENSORPROTOS,
     Record,
@@ -73,7 +73,7 @@ def test_bgr_storage_is_swapped_to_rgb():
 
 
 def test_float_values_are_rounded_and_clipped():
-    from resnet50_trainer.data import protos
+    from resnet50_trainer.data.formats import protos
 
     message = protos.TensorProtos()
     image = message.protos.add(data_type=protos.FLOAT, dims=[1, 1, 3])
@@ -108,7 +108,7 @@ def test_malformed_records_raise_one_line_record_errors(value, message):
 
 
 def test_a_size_mismatch_names_both_sizes():
-    from resnet50_trainer.data import protos
+    from resnet50_trainer.data.formats import protos
 
     value = protos.Datum(channels=3, height=4, width=4, data=b"\x00" * 47).SerializeToString()
     with pytest.raises(RecordError, match="holds 47 values but its shape .* needs 48"):

@@ -9,9 +9,15 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from resnet50_trainer.batch_mixing import BatchMixing, MixDraw, cutmix_draw, mix_images, mix_targets
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model import build_model, weight_decay_groups, with_batch_norm_synced
+from resnet50_trainer.model.resnet import build_model, weight_decay_groups, with_batch_norm_synced
+from resnet50_trainer.train.batch_mixing import (
+    BatchMixing,
+    MixDraw,
+    cutmix_draw,
+    mix_images,
+    mix_targets,
+)
 from trainer_runs import config_of, refused_in_process, run_trainer
 
 NUM_LABELS = 5

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dbfactory import write_image_db
-from resnet50_trainer import checkpoint
+from resnet50_trainer.checkpoint import files as checkpoint_files
 from trainer_runs import (
     config_of,
     log_rows,
@@ -96,7 +96,9 @@ def assert_same_epoch_3(uninterrupted_out, resumed_out, resumed_rows):
 
 def test_every_checkpoint_was_kept(uninterrupted):
     _, out = uninterrupted
-    saved = [(s.epoch, s.step) for s in checkpoint.saved_checkpoints(str(out), "resnet50_model")]
+    saved = [
+        (s.epoch, s.step) for s in checkpoint_files.saved_checkpoints(str(out), "resnet50_model")
+    ]
     assert saved == [(0, 3), (1, 0), (1, 2), (2, 0), (2, 1), (3, 0)]
 
 
@@ -121,7 +123,7 @@ def test_directory_resumes_from_its_newest_complete_checkpoint(uninterrupted, tm
     for name in ("resnet50_model_1.pt", "resnet50_model_1_step2.pt"):
         shutil.copy(out / name, directory / name)
     (directory / ".tmp-resnet50_model_2.pt-abc_123.pt").write_bytes(b"cut short")
-    state = checkpoint.load_checkpoint(str(directory), "resnet50_model")
+    state = checkpoint_files.load_checkpoint(str(directory), "resnet50_model")
     assert state["path"] == str(directory / "resnet50_model_1_step2.pt")
     assert (state["epoch"], state["step"], state["iteration"]) == (1, 2, STEPS + 2)
 
@@ -181,7 +183,7 @@ def test_checkpoint_of_2_processes_resumes_on_1(uninterrupted, tmp_path):
 
 
 def test_a_new_global_batch_continues_from_the_position_reached(caplog):
-    from resnet50_trainer.resume import continue_with_global_batch
+    from resnet50_trainer.checkpoint.resume import continue_with_global_batch
 
     def settings(batch):
         argv = ["--train_data", "null", "--use_cpu", "--batch_size", str(batch)]

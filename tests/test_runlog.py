@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from resnet50_trainer.runlog import HEADER, EpochRow, RunLog, log_file_name
+from resnet50_trainer.reporting.runlog import HEADER, EpochRow, RunLog, log_file_name
 from trainer_runs import config_of
 
 ORIGINAL_HEADER = (

@@ -18,11 +18,11 @@ from test_bad_input import start
 from test_record_fuzz import MUTATIONS, SEED, seed_values
 
 from dbfactory import datum_record, tensorprotos_record
-from resnet50_trainer.data.databases import read_keys
 from resnet50_trainer.data.dataset import ImageRecords
-from resnet50_trainer.data.keys import KeyStore
-from resnet50_trainer.data.label_scan import quick_label
-from resnet50_trainer.data.records import parse_record
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.formats.keys import KeyStore
+from resnet50_trainer.data.formats.label_scan import quick_label
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 from trainer_runs import REPOSITORY
 

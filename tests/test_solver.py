@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
-from resnet50_trainer.lr_schedule import LearningRateSchedule
-from resnet50_trainer.rendezvous.launchers import Launched
+from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from trainer_runs import (
     REPOSITORY,
     SMALL_RUN,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torchvision
 
-from resnet50_trainer.runlog import HEADER
+from resnet50_trainer.reporting.runlog import HEADER
 from trainer_runs import REPOSITORY, read_log, run_trainer
 
 SAMPLE = os.path.join(REPOSITORY, "sample_data")

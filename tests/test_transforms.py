@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.precision import normalize
+from resnet50_trainer.model.precision import normalize
 
 
 def gradient_image(width=80, height=60):

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import torch
 
 from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
-from resnet50_trainer.config import Config
-from resnet50_trainer.rendezvous.launchers import Launched
+from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.config.settings import Config
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOKS = os.path.join(REPOSITORY, "tests", "hooks")  # sitecustomize.py: fault injection

@@ -9,11 +9,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from resnet50_trainer.config import SCALE_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Sample, filled_order
-from resnet50_trainer.data.records import Record, decode_image, decode_jpeg_reduced, jpeg_header
-from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.data.formats.records import (
+    Record,
+    decode_image,
+    decode_jpeg_reduced,
+    jpeg_header,
+)
+from resnet50_trainer.data.settings import SCALE_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)

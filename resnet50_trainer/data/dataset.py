@@ -12,12 +12,11 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import Dataset
 
-from resnet50_trainer.config import RANDOM_RESIZED_CROP
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch
-from resnet50_trainer.data.databases import Database, open_database
-from resnet50_trainer.data.records import Record, parse_record
-from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.data.formats.databases import Database, open_database
+from resnet50_trainer.data.formats.records import Record, parse_record
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)

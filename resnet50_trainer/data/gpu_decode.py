@@ -29,7 +29,7 @@ from torchvision.transforms.v2 import functional
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, filled_order
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.records import Record, jpeg_header
+from resnet50_trainer.data.formats.records import Record, jpeg_header
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import UserError
 

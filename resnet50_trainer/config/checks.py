@@ -1,0 +1,266 @@
+"""The settings checked against each other, with no look at the machine (probes.py and
+preflight.py look): check_settings raises UserError on the first problem."""
+
+from __future__ import annotations
+
+import math
+
+from resnet50_trainer.config.settings import (
+    BASIC_BLOCK_LAYERS,
+    CROP_BOUNDS,
+    DEFAULT_POWERSGD_RANK,
+    DEFAULT_POWERSGD_START_ITER,
+    Config,
+    check_crop_fits,
+)
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
+from resnet50_trainer.errors import UserError
+
+# The flags each policy reads; those it needs given, having no default that fits every run.
+_READS = {
+    "step": ("lr_steps", "lr_gamma"),
+    "multistep": ("lr_steps", "lr_gamma"),
+    "cosine": ("min_lr",),
+    "poly": ("lr_power", "min_lr"),
+    "exp": ("lr_gamma",),
+    "inv": ("lr_gamma", "lr_power"),
+    "fixed": (),
+}
+_NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", "lr_power")}
+# A gamma above 1 would raise the LR at every step without end.
+_DECAYING_GAMMA = ("step", "multistep", "exp")
+
+
+def check_settings(config: Config) -> None:
+    """The settings against each other, with no look at the machine; UserError on the first
+    problem (the GPU choice and the run id are checked as they are worked out, in cli.py)."""
+    if config.pipeline_chunks != 1 and not config.model_parallel:
+        raise UserError(
+            "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
+            "add --model_parallel or leave it out"
+        )
+    if config.batch_size % config.processes_per_machine:
+        raise UserError(
+            f"--batch_size {config.batch_size} does not divide by the "
+            f"{config.processes_per_machine} devices of this machine: use a multiple of "
+            f"{config.processes_per_machine}"
+        )
+    if config.device_batch_size % config.iter_size:
+        raise UserError(
+            f"--iter_size {config.iter_size} splits each process's batch of "
+            f"{config.device_batch_size} into passes of equal size, and it does not divide: "
+            f"use an --iter_size that divides {config.device_batch_size}"
+        )
+    if not 0 <= config.shard_id < config.num_shards:
+        raise UserError(
+            f"--shard_id {config.shard_id} is not below --num_shards "
+            f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}"
+        )
+    check_crop_fits(config.image_size, config.scale)
+    _check_crops(config)
+    # Each flag is finite on its own; their product, the LR the run uses, must be too.
+    if not math.isfinite(config.effective_learning_rate):
+        raise UserError(
+            f"--base_learning_rate {config.base_learning_rate:g} scaled to the global "
+            f"batch of {config.global_batch_size} overflows to infinity: lower "
+            "--base_learning_rate"
+        )
+    _check_lr_settings(config)
+    _check_optimizer(config)
+    _check_grad_compression(config)
+    _check_precision_and_decoding(config)
+    _check_later_flags(config)
+    _check_evaluate_and_init(config)
+    _check_ema_and_sync_bn(config)
+
+
+def _check_lr_settings(config: Config) -> None:
+    """Each LR flag read by the policy given, and the values that policy needs."""
+    policy = config.lr_policy
+    for flag in ("lr_steps", "lr_gamma", "lr_power", "min_lr"):
+        if getattr(config, flag) is not None and flag not in _READS[policy]:
+            readers = [name for name, flags in _READS.items() if flag in flags]
+            raise UserError(
+                f"--{flag} is not read by --lr_policy {policy}: only by "
+                f"{', '.join(readers)}; leave it out or pick one of those"
+            )
+    for flag in _NEEDS.get(policy, ()):
+        if getattr(config, flag) is None:
+            raise UserError(f"--lr_policy {policy} needs --{flag}: give it")
+    steps = config.lr_steps
+    if policy == "step" and steps is not None and len(steps) != 1:
+        raise UserError(
+            f"--lr_policy step takes one --lr_steps value, the epochs between drops "
+            f"(got {len(steps)}): for drops at given epochs use --lr_policy multistep"
+        )
+    if policy == "multistep" and steps is not None and list(steps) != sorted(set(steps)):
+        raise UserError(
+            "--lr_steps of --lr_policy multistep are the epochs of the drops, each after the "
+            "one before: give them in increasing order, no repeats"
+        )
+    if policy in _DECAYING_GAMMA and (config.lr_gamma or 0) > 1:
+        raise UserError(
+            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
+            "LR without end; give a gamma from 0 to 1"
+        )
+    if policy in ("cosine", "poly") and config.warmup_epochs >= config.num_epochs:
+        raise UserError(
+            f"--warmup_epochs {config.warmup_epochs:g} leaves nothing of the {config.num_epochs} "
+            f"epochs for --lr_policy {policy} to decay over: shorten the warm-up or run longer"
+        )
+    if (config.min_lr or 0) > config.effective_learning_rate:
+        raise UserError(
+            f"--min_lr {config.min_lr:g} is above the run's LR "
+            f"{config.effective_learning_rate:g}: the LR decays to --min_lr; lower it"
+        )
+
+
+def _check_optimizer(config: Config) -> None:
+    if config.optimizer == "nesterov" and config.momentum == 0:
+        raise UserError(
+            "--optimizer nesterov needs momentum and --momentum is 0: give a --momentum "
+            "above 0, or --optimizer sgd for plain SGD"
+        )
+
+
+def _check_crops(config: Config) -> None:
+    """--crop_area and --crop_ratio shape random-resized boxes only; the test crop must fit in the
+    resized test image."""
+    if config.crop != RANDOM_RESIZED_CROP:
+        for flag in CROP_BOUNDS:
+            if getattr(config, flag) is not None:
+                raise UserError(
+                    f"--{flag} bounds the boxes of --crop {RANDOM_RESIZED_CROP}, and this run has "
+                    f"--crop {config.crop}: add --crop {RANDOM_RESIZED_CROP} or leave --{flag} out"
+                )
+    resize, size = config.test_sizes
+    if size > resize:
+        size_flag = "--test_image_size" if config.test_image_size else "--image_size"
+        resize_flag = (
+            f"--test_resize {resize}"
+            if config.test_resize
+            else f"--scale {resize} (the test images' resize without --test_resize)"
+        )
+        raise UserError(
+            f"{size_flag} {size} is above {resize_flag}: the test crop must fit in the resized "
+            "test image; give --test_resize at least that, or a smaller --test_image_size"
+        )
+
+
+def _check_grad_compression(config: Config) -> None:
+    powersgd = config.grad_compression == "powersgd"
+    for flag, default in (
+        ("powersgd_rank", DEFAULT_POWERSGD_RANK),
+        ("powersgd_start_iter", DEFAULT_POWERSGD_START_ITER),
+    ):
+        if getattr(config, flag) != default and not powersgd:
+            raise UserError(
+                f"--{flag} sets PowerSGD, and --grad_compression is {config.grad_compression}: "
+                f"add --grad_compression powersgd or leave --{flag} out"
+            )
+    if powersgd and (config.dtype == "float16" or config.float16_compute):
+        # A step the scaler skips has inf or NaN gradients, which error feedback would keep.
+        raise UserError(
+            "--grad_compression powersgd with float16 training: an overflowing step's inf "
+            "gradients would stay in PowerSGD's error feedback for good; use --dtype bfloat16, "
+            "or --grad_compression fp16"
+        )
+
+
+def _check_later_flags(config: Config) -> None:
+    """The later original's flags (imagenet_trainer.py) against the others."""
+    for flag in ("image_mean_per_channel", "image_std_per_channel"):
+        values = getattr(config, flag)
+        if values is not None and len(values) != config.num_channels:
+            raise UserError(
+                f"--{flag} has {len(values)} values for --num_channels {config.num_channels}: "
+                f"give one per channel ({config.num_channels})"
+            )
+    if config.resnext and config.num_layers in BASIC_BLOCK_LAYERS:
+        raise UserError(
+            f"--resnext_num_groups and --resnext_width_per_group change bottleneck blocks, "
+            f"and ResNet-{config.num_layers} has none: use --num_layers 50, 101, 152 or 200, "
+            "or leave them at 1 and 64"
+        )
+
+
+def _check_precision_and_decoding(config: Config) -> None:
+    if config.float16_compute and config.dtype == "bfloat16":
+        raise UserError(
+            "--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
+            "bfloat16: drop one of them"
+        )
+    if config.decode_device == "gpu" and config.synthetic:
+        raise UserError(
+            "--decode_device gpu has nothing to decode with --train_data null: leave it out"
+        )
+    if not config.use_cpu:
+        return
+    gpu_only = {
+        "--dtype float16": (
+            config.dtype == "float16",
+            "float16 training needs a GPU (CPU float16 "
+            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU",
+        ),
+        "--float16_compute": (
+            config.float16_compute,
+            "float16 arithmetic needs a GPU: use --dtype bfloat16 on the CPU",
+        ),
+        "--enable_tensor_core": (
+            config.enable_tensor_core,
+            "tensor cores (TF32, channels_last) are GPU hardware: leave it out with --use_cpu",
+        ),
+        "--decode_device gpu": (
+            config.decode_device == "gpu",
+            "decoding on the GPU needs a GPU: leave it out with --use_cpu",
+        ),
+        "--sync_bn": (
+            config.sync_bn,
+            "PyTorch's SyncBatchNorm runs on GPUs only: leave it out with --use_cpu",
+        ),
+    }
+    for flag, (given, reason) in gpu_only.items():
+        if given:
+            raise UserError(f"{flag} with --use_cpu: {reason}")
+
+
+def _check_evaluate_and_init(config: Config) -> None:
+    """--test_only evaluates a checkpoint on a test DB; --init_model starts a run, which a resume
+    (--load_model_path) continues."""
+    if config.test_only and not (config.load_model_path and config.test_data):
+        missing = " and ".join(
+            flag
+            for flag, value in (
+                ("--load_model_path", config.load_model_path),
+                ("--test_data", config.test_data),
+            )
+            if not value
+        )
+        raise UserError(
+            f"--test_only evaluates a checkpoint on a test DB: give {missing} "
+            "(the checkpoint, or its directory, and the DB)"
+        )
+    if config.test_only and config.auto_resume:
+        raise UserError(
+            "--auto_resume continues a training run and --test_only trains nothing: "
+            "leave --auto_resume out (a directory as --load_model_path scores its newest "
+            "checkpoint)"
+        )
+    if config.init_model and config.load_model_path:
+        raise UserError(
+            "--init_model starts a new run from weights and --load_model_path continues an "
+            "earlier one: give one of them"
+        )
+
+
+def _check_ema_and_sync_bn(config: Config) -> None:
+    if config.ema_for_test and not (config.ema_decay or config.test_only):
+        raise UserError(
+            "--ema_for_test scores the EMA of the weights, which this run does not keep: "
+            "add --ema_decay (e.g. 0.9999) or leave --ema_for_test out"
+        )
+    if config.sync_bn and config.model_parallel:
+        raise UserError(
+            "--sync_bn with --model_parallel: batch norm synchronised across replicas that "
+            "each span two GPUs is not supported here; drop one of them"
+        )

@@ -1,0 +1,1 @@
+"""The command line's flags, one file a group, each group's checks beside its flags."""

@@ -1,0 +1,135 @@
+"""The flags of how a run optimises: batch, epochs, the optimizer, a Caffe solver file, and the
+learning rate's scaling, policy and warm-up. Part of the one parser (flags.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
+from resnet50_trainer.config.settings import (
+    DEFAULT_LR_POLICY,
+    LINEAR_LR_SCALING,
+    LR_POLICIES,
+    LR_SCALINGS,
+    OPTIMIZERS,
+)
+from resnet50_trainer.config.values import BATCH_SIZE, SEED, Number, NumberList, NumberValues
+
+EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
+
+
+def add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
+    optimisation = parser.add_argument_group("optimisation")
+    optimisation.add_argument(
+        "--batch_size",
+        type=BATCH_SIZE,
+        default=32,
+        help="batch size TOTAL over this machine's devices; must divide by them",
+    )
+    optimisation.add_argument(
+        "--iter_size",
+        type=Number(int, 1, 65536),
+        default=1,
+        help="passes each process's share of a batch is split into, gradients accumulated "
+        "(Caffe's iter_size): the memory of batch / N, one step of the whole batch",
+    )
+    optimisation.add_argument(
+        "--epoch_size",
+        type=Number(int, 1, 10**12),
+        help="images per epoch over all machines (default: one pass over the "
+        "training DB; the original's was 1500000)",
+    )
+    optimisation.add_argument(
+        "--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs"
+    )
+    optimisation.add_argument(
+        "--optimizer",
+        default="nesterov",
+        choices=OPTIMIZERS,
+        help="nesterov: SGD with Nesterov momentum, as the original; sgd: plain momentum, "
+        "Caffe's solver type SGD",
+    )
+    optimisation.add_argument(
+        "--momentum", type=Number(float, 0, 1, below_maximum=True), default=0.9, help="momentum"
+    )
+    optimisation.add_argument(
+        "--weight_decay",
+        type=Number(float, 0),
+        default=1e-4,
+        help="L2 on conv and fc weights and BN scales, not on biases",
+    )
+    optimisation.add_argument(
+        "--recipe",
+        default=CAFFE2_RECIPE,
+        choices=RECIPES,
+        help="caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe "
+        "(cosine LR, warm-up, label smoothing, mixup, cutmix, EMA, random-resized crops, "
+        "FixRes), said at start; flags given here override it",
+    )
+    optimisation.add_argument(
+        "--solver",
+        metavar="FILE",
+        help="a Caffe solver.prototxt: its base_lr, lr_policy, max_iter, snapshot and the "
+        "rest become the flags they mean (said at start); flags given here override it",
+    )
+    optimisation.add_argument(
+        "--seed",
+        type=SEED,
+        default=0,
+        help="seed of the initial weights, the data order and the augmentation",
+    )
+
+
+def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
+    rate = parser.add_argument_group("learning rate")
+    rate.add_argument(
+        "--base_learning_rate",
+        type=Number(float, 0, above_minimum=True),
+        default=0.1,
+        help="learning rate for a global batch of 256, scaled linearly to the "
+        "real global batch (see --lr_scaling), then shaped by --lr_policy",
+    )
+    rate.add_argument(
+        "--lr_scaling",
+        default=LINEAR_LR_SCALING,
+        choices=LR_SCALINGS,
+        help="linear: the LR is --base_learning_rate x global batch / 256; none: "
+        "--base_learning_rate as given, as the original's code did",
+    )
+    rate.add_argument(
+        "--lr_policy",
+        default=DEFAULT_LR_POLICY,
+        choices=LR_POLICIES,
+        help="step: x gamma every --lr_steps epochs (30 unless given, the original's); multistep: "
+        "x gamma at each of the --lr_steps epochs; cosine, poly: down to --min_lr at the "
+        "run's end; exp: x gamma per epoch; inv: (1 + gamma x epochs) ^ -power; fixed",
+    )
+    rate.add_argument(
+        "--lr_steps",
+        metavar="EPOCHS",
+        action=NumberValues,
+        type=NumberList(EPOCHS, "epochs"),
+        help="step: the epochs between drops (one value); multistep: the epochs of the drops",
+    )
+    rate.add_argument(
+        "--lr_gamma",
+        type=Number(float, 0, 1_000_000, above_minimum=True),
+        help="the factor of step, multistep and exp; inv's gamma (default: 0.1 for step and "
+        "multistep, none for exp and inv)",
+    )
+    rate.add_argument(
+        "--lr_power",
+        type=Number(float, 0, 1000),
+        help="the power of poly and inv (default: 1 for poly, linear; none for inv)",
+    )
+    rate.add_argument(
+        "--min_lr",
+        type=Number(float, 0),
+        help="where cosine and poly end (default: 0)",
+    )
+    rate.add_argument(
+        "--warmup_epochs",
+        type=Number(float, 0, 1_000_000),
+        default=0.0,
+        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
+    )

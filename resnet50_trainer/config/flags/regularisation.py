@@ -1,0 +1,63 @@
+"""The regularisation flags (ours, the pieces of torchvision's ResNet-50 recipe): label smoothing,
+MixUp and CutMix, no weight decay on batch norm, an EMA of the weights, synchronised batch norm.
+Each is off by default: a run without them trains as the original did."""
+
+from __future__ import annotations
+
+import argparse
+
+from resnet50_trainer.config.values import Number, Switch
+
+SHARE = Number(float, 0, 1, below_maximum=True)
+BETA_ALPHA = Number(float, 0, 1_000_000)
+EMA_STEPS = Number(int, 1, 1_000_000_000)
+
+
+def add_regularisation_flags(parser: argparse.ArgumentParser) -> None:
+    regularisation = parser.add_argument_group("regularisation and EMA")
+    regularisation.add_argument(
+        "--label_smoothing",
+        type=SHARE,
+        default=0.0,
+        help="share of each target spread evenly over all labels (cross-entropy's "
+        "label_smoothing; 0: off)",
+    )
+    for name, what in (("mixup", "MixUp (pixels blended)"), ("cutmix", "CutMix (a box pasted)")):
+        regularisation.add_argument(
+            f"--{name}_alpha",
+            type=BETA_ALPHA,
+            default=0.0,
+            help=f"{what} of each image with the batch's previous one, by a share drawn from "
+            "Beta(alpha, alpha), as torchvision's; with both on, one of the two per batch "
+            "(0: off)",
+        )
+    regularisation.add_argument(
+        "--no_bn_weight_decay",
+        action=Switch,
+        help="no weight decay on batch norm's scales either (biases never have it)",
+    )
+    regularisation.add_argument(
+        "--ema_decay",
+        type=SHARE,
+        default=0.0,
+        help="keep an exponential moving average of the weights and batch-norm statistics, "
+        "ema = decay x ema + (1 - decay) x weights at each update; scored after every "
+        "epoch beside the model and saved in checkpoints (0: off)",
+    )
+    regularisation.add_argument(
+        "--ema_steps",
+        type=EMA_STEPS,
+        default=1,
+        help="update the EMA every N global iterations (torchvision's reference: 32)",
+    )
+    regularisation.add_argument(
+        "--ema_for_test",
+        action=Switch,
+        help="the EMA's test accuracy is the log's test_accuracy and the summary's best; "
+        "with --test_only, score the checkpoint's EMA",
+    )
+    regularisation.add_argument(
+        "--sync_bn",
+        action=Switch,
+        help="batch norm's training statistics over the global batch (SyncBatchNorm; GPU only)",
+    )

@@ -1,0 +1,347 @@
+"""LMDB and LevelDB key/value databases: readers opened in the process that uses them, and writers.
+
+Readers have a tiny interface: `keys()` (sorted, computed once), `len()`, `get(key)`, `close()`.
+Open them where they are used (inside each DataLoader worker, after fork), from the path and the
+type: never pass an open Database across process boundaries.
+
+`open_database` refuses an empty database unless `allow_empty=True` (only tools that report on a
+database want to open an empty one; a trainer never does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.util
+import os
+import shutil
+import tempfile
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import lmdb
+import plyvel
+
+from resnet50_trainer.data.formats.keys import KeyStore
+from resnet50_trainer.errors import UserError
+
+LMDB = "lmdb"
+LEVELDB = "leveldb"
+DB_TYPES = (LMDB, LEVELDB)
+_DB_NAMES = {LMDB: "an LMDB", LEVELDB: "a LevelDB"}
+
+
+def detect_db_type(path: str) -> str | None:
+    """LMDB or LEVELDB from the files in directory `path`, or None if it holds neither."""
+    if os.path.isfile(os.path.join(path, "data.mdb")):
+        return LMDB
+    if os.path.isfile(os.path.join(path, "CURRENT")):
+        return LEVELDB
+    return None
+
+
+def check_database_path(path: str, db_type: str) -> None:
+    """Raise UserError (with the fix) unless `path` is a database of type `db_type`."""
+    if db_type not in DB_TYPES:
+        raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
+    if not os.path.exists(path):
+        raise UserError(
+            f"database {path} does not exist; check the path or build one with `resnet50-db create`"
+        )
+    if not os.path.isdir(path):
+        raise UserError(
+            f"database {path} is a file, not a directory; pass the LMDB/LevelDB "
+            "directory (the one holding data.mdb or CURRENT)"
+        )
+    found = detect_db_type(path)
+    if found is None:
+        raise UserError(
+            f"{path} holds neither an LMDB (data.mdb) nor a LevelDB (CURRENT); "
+            "pass the database directory itself"
+        )
+    if found != db_type:
+        raise UserError(
+            f"{path} is {_DB_NAMES[found]} database but --db_type {db_type} "
+            f"was given; pass --db_type {found}"
+        )
+
+
+class Database(ABC):
+    """A read-only view of one database."""
+
+    def __init__(self, path: str, db_type: str) -> None:
+        self.path = path
+        self.db_type = db_type
+        self._keys: list[bytes] | None = None
+
+    def keys(self) -> list[bytes]:
+        """All keys in sorted (byte) order; read once, then cached."""
+        if self._keys is None:
+            self._keys = self._read_keys()
+        return self._keys
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    @abstractmethod
+    def _read_keys(self) -> list[bytes]:
+        """All keys, in the database's (sorted) order."""
+
+    def get(self, key: bytes) -> bytes:
+        """The value stored under `key`; UserError if there is none."""
+        value = self._lookup(key)
+        if value is None:
+            raise UserError(
+                f"key {key!r} is not in database {self.path}; list keys with "
+                "`resnet50-db inspect` or pick a record with `dump --index`"
+            )
+        return value
+
+    @abstractmethod
+    def _lookup(self, key: bytes) -> bytes | None:
+        """The value stored under `key`, or None."""
+
+    @abstractmethod
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        """Every (key, value) in key order, the value possibly a view valid for this step only."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the database; closing twice is harmless."""
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+# LMDB refuses to open one environment twice in a process ("already open in this process"), as
+# when --test_data is --train_data and both are read in the training process: the readers of a
+# process share its one environment, each with its own read transaction. Held weakly, so that it
+# closes as it always did, with the last reader that holds it (closed or dropped). Keyed by
+# process too: a forked child opens its own (an LMDB environment does not survive a fork).
+_OPEN_LMDB: weakref.WeakValueDictionary[tuple[int, int, int], lmdb.Environment] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _open_lmdb(path: str) -> lmdb.Environment:
+    info = os.stat(path)
+    key = (os.getpid(), info.st_dev, info.st_ino)
+    environment = _OPEN_LMDB.get(key)
+    if environment is None:
+        environment = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+        _OPEN_LMDB[key] = environment
+    return environment
+
+
+class LmdbDatabase(Database):
+    """lock=False: no lock file is written or needed because nobody writes while we read;
+    readahead=False: random access over a large file should not pull in neighbouring pages."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, LMDB)
+        try:
+            self._env: lmdb.Environment | None = _open_lmdb(path)
+        except (lmdb.Error, OSError) as exc:
+            raise UserError(
+                f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
+            ) from exc
+        self._txn = self._env.begin(buffers=False)
+
+    def _read_keys(self) -> list[bytes]:
+        with self._txn.cursor() as cursor:
+            return list(cursor.iternext(keys=True, values=False))
+
+    def _lookup(self, key: bytes) -> bytes | None:
+        return self._txn.get(key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
+        assert self._env is not None, "items() of a closed LMDB"
+        with self._env.begin(buffers=True) as txn, txn.cursor() as cursor:
+            for key, value in cursor:
+                yield bytes(key), value
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._txn.abort()
+            del self._txn  # it holds the environment too
+            self._env = None  # the environment closes with its last reader
+
+
+# LevelDB lets only one process open a database, even for reading, and opening it rewrites files
+# (it replays and rotates the log, writes a new MANIFEST and may compact). So no reader ever opens
+# the original directory: each one opens a private snapshot, a temporary directory holding copies
+# of the small metadata files and symbolic links to the table files (*.ldb / *.sst). LevelDB never
+# modifies an existing table file; whatever it rewrites, renames or deletes in the snapshot touches
+# only the copies and the links. Any number of processes can thus read one LevelDB at once, and
+# reading never changes it. The snapshot is removed on close, or when its process exits.
+_TABLE_SUFFIXES = (".ldb", ".sst")
+_METADATA_PREFIXES = ("CURRENT", "MANIFEST-")
+
+
+def _make_leveldb_snapshot(path: str) -> str:
+    snapshot = tempfile.mkdtemp(prefix="resnet50-leveldb-")
+    source = os.path.abspath(path)
+    for name in os.listdir(source):
+        original = os.path.join(source, name)
+        if name.endswith(_TABLE_SUFFIXES):
+            os.symlink(original, os.path.join(snapshot, name))
+        elif name.startswith(_METADATA_PREFIXES) or name.endswith(".log"):
+            shutil.copy2(original, os.path.join(snapshot, name))
+    return snapshot
+
+
+def _close_leveldb(db: plyvel.DB, snapshot: str, owner_pid: int) -> None:
+    # A forked child inherits this object; only the process that made the snapshot removes it.
+    if os.getpid() == owner_pid:
+        db.close()
+        shutil.rmtree(snapshot, ignore_errors=True)
+
+
+class LevelDbDatabase(Database):
+    def __init__(self, path: str) -> None:
+        super().__init__(path, LEVELDB)
+        self._snapshot = _make_leveldb_snapshot(path)
+        try:
+            self._db = plyvel.DB(self._snapshot, create_if_missing=False)
+        except plyvel.Error as exc:
+            shutil.rmtree(self._snapshot, ignore_errors=True)
+            raise UserError(
+                f"cannot open LevelDB {path} ({exc}); check that it is complete "
+                "and not being written"
+            ) from exc
+        # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
+        # which skips atexit, but they run multiprocessing's exit finalizers first.
+        self._finalizer = multiprocessing.util.Finalize(
+            self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0
+        )
+
+    def _read_keys(self) -> list[bytes]:
+        return list(self._db.iterator(include_value=False))
+
+    def _lookup(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
+        return iter(self._db.iterator())
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def open_database(path: str, db_type: str, allow_empty: bool = False) -> Database:
+    """Open `path` read-only; UserError if it is missing, of the other type, or empty."""
+    check_database_path(path, db_type)
+    database = LmdbDatabase(path) if db_type == LMDB else LevelDbDatabase(path)
+    if not allow_empty and len(database) == 0:
+        database.close()
+        raise UserError(
+            f"database {path} holds no records; check that it was built completely "
+            "(resnet50-db inspect shows what is in it)"
+        )
+    return database
+
+
+def read_keys(path: str, db_type: str) -> KeyStore:
+    """All keys of a DB in key order, read once by each training process; UserError if empty."""
+    with open_database(path, db_type) as database:
+        return KeyStore.pack(database.keys())
+
+
+class DatabaseWriter(ABC):
+    """Buffers `put`s and commits them in batches; `close()` commits the rest and finishes."""
+
+    def __init__(self, path: str, batch_size: int) -> None:
+        self.path = path
+        self._batch_size = batch_size
+        self._batch: list[tuple[bytes, bytes]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._batch.append((key, value))
+        if len(self._batch) >= self._batch_size:
+            self._commit_batch()
+
+    def _commit_batch(self) -> None:
+        if self._batch:
+            self._commit(self._batch)
+            self._batch = []
+
+    @abstractmethod
+    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
+        """Write `batch` durably in one transaction."""
+
+    @abstractmethod
+    def _finish(self) -> None:
+        """Close the database, leaving it compact and ready to ship."""
+
+    def close(self) -> None:
+        self._commit_batch()
+        self._finish()
+
+    def __enter__(self) -> DatabaseWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class LmdbWriter(DatabaseWriter):
+    """Starts with a small map and doubles it whenever a batch does not fit, so no terabyte
+    reservation is needed; lock=False because only this writer touches the new environment."""
+
+    _INITIAL_MAP_SIZE = 16 << 20
+
+    def __init__(self, path: str, batch_size: int) -> None:
+        super().__init__(path, batch_size)
+        self._env = lmdb.open(path, map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False)
+        self._last_key: bytes | None = None
+
+    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    last_key = self._last_key
+                    for key, value in batch:
+                        # Appending keys in increasing order fills pages completely; inserting
+                        # leaves them half full after splits (the file gets up to twice as big).
+                        txn.put(key, value, append=last_key is None or key > last_key)
+                        last_key = key if last_key is None else max(last_key, key)
+                self._last_key = last_key
+                return
+            except lmdb.MapFullError:
+                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+
+    def _finish(self) -> None:
+        self._env.close()
+
+
+class LevelDbWriter(DatabaseWriter):
+    def __init__(self, path: str, batch_size: int) -> None:
+        super().__init__(path, batch_size)
+        self._db = plyvel.DB(path, create_if_missing=True, error_if_exists=True)
+
+    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
+        with self._db.write_batch() as write_batch:
+            for key, value in batch:
+                write_batch.put(key, value)
+
+    def _finish(self) -> None:
+        # Compacting flushes the memtable into tables, so no record is left pending in the log.
+        self._db.compact_range()
+        self._db.close()
+        # LevelDB's info logs hold timestamps and are of no use in a finished database.
+        for name in ("LOG", "LOG.old"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.path, name))
+
+
+def open_writer(path: str, db_type: str, batch_size: int = 1000) -> DatabaseWriter:
+    """A writer creating a new database at `path` (which must not exist yet)."""
+    if db_type not in DB_TYPES:
+        raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
+    if os.path.exists(path):
+        raise UserError(f"{path} already exists; choose a new path for the database")
+    return LmdbWriter(path, batch_size) if db_type == LMDB else LevelDbWriter(path, batch_size)

@@ -1,0 +1,354 @@
+"""Where this process stands in the run, and the process group that joins it to its peers.
+
+Three ways to meet:
+- one machine, our own launcher: a TCPStore that the launching process serves on a free port;
+- several machines (shards), our own launcher: the launching process of each shard meets the others
+  through Redis or a shared directory (rendezvous/), and its processes join the store found there;
+- torchrun, srun or mpirun started us: each process meets at MASTER_ADDR:MASTER_PORT when the
+  launcher gives one (env://), else through Redis or a shared directory like shards, one rank each;
+- mpirun or srun started one rank per machine, which starts the machine's processes itself (the
+  original's way): the ranks are the shards, and meet like shards or at MASTER_ADDR:MASTER_PORT.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import multiprocessing
+import os
+import socket
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.utils.data
+
+from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.distributed import heartbeats, rendezvous, transport
+from resnet50_trainer.distributed.rendezvous.master import meet_at_master
+from resnet50_trainer.distributed.rendezvous.meeting import Meeting, Seat, first_line, meet
+from resnet50_trainer.errors import PeerLost, UserError
+
+log = logging.getLogger(__name__)
+LOCALHOST = "127.0.0.1"
+STORE_CONNECT_TIMEOUT_S = 30.0
+JOINED_KEY = "joined"  # "joined/<rank>" on the run's store: who reached the process group
+_DATALOADER_CODE = os.path.dirname(torch.utils.data.__file__) + os.sep
+_MULTIPROCESSING_CODE = os.path.dirname(multiprocessing.__file__) + os.sep
+
+
+@dataclass(frozen=True)
+class Placement:
+    """This process's rank in the run, read once."""
+
+    rank: int
+    world_size: int
+    local_rank: int  # index among this machine's training processes
+    local_world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        """The one process that writes the run log, checkpoints and the progress bar."""
+        return self.rank == 0
+
+
+def placement_for(config: Config, local_index: int) -> Placement:
+    """This process's place in a run our own launcher started: global rank = shard_id x processes
+    per shard + local index. (Under torchrun, srun or mpirun the launcher's ranks are used.)"""
+    return Placement(
+        rank=config.shard_id * config.processes_per_machine + local_index,
+        world_size=config.world_size,
+        local_rank=local_index,
+        local_world_size=config.processes_per_machine,
+    )
+
+
+def meet_shards(config: Config, master: tuple[str, int] | None = None) -> Meeting:
+    """The launching process's meeting: a local store for one shard, else the shards' rendezvous,
+    at `master` (a launcher's MASTER_ADDR:MASTER_PORT) when given. Keep the result for the whole
+    run: shard 0's launching process serves the run's store."""
+    if config.num_shards == 1:
+        store = dist.TCPStore(
+            LOCALHOST,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+        )
+        return Meeting(store, LOCALHOST, store.port)
+    if master is not None:
+        return meet_at_master(config.shard_id, config.num_shards, master, config.first_iter_timeout)
+    return _meet_through_board(
+        config, Seat(config.shard_id, config.num_shards, "shard", _board_run_id(config))
+    )
+
+
+def join_process_group(config: Config, placement: Placement, host: str, port: int) -> None:
+    """Join the run's process group through the store at host:port: NCCL on GPUs, Gloo on CPUs."""
+    first = datetime.timedelta(seconds=config.first_iter_timeout)
+    try:  # a plain connect fails at once on a dead port, where TCPStore would retry until `first`
+        socket.create_connection((host, port), timeout=STORE_CONNECT_TIMEOUT_S).close()
+        store = dist.TCPStore(host, port, is_master=False, timeout=first)
+    except (OSError, RuntimeError) as error:
+        raise UserError(
+            f"could not reach the run's store at {host}:{port} ({first_line(error)}); "
+            "check that shard 0's launching process is alive"
+        ) from error
+    _form_group(
+        config,
+        store,
+        (host, port),
+        placement.rank,
+        placement.world_size,
+        placement.local_world_size,
+    )
+
+
+def join_under_launcher(config: Config, launched: Launched) -> Meeting | None:
+    """torchrun/srun/mpirun: this process is one rank. Returns the meeting to keep, if any."""
+    if launched.master is not None:
+        timeout = datetime.timedelta(seconds=config.first_iter_timeout)
+        try:
+            store, _, _ = next(
+                dist.rendezvous("env://", launched.rank, launched.world_size, timeout=timeout)
+            )
+            if launched.round_prefix:  # a store that outlives this round (torchrun's agent's)
+                store = dist.PrefixStore(launched.round_prefix, store)
+            dist.init_process_group(
+                _backend(config),
+                store=store,
+                rank=launched.rank,
+                world_size=launched.world_size,
+                timeout=timeout,
+                device_id=_bound_device(config),
+            )
+        except (dist.DistError, RuntimeError) as error:
+            raise UserError(
+                f"rank {launched.rank} could not form the process group at "
+                f"MASTER_ADDR:MASTER_PORT {launched.master[0]}:{launched.master[1]} "
+                f"({first_line(error)}): check that every rank was started and "
+                "reaches that address"
+            ) from None
+        heartbeats.start_heartbeat(
+            launched.master, launched.rank, launched.world_size, launched.local_world_size
+        )
+        return None
+    meeting = _meet_through_board(
+        config, Seat(launched.rank, launched.world_size, "rank", _board_run_id(config))
+    )
+    _form_group(
+        config,
+        meeting.store,
+        (meeting.host, meeting.port),
+        launched.rank,
+        launched.world_size,
+        launched.local_world_size,
+    )
+    return meeting
+
+
+def _form_group(
+    config: Config,
+    store: dist.Store,
+    address: tuple[str, int],
+    rank: int,
+    world_size: int,
+    per_machine: int,
+) -> None:
+    """init_process_group on the run's store at `address`. Each rank checks in and starts its
+    heartbeat first, so that a failure names the ranks that did not join, or that stopped
+    answering after they did."""
+    where = f"{address[0]}:{address[1]}"
+    try:
+        store.add(f"{JOINED_KEY}/{rank}", 1)
+        heartbeats.start_heartbeat(address, rank, world_size, per_machine)
+        dist.init_process_group(
+            _backend(config),
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=config.first_iter_timeout),
+            device_id=_bound_device(config),
+        )
+    except (dist.DistError, RuntimeError) as error:
+        try:
+            missing = [r for r in range(world_size) if not store.check([f"{JOINED_KEY}/{r}"])]
+        except (dist.DistError, RuntimeError):
+            raise UserError(
+                f"rank {rank} lost the run's store at {where} while the process group "
+                f"formed ({first_line(error)}): shard 0's launching process, which "
+                "serves it, is gone; start the run again"
+            ) from None
+        who = (
+            f"{heartbeats.ranks_named(missing, per_machine)} of {world_size} did not join"
+            if missing
+            else heartbeats.who_was_lost()
+        )
+        raise UserError(
+            f"rank {rank} could not form the process group: {who} "
+            f"({first_line(error)}; store {where}): start every process of the run, "
+            "or raise --first_iter_timeout"
+        ) from None
+
+
+def _board_run_id(config: Config) -> str:
+    """The id the board keys the meeting by; cli.run_id_of requires one wherever machines meet
+    through a board."""
+    assert config.run_id is not None, "a meeting through a board needs --run_id"
+    return config.run_id
+
+
+def _meet_through_board(config: Config, seat: Seat) -> Meeting:
+    board = rendezvous.open_board(
+        seat.run_id,
+        config.redis_host,
+        config.redis_port,
+        config.redis_password,
+        config.file_store_path,
+    )
+    host = transport.advertised_host(
+        config.distributed_interfaces, config.distributed_transport, config.redis_host
+    )
+    log.info(
+        "%s %d of %d: meeting the others of run %s via %s",
+        seat.noun.capitalize(),
+        seat.index,
+        seat.count,
+        seat.run_id,
+        board.where,
+    )
+    return meet(board, seat, host, config.first_iter_timeout)
+
+
+def _backend(config: Config) -> str:
+    return "gloo" if config.use_cpu else "nccl"
+
+
+def _bound_device(config: Config) -> torch.device | None:
+    """NCCL's communicator bound to this process's GPU (claim_device set it current): created at
+    once, where it would be created at the first collective, after a guess of the device that the
+    first barrier warns of. Not with --model_parallel: a replica's second GPU is this process's
+    too, and a group bound to the first refuses collectives there."""
+    if config.use_cpu or config.model_parallel:
+        return None
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+# The limit of this process's collectives once shortened (shorten_timeout); None until then, when
+# the group's own (--first_iter_timeout) holds.
+_short_timeout: list[datetime.timedelta] = []
+
+
+def shorten_timeout(config: Config) -> None:
+    """After the first step, a peer that stops answering ends the run within --timeout."""
+    _short_timeout[:] = [datetime.timedelta(seconds=config.timeout)]
+    _set_timeout(_short_timeout[0])
+
+
+@contextmanager
+def long_wait(config: Config) -> Iterator[None]:
+    """Collectives issued inside wait up to --first_iter_timeout: the checkpoint barrier, where the
+    others wait while the first process writes (hundreds of MB, on slow storage perhaps). With NCCL
+    a collective past its limit is aborted by the watchdog, which kills the process (SIGABRT)."""
+    _set_timeout(datetime.timedelta(seconds=config.first_iter_timeout))
+    try:
+        yield
+    finally:
+        if _short_timeout:
+            _set_timeout(_short_timeout[0])
+
+
+def _set_timeout(timeout: datetime.timedelta) -> None:
+    set_timeout = getattr(dist, "set_timeout", None)  # torch >= 2.12; earlier: the private setter
+    if set_timeout is None:
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        set_timeout = _set_pg_timeout
+    set_timeout(timeout)
+
+
+@contextmanager
+def waiting_for_peers(what: str) -> Iterator[None]:
+    """Wrap each place where this process waits on its peers: a collective (or a step holding DDP's)
+    that fails there is a lost peer, raised as PeerLost naming `what` ("the checkpoint barrier").
+
+    Recognised by where it happens, not by its words: Gloo raises plain RuntimeErrors, torch's own
+    collectives DistErrors. Not a peer's doing: a RuntimeError subclass (out of memory, CUDA
+    errors, torch.compile's errors, ours), the DataLoader's report of a dead input process,
+    which its SIGCHLD handler may raise anywhere in this thread, and a run of one process. With
+    NCCL a collective returns at once: the read of its result belongs inside the block."""
+    try:
+        yield
+    except (dist.DistError, RuntimeError) as error:
+        if not isinstance(error, dist.DistError) and (
+            type(error) is not RuntimeError or raised_by_input_processes(error) or _alone()
+        ):
+            raise
+        raise PeerLost(
+            f"{heartbeats.who_was_lost()} during {what} ({first_line(error)})"
+        ) from error
+
+
+def _alone() -> bool:
+    """A run of one process has no peer to lose: a plain error of its step is its own."""
+    return dist.is_initialized() and dist.get_world_size() == 1
+
+
+def raised_by_input_processes(error: BaseException) -> bool:
+    """The DataLoader's own error about its input processes (one died, or stopped answering):
+    raised in torch.utils.data itself, by next() on the loader or by its SIGCHLD handler. An error
+    inside an input process is re-raised from elsewhere (torch._utils) and keeps its traceback.
+    An input process killed while it hands a batch over breaks the pipe inside multiprocessing,
+    under the DataLoader's next(): that is the same loss."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    innermost = frames[-1].filename
+    if innermost.startswith(_DATALOADER_CODE):
+        return True
+    return (
+        isinstance(error, (OSError, EOFError))
+        and innermost.startswith(_MULTIPROCESSING_CODE)
+        and any(frame.filename.startswith(_DATALOADER_CODE) for frame in frames)
+    )
+
+
+def parameters_digest_everywhere(module: torch.nn.Module) -> str:
+    """SHA-256 of this replica's parameters, checked equal on every process; raises if any differs.
+
+    DDP keeps replicas identical by construction; this proves it at the end of a run for the cost
+    of one hash and one small all-gather."""
+    digest = hashlib.sha256()
+    for parameter in module.parameters():
+        digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+    mine = torch.tensor(
+        list(digest.digest()[:16]), dtype=torch.uint8, device=next(module.parameters()).device
+    )
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    with waiting_for_peers("the all-gather of the parameters' digest"):
+        dist.all_gather(everyone, mine)
+        differing = [rank for rank, other in enumerate(everyone) if not torch.equal(other, mine)]
+    if differing:
+        raise RuntimeError(
+            f"replicas diverged: ranks {differing} hold other parameters than "
+            f"rank {dist.get_rank()}"
+        )
+    return digest.hexdigest()
+
+
+def leave_process_group() -> None:
+    """Leave the group; the DataLoader's SIGCHLD handler may report an input process that died
+    with the run here, after the run's own error has been raised: that one is the one to report."""
+    heartbeats.stop_heartbeat()
+    if not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group()
+    except RuntimeError as error:
+        if not raised_by_input_processes(error):
+            raise

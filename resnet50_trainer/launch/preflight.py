@@ -1,0 +1,127 @@
+"""The run's inputs checked once, in the launching process, before any training process starts and
+before any file is written: a bad input ends the run with one line naming the fix (exit 2)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+
+from resnet50_trainer.checkpoint import files as checkpoint_files
+from resnet50_trainer.checkpoint.auto_resume import check_same_run, resume_path
+from resnet50_trainer.checkpoint.claim import (
+    check_checkpoint,
+    check_checkpoint_name,
+    claim_checkpoint_names,
+)
+from resnet50_trainer.checkpoint.initial_weights import read_init_model
+from resnet50_trainer.checkpoint.lock import CheckpointLock
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.label_scan import quick_label
+from resnet50_trainer.data.formats.records import decode_image, parse_record
+from resnet50_trainer.distributed import grad_compression
+from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.train.evaluation import test_label_refusal
+
+log = logging.getLogger(__name__)
+# Seconds preflight spends on the test labels: a cold ImageNet test DB (6 GB) takes minutes to
+# read, so the first test checks what is left as it reads it (evaluation.py).
+LABEL_SCAN_S = 5.0
+# Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
+# with a few bad records passes (they are skipped while training); one where all fail does not.
+RECORDS_SAMPLED = 16
+
+
+def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointLock | None:
+    """`writes_checkpoints`: this process runs (or launches) global rank 0, which writes the
+    checkpoints (and alone reads --init_model); it then takes the checkpoints' lock, returned for
+    the caller to hold until the run ends. A --test_only run reads no training DB and writes
+    nothing: it needs no writable directory and takes no lock."""
+    check_checkpoint_name(config.save_model_name)
+    grad_compression.check_supported(config)
+    if not config.test_only:
+        check_outputs_writable(config)
+        if not config.synthetic:
+            _check_holds_images(config)
+    if config.test_data is not None:
+        _check_test_labels(config, config.test_data, LABEL_SCAN_S)
+    resumed = None
+    source = resume_path(config)
+    if source:
+        resumed = checkpoint_files.load_checkpoint(source, config.save_model_name, warn=False)
+        check_checkpoint(resumed, config)
+        check_same_run(resumed, config)
+    if config.init_model and writes_checkpoints:
+        read_init_model(config.init_model, config, say=False)
+    if config.test_only or not writes_checkpoints:
+        return None
+    return claim_checkpoint_names(config, resumed)
+
+
+def check_outputs_writable(config: Config) -> None:
+    """Fail before any work if the log or checkpoint directory cannot take files."""
+    for flag, directory in (
+        ("--log_dir", config.log_dir),
+        ("--checkpoint_dir", config.checkpoint_dir),
+    ):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as error:
+            # makedirs says "File exists" where a file stands in the directory's place.
+            reason = "a file, not a directory" if os.path.isfile(directory) else error.strerror
+            raise UserError(
+                f"{flag} {directory} cannot be written ({reason}): choose a writable directory"
+            ) from None
+
+
+def _check_holds_images(config: Config) -> None:
+    with open_database(config.train_data, config.db_type) as database:
+        keys = database.keys()
+        sampled = keys[:: max(1, len(keys) // RECORDS_SAMPLED)][:RECORDS_SAMPLED]
+        problems = []
+        for key in sampled:
+            try:
+                decode_image(parse_record(database.get(key)), config.num_channels)
+                return
+            except RecordError as error:
+                problems.append((key, error))
+    key, first_error = problems[0]
+    raise UserError(
+        f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
+        f"an image (e.g. key {key.decode(errors='replace')}: {first_error}): "
+        "give a DB of Caffe Datum or Caffe2 TensorProtos image records"
+    )
+
+
+def _check_test_labels(config: Config, test_data: str, budget_s: float) -> None:
+    """Every test label the test reads (--test_epoch_size) must be a class of the model: checked
+    here for `budget_s` seconds, and by the first test for what is left. The scan reads each
+    record's label from its wire format (label_scan.py: the image bytes are stepped over, not
+    read); only a record it cannot tell, or whose label is out of range, is parsed in full, and it
+    decodes no image."""
+    started = time.monotonic()
+    tested = config.test_epoch_size  # the test reads the first records only (None: all)
+    with open_database(test_data, config.db_type) as database:
+        for checked, (key, value) in enumerate(database.items()):
+            if checked == tested:
+                return
+            if checked % 256 == 0 and time.monotonic() - started > budget_s:
+                log.info(
+                    "Test labels: those of the first %d records checked in %.1f s; the first test "
+                    "checks the rest as it reads them",
+                    checked,
+                    time.monotonic() - started,
+                )
+                return
+            label = quick_label(value)
+            if label is None or not 0 <= label < config.num_labels:
+                try:
+                    label = parse_record(bytes(value)).label
+                except RecordError:
+                    continue  # skipped and not scored during evaluation, like a bad training record
+            if not 0 <= label < config.num_labels:
+                raise test_label_refusal(f"--test_data {test_data}", label, config.num_labels, key)

@@ -1,0 +1,259 @@
+"""One training process per device of this machine (GPU, or CPU worker with --use_cpu), or none of
+our own when torchrun, srun or mpirun started this process as one rank of one device; a launcher's
+one rank per machine (the original's way) starts them as a run without a launcher does."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.sharedctypes import Synchronized
+from typing import NoReturn
+
+import torch
+import torch.multiprocessing as mp
+
+from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.distributed import process_group, transport
+from resnet50_trainer.distributed.devices import claim_device
+from resnet50_trainer.distributed.rendezvous.meeting import first_line
+from resnet50_trainer.errors import (
+    FAILURE_EXIT_STATUS,
+    ONE_LINE_ERRORS,
+    TRAINER,
+    USAGE_EXIT_STATUS,
+    PeerLost,
+    RunFailed,
+    error_line,
+    exit_status,
+    leave,
+    report,
+)
+from resnet50_trainer.launch import preflight
+from resnet50_trainer.train.run import train
+
+log = logging.getLogger(__name__)
+# Seconds the other processes get to end by themselves (and report) once one has failed, and
+# again after SIGTERM, before they are killed.
+GRACE_PERIOD_S = 3.0
+
+
+def launch(config: Config, launched: Launched | None = None) -> int:
+    """Start the run's processes on this machine and return the exit status of the run; an error
+    of this process (a one-line one included) is raised for the command line to report."""
+    lock = None
+    # Once a machine, not once a rank; and in global rank 0's process, which writes the
+    # checkpoints, wherever a launcher placed it (this process lives as long as the run there).
+    if launched is None or launched.local_rank == 0 or launched.rank == 0:
+        writes_checkpoints = config.shard_id == 0 if launched is None else launched.rank == 0
+        lock = preflight.check_inputs(config, writes_checkpoints)
+    try:
+        return _run(config, launched)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(config: Config, launched: Launched | None) -> int:
+    transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
+    _interrupt_once()
+    if launched is not None and not _one_rank_per_machine(config, launched):
+        _run_launched(launched, config)
+        return 0
+    # Held until the run ends: in shard 0 this process serves the run's store.
+    meeting = process_group.meet_shards(config, launched.master if launched else None)
+    try:
+        return _run_processes(config, meeting.host, meeting.port)
+    finally:
+        meeting.close()
+
+
+def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
+    """mpirun or srun the original's way: the launcher's one rank on this machine, asked for
+    --num_gpus processes; cli.adopt_launcher made the ranks the shards."""
+    return launched.local_world_size == 1 and config.processes_per_machine > 1
+
+
+def _run_processes(config: Config, store_host: str, store_port: int) -> int:
+    if config.processes_per_machine == 1:
+        run_process(0, config, store_host, store_port)
+        return 0
+    # One line from this machine: its processes mostly fail for one reason (a lost peer, a store
+    # out of reach), and the first to report it speaks for all.
+    reported = mp.get_context("spawn").Value("b", 0)
+    # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
+    context = mp.start_processes(
+        _run_spawned,
+        args=(config, store_host, store_port, reported),
+        nprocs=config.processes_per_machine,
+        join=False,
+        start_method="spawn",
+    )
+    try:
+        while not context.join(grace_period=GRACE_PERIOD_S):
+            pass
+    except KeyboardInterrupt:
+        _stop_all(context.processes)
+        raise
+    except mp.ProcessExitedException as failure:
+        if failure.signal_name:  # no last words from a killed process: name it here
+            print(error_line(TRAINER, _killed(config, failure, context.processes)), file=sys.stderr)
+        # Otherwise the failed process already printed its one-line reason (or its traceback).
+        return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
+    except mp.ProcessRaisedException as failure:
+        print(failure, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
+    """The line for a training process that ended by a signal. With NCCL a lost or silent peer
+    never raises in Python: NCCL's watchdog aborts the waiting process (SIGABRT) once --timeout
+    has run out, so SIGABRT there is a lost peer, named where it was one of this machine's."""
+    rank = config.shard_id * config.processes_per_machine + failure.error_index
+    who = f"training process of rank {rank} (pid {failure.error_pid})"
+    resume = "resume it with --load_model_path " + config.checkpoint_dir
+    if failure.signal_name != "SIGABRT" or config.use_cpu:
+        return f"{who} was killed by {failure.signal_name}; the run stopped: {resume}"
+    gone = [
+        config.shard_id * config.processes_per_machine + index
+        for index, process in enumerate(processes)
+        if index != failure.error_index and process.exitcode not in (None, 0, -signal.SIGABRT)
+    ]
+    peer = f"rank {', '.join(map(str, gone))} of this machine" if gone else "a peer"
+    return (
+        f"{who} stopped: {peer} was lost or stopped answering, and NCCL's watchdog ended "
+        f"the wait with SIGABRT at its limit (--timeout {config.timeout:g} s; "
+        f"--first_iter_timeout {config.first_iter_timeout:g} s in the first step and the "
+        f"checkpoint barrier); {_cannot_go_on(config)}"
+    )
+
+
+def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
+    """The body of one training process: placement, device, process group, training."""
+    placement = process_group.placement_for(config, local_index)
+    device = _set_up(config, placement)
+    with _one_line_if_lost(config, placement):
+        process_group.join_process_group(config, placement, store_host, store_port)
+        train(config, placement, device)
+
+
+def _run_launched(launched: Launched, config: Config) -> None:
+    """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
+    placement = process_group.Placement(
+        launched.rank, launched.world_size, launched.local_rank, launched.local_world_size
+    )
+    device = _set_up(config, placement)
+    with _one_line_if_lost(config, placement):
+        meeting = process_group.join_under_launcher(config, launched)  # held for the run
+        try:
+            train(config, placement, device)
+        finally:
+            if meeting is not None:
+                meeting.close()
+
+
+def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
+    """Logging (the first process speaks), the seed (the same initial weights, run after run) and
+    the device of this training process."""
+    logging.basicConfig(
+        level=logging.INFO if placement.is_main else logging.WARNING,
+        format="%(message)s",
+        force=True,
+    )
+    torch.manual_seed(config.seed)
+    return claim_device(config, placement.local_rank)
+
+
+@contextmanager
+def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Iterator[None]:
+    """A lost peer (typed where this process waited on it) or lost input processes end the run with
+    one line; any other error keeps its traceback. The process group is left either way."""
+    try:
+        yield
+    except PeerLost as failure:
+        raise RunFailed(
+            f"rank {placement.rank} stopped: {failure}; {_cannot_go_on(config)}"
+        ) from failure
+    except (RuntimeError, OSError, EOFError) as error:
+        if not process_group.raised_by_input_processes(error):
+            raise
+        raise RunFailed(
+            f"rank {placement.rank} stopped: {first_line(error)}; {_cannot_go_on(config)}"
+        ) from error
+    finally:
+        process_group.leave_process_group()
+
+
+def _cannot_go_on(config: Config) -> str:
+    return (
+        "the run cannot go on without every process: resume it with --load_model_path "
+        + config.checkpoint_dir
+    )
+
+
+def _run_spawned(
+    local_index: int,
+    config: Config,
+    store_host: str,
+    store_port: int,
+    reported: Synchronized | None = None,
+) -> NoReturn:
+    """A spawned process reports its failure in one line, unless another process of this machine
+    did (`reported`), and exits 2 (user error) or 1; the launcher passes that on. SIGTERM, from
+    the launcher or from outside, stops it like Ctrl-C. It leaves as the command does
+    (errors.leave), never through the interpreter's teardown; only a bug's traceback goes back to
+    the launcher through torch's spawn."""
+    # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
+    _interrupt_once()
+    try:
+        run_process(local_index, config, store_host, store_port)
+        status = 0
+    except ONE_LINE_ERRORS as error:
+        status = report(TRAINER, error) if _first_to_report(reported) else exit_status(error)
+    except SystemExit as stop:  # a run-wide stop the first process reported
+        status = stop.code if isinstance(stop.code, int) else FAILURE_EXIT_STATUS
+    except KeyboardInterrupt:
+        status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
+    leave(status)
+
+
+def _first_to_report(reported: Synchronized | None) -> bool:
+    if reported is None:
+        return True
+    with reported.get_lock():
+        first, reported.value = not reported.value, 1
+    return first
+
+
+def _interrupt_once() -> None:
+    """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
+    is abandoned (its temporary file removed) and the last complete one stays. Only the first
+    SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
+    sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
+    handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
+    interrupted: list[int] = []
+
+    def interrupt(signum, frame):
+        # Not SIG_IGN: Python reports a signal pending while its handler is swapped as an OSError.
+        if not interrupted:
+            interrupted.append(signum)
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _stop_all(processes) -> None:
+    """Ctrl-C or SIGTERM on the launcher: SIGTERM each training process, then SIGKILL stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(GRACE_PERIOD_S)
+        if process.is_alive():
+            process.kill()
+            process.join()

@@ -1,0 +1,43 @@
+"""SGD as the original: Nesterov momentum 0.9, weight decay off the biases (or, as Caffe's solver
+type "SGD", plain momentum: --optimizer sgd). The LR it steps with: lr_schedule.py."""
+
+from __future__ import annotations
+
+import torch
+
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.model.resnet import weight_decay_groups
+
+
+def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
+    optimizer = torch.optim.SGD(
+        weight_decay_groups(model, bn_weight_decay=not config.no_bn_weight_decay),
+        lr=config.effective_learning_rate,
+        momentum=config.momentum,
+        nesterov=config.optimizer == "nesterov",
+        weight_decay=config.weight_decay,
+        fused=_fused(model),
+    )
+    # A checkpoint's param groups carry the kernel choice of the run that saved it (a GPU's fused
+    # one, a CPU's default): this run keeps its own, as its device decides.
+    kernels = {key: optimizer.defaults[key] for key in ("fused", "foreach")}
+
+    def keep_kernels(loaded: torch.optim.Optimizer) -> None:
+        for group in loaded.param_groups:
+            group.update(kernels)
+
+    optimizer.register_load_state_dict_post_hook(keep_kernels)
+    return optimizer
+
+
+def _fused(model: torch.nn.Module) -> bool | None:
+    """The fused kernel on GPUs: the gradient scaler then hands it the inverse scale and the
+    found-inf flag on the device, where with the per-tensor kernels its step() reads found-inf with
+    .item(), a host sync every step. On the CPU, None: torch's default kernels, as before."""
+    on_gpus = all(parameter.device.type == "cuda" for parameter in model.parameters())
+    return True if on_gpus else None
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,97 @@
+"""Training precision and memory layout: autocast, the gradient scaler, TF32 and channels_last.
+
+How the original's flags map onto PyTorch (see the README, "Speed"):
+- --dtype float16: autocast to float16 with a gradient scaler. The original kept float16 weights
+  with float32 master copies; autocast keeps float32 weights and runs conv/fc in float16, which is
+  the same arithmetic with the master copy being the weights themselves.
+- --float16_compute: the original's "do the conv/fc arithmetic in float16". Under autocast that is
+  exactly what --dtype float16 does, so it selects the same mode.
+- --dtype bfloat16: autocast to bfloat16, no scaler (bfloat16 has float32's exponent range).
+- --enable_tensor_core: TF32 for matmuls and cuDNN convolutions, and channels_last tensors (the
+  layout tensor-core convolutions run on without transposes). GPU only; without it, neither
+  (PyTorch's own default lets cuDNN's convolutions use TF32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from resnet50_trainer.config.settings import Config
+
+# The original normalised pixels as (x - 128) / 128.
+PIXEL_CENTRE = 128.0
+PIXEL_SCALE = 128.0
+
+
+def compute_dtype(config: Config) -> torch.dtype | None:
+    """The autocast dtype of the run, or None for plain float32."""
+    if config.dtype == "float16" or config.float16_compute:
+        return torch.float16
+    if config.dtype == "bfloat16":
+        return torch.bfloat16
+    return None
+
+
+def normalize(
+    images: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    mean: torch.Tensor | float = PIXEL_CENTRE,
+    std: torch.Tensor | float = PIXEL_SCALE,
+) -> torch.Tensor:
+    """uint8 NCHW on the device -> (x - mean) / std in `dtype`; mean and std per channel as
+    (1, C, 1, 1) tensors, or one number for all. Worked in float32 and then cast, so the
+    original's (x - 128) / 128 is exact in float16 and bfloat16 too."""
+    return images.float().sub_(mean).div_(std).to(dtype)
+
+
+def channel_statistics(config: Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """--image_mean_per_channel and --image_std_per_channel as (1, C, 1, 1) tensors in our
+    tensors' channel order: the flags follow the original's BGR, our colour tensors are RGB."""
+    statistics = []
+    for values, default in (
+        (config.image_mean_per_channel, PIXEL_CENTRE),
+        (config.image_std_per_channel, PIXEL_SCALE),
+    ):
+        per_channel = list(values or [default] * config.num_channels)[::-1]
+        statistics.append(torch.tensor(per_channel, device=device).view(1, -1, 1, 1))
+    return statistics[0], statistics[1]
+
+
+class Precision:
+    """What the training step needs to know about precision and layout, for one device."""
+
+    def __init__(self, config: Config, device: torch.device):
+        self.device = device
+        self.dtype = compute_dtype(config)
+        self.channels_last = config.enable_tensor_core
+        self.mean, self.std = channel_statistics(config, device)
+        # A disabled scaler passes backward() and step() straight through.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
+        if device.type == "cuda":
+            # Both ways: cuDNN's convolutions default to TF32 in PyTorch, so float32 without the
+            # flag would quietly run them at TF32's 10-bit mantissa.
+            torch.backends.cuda.matmul.allow_tf32 = config.enable_tensor_core
+            torch.backends.cudnn.allow_tf32 = config.enable_tensor_core
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def inputs(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 NCHW on the device -> normalised, in the compute dtype and the model's layout."""
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return normalize(images, self.dtype or torch.float32, self.mean, self.std)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.step(optimizer)
+        self.scaler.update()

@@ -1,0 +1,1 @@
+"""What a run reports: the CSV run log, the progress bar, the GPU monitor, the profiler."""

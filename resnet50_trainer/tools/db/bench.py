@@ -1,0 +1,158 @@
+"""`resnet50-db bench DB`: the training input pipeline alone, in images per second.
+
+The same pipeline the trainer builds (device_batches: seeded record order, input processes,
+uint8 crops, pinned batches, the device prefetcher), read for --batches batches after one warm-up
+batch (which pays for starting the input processes). No model runs. Registered in resnet50-db's
+subcommands with `register(subparsers)`; also runnable alone as
+`python -m resnet50_trainer.tools.db.bench DB ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from resnet50_trainer.config.settings import resolve_scale
+from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
+from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
+from resnet50_trainer.data.settings import CROPS, SCALE_CROP
+from resnet50_trainer.errors import UserError, run_command
+
+if TYPE_CHECKING:
+    import torch
+
+ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="time the training input pipeline alone (images/s)",
+        description="Run the training input pipeline (decode, crop, batch, copy to the device) "
+        "without a model and print images per second; last line: 'images/sec: X'.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", help="LMDB or LevelDB directory of image records")
+    parser.add_argument(
+        "--db_type",
+        choices=("lmdb", "leveldb"),
+        help="database type (default: detected from the directory)",
+    )
+    parser.add_argument("--batch_size", type=BATCH_SIZE, default=256, help="images per batch")
+    parser.add_argument("--image_size", type=PIXELS, default=224, help="crop size in pixels")
+    parser.add_argument(
+        "--scale",
+        type=PIXELS,
+        help="shorter side before cropping (default: round(image_size / 0.875), as the trainer)",
+    )
+    parser.add_argument(
+        "--crop",
+        default=SCALE_CROP,
+        choices=CROPS,
+        help="training crop, as the trainer's --crop (random_resized: its default bounds)",
+    )
+    parser.add_argument(
+        "--num_channels", type=int, default=3, choices=(1, 3), help="colour channels"
+    )
+    parser.add_argument(
+        "--num_workers", type=INPUT_WORKERS, default=2, help="input processes (0: in this one)"
+    )
+    parser.add_argument(
+        "--batches",
+        type=Number(int, 1, 1_000_000),
+        default=20,
+        help="batches timed, after one warm-up",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where batches end up (cuda adds the pinned copy and the prefetcher)",
+    )
+    parser.add_argument(
+        "--decode_device",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda",
+    )
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the order and the crops")
+
+
+def run(args: argparse.Namespace) -> int:
+    rate = bench(args)
+    print(f"images/sec: {rate:.1f}")
+    return 0
+
+
+def bench(args: argparse.Namespace) -> float:
+    """Images per second over args.batches batches after a warm-up batch."""
+    # torch only here: `resnet50-db --help` and the other subcommands start without it.
+    from resnet50_trainer.data.input_pipeline import device_batches
+    from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
+    from resnet50_trainer.data.settings import InputSettings
+
+    device = _device(args)
+    db_type = args.db_type or detect_db_type(args.db) or "lmdb"
+    check_database_path(args.db, db_type)
+    scale = resolve_scale(args.image_size, args.scale)
+    keys = read_keys(args.db, db_type)
+    steps = args.batches + 1
+    # One process of a run whose global batch is this batch: the trainer's order, wrapping around
+    # the DB as often as the batches need.
+    sampler = ShardBatchSampler(
+        RecordOrder(len(keys), args.seed), steps, args.batch_size, args.batch_size, rank=0
+    )
+    settings = InputSettings(
+        ANY_LABEL,
+        args.num_channels,
+        scale,
+        args.image_size,
+        args.seed,
+        args.num_workers,
+        args.decode_device == "gpu",
+        crop=args.crop,
+    )
+    batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
+    next(batches)  # warm-up: input processes start, the DB opens
+    _synchronize(device)
+    started = time.perf_counter()
+    images = sum(len(batch.labels) for batch in batches)
+    _synchronize(device)
+    return images / (time.perf_counter() - started)
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    import torch
+
+    if args.decode_device == "gpu" and args.device != "cuda":
+        raise UserError("--decode_device gpu decodes on the GPU: add --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no GPU found on this machine: use --device cpu")
+    return torch.device(args.device)
+
+
+def _synchronize(device: torch.device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_command("resnet50-db bench", lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Building an LMDB/LevelDB from images (class folders or a convert_imageset list file).
+
+Records are laid out exactly as convert_imageset (Datum) or make_image_db (TensorProtos) write them,
+with the same keys ("%08d_" + relative path, the number being the line's position after shuffling),
+so those tools' readers read what we write. The database is built under a temporary name beside
+the target and renamed into place at the end: an interrupted or failed run (SIGINT, SIGTERM, a full
+disk) removes what it built and never leaves a database that looks complete. Class names go to
+"<DB>.labels.txt" beside the database, whose directory stays clean.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+
+import lmdb
+import plyvel
+from tqdm import tqdm
+
+from resnet50_trainer.data.formats.databases import detect_db_type, open_writer
+from resnet50_trainer.data.formats.records import serialize_record
+from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.tools.db.sources import (
+    CreateOptions,
+    ImageTask,
+    build_record,
+    read_class_folders,
+    read_list_file,
+    read_regular_file,
+    shuffled,
+)
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class CreateInterrupted(BaseException):
+    """SIGINT or SIGTERM stopped the build; what it had written is removed. A BaseException, as
+    KeyboardInterrupt, so that no `except Exception` on the way out swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class CreateSummary:
+    db_path: str
+    written: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    seconds: float = 0.0
+    labels_path: str | None = None
+    stopped_by: int | None = None  # a signal that came while the finished DB was put in place
+
+
+class _StopOnSignals:
+    """Records SIGINT and SIGTERM; the build calls check() between records, which raises
+    CreateInterrupted. The handler itself never raises: Python may run it inside code that
+    swallows exceptions (an at-fork hook, a finalizer) or that must not be cut short (putting the
+    finished database in place, removing the partial one)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise CreateInterrupted(self.received)
+
+    def _handle(self, signum: int, frame) -> None:
+        self.received = self.received or signum
+
+    @contextmanager
+    def installed(self) -> Iterator[_StopOnSignals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self  # signal handlers belong to the main thread; a caller's thread keeps its own
+            return
+        previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def labels_path_for(db_path: str) -> str:
+    return os.path.normpath(db_path) + ".labels.txt"
+
+
+def create_database(options: CreateOptions) -> CreateSummary:
+    """Build the database described by `options`; UserError for problems the user can fix,
+    CreateInterrupted for SIGINT/SIGTERM (the partial database is removed either way)."""
+    target = os.path.normpath(options.db_path)
+    _check_target(target, options.overwrite)
+    summary = CreateSummary(db_path=target)
+    started = time.perf_counter()
+    tasks, class_names = _tasks(options)
+    with _StopOnSignals().installed() as stop:
+        work_dir = tempfile.mkdtemp(
+            prefix=f".{os.path.basename(target)}.partial-",
+            dir=os.path.dirname(os.path.abspath(target)),
+        )
+        try:
+            build_path = os.path.join(work_dir, "db")
+            _write_records(tasks, options, build_path, summary, stop.check)
+            if summary.written == 0:
+                raise UserError(
+                    f"none of the {len(tasks)} images could be read (first: "
+                    f"{summary.skipped[0][1]}); nothing was written to {target}"
+                )
+            labels = _write_labels(work_dir, class_names) if class_names is not None else None
+            stop.check()  # the last moment to stop: what follows puts the database in place
+            _install(build_path, target, work_dir)
+            if labels is not None:
+                summary.labels_path = labels_path_for(target)
+                os.replace(labels, summary.labels_path)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    summary.stopped_by = stop.received
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _tasks(options: CreateOptions) -> tuple[list[ImageTask], list[str] | None]:
+    if options.list_file is not None:
+        tasks, class_names = read_list_file(options.list_file, options.root), None
+    else:
+        assert options.source is not None, "CreateOptions names a list file or a source folder"
+        tasks, class_names = read_class_folders(options.source)
+    return (shuffled(tasks, options.seed) if options.shuffle else tasks), class_names
+
+
+def _check_target(target: str, overwrite: bool) -> None:
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UserError(
+            f"cannot create {target}: {parent} is not a writable directory; create it "
+            "or choose another path"
+        )
+    if not os.path.lexists(target):
+        return
+    if not overwrite:
+        raise UserError(
+            f"{target} already exists; pass --overwrite to replace it or choose another path"
+        )
+    if not os.path.isdir(target) or detect_db_type(target) is None:
+        raise UserError(
+            f"{target} exists and is not an LMDB/LevelDB directory; refusing to "
+            "overwrite it, choose another path"
+        )
+
+
+def _write_records(
+    tasks: list[ImageTask],
+    options: CreateOptions,
+    build_path: str,
+    summary: CreateSummary,
+    check_stop: Callable[[], None],
+) -> None:
+    convert = partial(_convert_task, options=options)
+    try:
+        with (
+            open_writer(build_path, options.db_type, options.batch_size) as writer,
+            tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress,
+        ):
+            for task, outcome in _imap(convert, tasks, options.num_workers):
+                check_stop()
+                progress.update()
+                if isinstance(outcome, str):
+                    log.warning("skipped %s: %s", task.path, outcome)
+                    summary.skipped.append((task.path, outcome))
+                    continue
+                writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
+                summary.written += 1
+    except (OSError, lmdb.Error, plyvel.Error) as exc:  # a full disk, a vanished directory
+        # LMDB reports a full disk as an I/O error: the free space tells the two apart.
+        raise UserError(
+            f"cannot write the database beside {options.db_path} "
+            f"({getattr(exc, 'strerror', None) or exc}; {_free_space(build_path)} "
+            "free there); free some space or choose another path; nothing was "
+            "written"
+        ) from exc
+
+
+def _free_space(path: str) -> str:
+    try:
+        free = shutil.disk_usage(os.path.dirname(path)).free
+    except OSError:
+        return "unknown space"
+    return f"{free / 2**20:.1f} MiB"
+
+
+def _imap(function, tasks: list[ImageTask], num_workers: int):
+    """(task, function(task)) in task order, computed by a pool of processes when asked."""
+    if num_workers <= 1:
+        for task in tasks:
+            yield task, function(task)
+        return
+    # Forked workers inherit our handlers, which only record a signal: a worker that got the
+    # pool's SIGTERM before _worker_signals ran would live on, and the pool's join hang. So they
+    # start with SIGINT and SIGTERM blocked, until _worker_signals has set their own.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pool = None
+    try:
+        pool = multiprocessing.Pool(num_workers, initializer=_worker_signals)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        yield from zip(tasks, pool.imap(function, tasks, chunksize=8))
+        pool.close()  # all done: the workers exit by themselves
+        pool.join()
+    finally:
+        if pool is not None:
+            pool.terminate()  # after an error or a signal: stop them now
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _worker_signals() -> None:
+    """Workers leave SIGINT (sent to the whole terminal group) to the main process, which stops
+    them, and die on SIGTERM, which is how the pool stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _convert_task(task: ImageTask, options: CreateOptions) -> bytes | str:
+    """The serialized record, or the reason the image is skipped."""
+    try:
+        return serialize_record(build_record(read_regular_file(task.path), task.label, options))
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror or exc})"
+    except RecordError as exc:
+        return f"not a readable image ({exc})"
+
+
+def _install(build_path: str, target: str, work_dir: str) -> None:
+    """Rename the finished database into place; an old one is moved aside first, and back if the
+    new one cannot take its place (the work directory is removed afterwards)."""
+    replaced = os.path.join(work_dir, "replaced")
+    try:
+        if os.path.lexists(target):
+            os.rename(target, replaced)
+        os.rename(build_path, target)
+    except OSError as exc:
+        if os.path.lexists(replaced) and not os.path.lexists(target):
+            os.rename(replaced, target)
+        raise UserError(
+            f"cannot put the new database in place at {target} ({exc.strerror}); "
+            "nothing was changed there"
+        ) from exc
+
+
+def _write_labels(work_dir: str, class_names: list[str]) -> str:
+    """The labels file, written in the work directory (beside the target, so the final rename
+    stays on one filesystem) before anything is put in place."""
+    path = os.path.join(work_dir, "labels.txt")
+    try:
+        # surrogateescape: folder names that are not UTF-8 are written back as their own bytes
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as file:
+            file.writelines(f"{label} {name}\n" for label, name in enumerate(class_names))
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the labels file beside {work_dir} ({exc.strerror}); free "
+            "some space or choose another path; nothing was written"
+        ) from exc
+    return path

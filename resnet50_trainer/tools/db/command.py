@@ -1,0 +1,33 @@
+"""`resnet50-db`: make, inspect and dump the image databases the trainer reads.
+
+Each subcommand lives in its own module with `register(subparsers)`, which adds its parser and sets
+`run` (a function of the parsed arguments returning the exit status); add one to SUBCOMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from resnet50_trainer.errors import run_command
+from resnet50_trainer.tools.db import bench, create, dump, inspect
+
+SUBCOMMANDS = (create, inspect, dump, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="resnet50-db",
+        description="Create, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
+        "Caffe2 TensorProtos image records.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for subcommand in SUBCOMMANDS:
+        subcommand.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return run_command(f"resnet50-db {args.command}", lambda: args.run(args))

@@ -1,0 +1,119 @@
+"""`resnet50-db create`: its flags, checked; the database built (db_build.py); what was written
+reported, or why it stopped."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import fields
+
+from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
+from resnet50_trainer.tools.db.build import CreateInterrupted, create_database
+from resnet50_trainer.tools.db.sources import CreateOptions
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "create",
+        help="build an LMDB/LevelDB of Datum or TensorProtos records from images",
+        description="SOURCE is a folder with one subfolder per class (labels 0.. in sorted "
+        "order, written to DB.labels.txt), or use --list_file and --root.",
+    )
+    parser.add_argument("source", nargs="?", metavar="SOURCE")
+    parser.add_argument("db_path", metavar="DB")
+    parser.add_argument("--list_file", help="convert_imageset list: 'relative/path label' lines")
+    parser.add_argument("--root", default="", help="folder the list file's paths are under")
+    parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
+    parser.add_argument("--format", dest="record_format", choices=RECORD_FORMATS, default=DATUM)
+    storage = parser.add_mutually_exclusive_group()
+    storage.add_argument(
+        "--encoded",
+        dest="encoded",
+        action="store_true",
+        default=True,
+        help="store image files (default; kept as they are unless resized)",
+    )
+    storage.add_argument(
+        "--raw",
+        dest="encoded",
+        action="store_false",
+        help="store decoded BGR pixels, as Caffe/Caffe2 do",
+    )
+    parser.add_argument("--resize_height", type=int, default=0)
+    parser.add_argument("--resize_width", type=int, default=0)
+    parser.add_argument(
+        "--shorter_side",
+        type=int,
+        default=0,
+        help="resize so the shorter side is N, keeping the aspect ratio",
+    )
+    parser.add_argument("--encode_type", choices=("jpg", "png"))
+    parser.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100")
+    parser.add_argument("--gray", action="store_true", help="store one-channel images")
+    parser.add_argument("--shuffle", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --shuffle")
+    parser.add_argument("--num_workers", type=int, default=1, help="decoding processes")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing DB")
+    parser.set_defaults(run=lambda args: run(options_from_args(parser, args)))
+
+
+# The options that are a flag's value as given (resize and shorter_side are made from flags).
+_FLAG_OPTIONS = {option.name for option in fields(CreateOptions)} - {
+    "resize",
+    "shorter_side",
+    "batch_size",
+}
+
+
+def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CreateOptions:
+    if (args.source is None) == (args.list_file is None):
+        parser.error("give either SOURCE (class folders) or --list_file, not both or neither")
+    if (args.resize_height > 0) != (args.resize_width > 0):
+        parser.error("--resize_height and --resize_width go together")
+    if args.resize_height > 0 and args.shorter_side > 0:
+        parser.error("--shorter_side and --resize_height/--resize_width exclude each other")
+    if min(args.resize_height, args.resize_width, args.shorter_side) < 0:
+        parser.error("resize sizes must be positive")
+    if not 1 <= args.quality <= 100:
+        parser.error("--quality must be within 1..100")
+    if args.num_workers < 1:
+        parser.error("--num_workers must be at least 1")
+    given = {name: value for name, value in vars(args).items() if name in _FLAG_OPTIONS}
+    return CreateOptions(
+        **given,
+        resize=(args.resize_width, args.resize_height) if args.resize_height else None,
+        shorter_side=args.shorter_side or None,
+    )
+
+
+def run(options: CreateOptions) -> int:
+    try:
+        summary = create_database(options)
+    except CreateInterrupted as stop:
+        print(
+            f"resnet50-db create: error: stopped by {stop}; removed the partial database, "
+            f"nothing was written to {os.path.normpath(options.db_path)}",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
+    rate = summary.written / summary.seconds if summary.seconds else 0.0
+    print(
+        f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
+        f"{options.record_format}, {'encoded' if options.encoded else 'raw'}) "
+        f"in {summary.seconds:.1f} s, {rate:.0f} records/s"
+    )
+    if summary.skipped:
+        print(f"skipped {len(summary.skipped)} files (named above)")
+    if summary.labels_path:
+        print(f"labels: {summary.labels_path}")
+    if summary.stopped_by is not None:
+        print(
+            f"resnet50-db create: stopped by {signal.Signals(summary.stopped_by).name} once the "
+            "database was complete; it is in place",
+            file=sys.stderr,
+        )
+        return 128 + summary.stopped_by
+    return 0

@@ -1,0 +1,7 @@
+"""`python -m resnet50_trainer.tools.plot`: the resnet50-plot command."""
+
+from __future__ import annotations
+
+from resnet50_trainer.tools.plot.command import main
+
+main()

@@ -1,0 +1,171 @@
+"""The figure of resnet50-plot: the training curves of run logs, overlaid, written as a PNG.
+
+Headless by construction: the figure is drawn by the Agg canvas directly, without pyplot, so no
+global matplotlib backend is chosen for the code that imports this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, TOP5_COLUMN
+from resnet50_trainer.tools.plot.logfile import RunLog, read_run_log
+from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
+
+# Dashed, points where tested; top-5 (where the log has it) dotted, squares.
+TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
+TOP5_STYLE: dict[str, Any] = {"linestyle": ":", "marker": "s", "markersize": 3}
+
+# (title, y label) of the four panels, left to right, top to bottom.
+PANELS = (
+    ("Training loss", "loss"),
+    ("Accuracy: training and test", "accuracy"),
+    ("Learning rate", "learning rate"),
+    ("Throughput", "images/s"),
+)
+
+
+def plot_logs(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    dpi: float = DEFAULT_DPI,
+    title: str | None = None,
+) -> Figure:
+    """Read the logs, draw their curves and write a PNG of FIGURE_SIZE_INCHES x dpi pixels to
+    output."""
+    logs = [read_run_log(path) for path in paths]
+    # Text is drawn literally, whatever the user's matplotlibrc says about TeX.
+    with rc_context({"text.usetex": False}):
+        figure = build_figure(logs, dpi=dpi, title=title)
+        _write_png(figure, Path(output))
+    return figure
+
+
+def build_figure(
+    logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None
+) -> Figure:
+    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the
+    runs."""
+    if not logs:
+        raise UserError("no run logs given; pass at least one LOG")
+    for log in logs:
+        if log.num_rows == 0:
+            raise UserError(
+                f"{log.path}: has no epoch rows yet, nothing to plot; "
+                "wait for the first epoch to end"
+            )
+    figure = Figure(figsize=FIGURE_SIZE_INCHES, dpi=dpi, layout="constrained")
+    FigureCanvasAgg(figure)  # attaches itself to the figure
+    axes = list(figure.subplots(2, 2, sharex=True).flat)
+    loss_axes, accuracy_axes, lr_axes, speed_axes = axes
+    for index, (log, label) in enumerate(zip(logs, legend_labels(logs))):
+        colour = f"C{index}"  # the style's colour cycle, wrapping around
+        epochs = log.columns["epoch"]
+        loss_axes.plot(epochs, log.columns["loss"], color=colour, label=label)
+        accuracy_axes.plot(epochs, log.columns["accuracy"], color=colour)
+        _plot_test_accuracy(accuracy_axes, log, "test_accuracy", colour, TEST_ACCURACY_STYLE)
+        if TOP5_COLUMN in log.columns:
+            _plot_test_accuracy(accuracy_axes, log, TOP5_COLUMN, colour, TOP5_STYLE)
+        # Caffe2 logged the rate with the sign of descent (negative); the magnitude is what was set.
+        lr_axes.plot(epochs, [abs(rate) for rate in log.columns["learning_rate"]], color=colour)
+        speed_axes.plot(epochs, log.columns["inputs_per_sec"], color=colour)
+    _decorate(axes, figure, title)
+    return figure
+
+
+def legend_labels(logs: Sequence[RunLog]) -> list[str]:
+    """Each log's label; runs with the same parameters also name their file so they can be told
+    apart."""
+    counts = Counter(log.label for log in logs)
+    return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
+
+
+def _plot_test_accuracy(
+    axes: Axes, log: RunLog, column: str, colour: str, style: dict[str, Any]
+) -> None:
+    points = [
+        (epoch, accuracy)
+        for epoch, accuracy in zip(log.columns["epoch"], log.columns[column])
+        if accuracy != NO_TEST_ACCURACY
+    ]
+    if points:
+        epochs, accuracies = zip(*points)
+        axes.plot(epochs, accuracies, color=colour, label=column, **style)
+
+
+def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
+    for panel_axes, (panel_title, ylabel) in zip(axes, PANELS):
+        panel_axes.set_title(panel_title)
+        panel_axes.set_ylabel(ylabel)
+        panel_axes.grid(True, alpha=0.3)
+    for bottom_axes in axes[2:]:
+        bottom_axes.set_xlabel("epoch")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
+    loss_axes, accuracy_axes, lr_axes, _ = axes
+    # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
+    _literal(
+        loss_axes.legend(
+            loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines], fontsize="small"
+        )
+    )
+    tested = {line.get_label() for line in accuracy_axes.lines}
+    if "test_accuracy" in tested:  # some run has test points
+        # Proxy lines: they explain the line styles without being drawn on the axes.
+        styles = [Line2D([], [], color="grey"), Line2D([], [], color="grey", **TEST_ACCURACY_STYLE)]
+        names = ["training", "test"]
+        if TOP5_COLUMN in tested:
+            styles.append(Line2D([], [], color="grey", **TOP5_STYLE))
+            names.append("test top-5")
+        accuracy_axes.legend(styles, names, fontsize="small")
+    if all(rate > 0 for line in lr_axes.lines for rate in np.asarray(line.get_ydata())):
+        lr_axes.set_yscale("log")  # step schedules divide the rate by 10: equal steps on a log axis
+    if title:
+        figure.suptitle(title, parse_math=False, usetex=False)
+
+
+def _literal(legend: Legend) -> None:
+    """Log names are text, not TeX: a "$" in one must not start mathtext."""
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+        text.set_usetex(False)
+
+
+def _write_png(figure: Figure, output: Path) -> None:
+    """Render to a new file beside `output`, then rename it over: a PNG already there stays whole
+    until the new one is complete (a full disk, an interrupt)."""
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    created = False
+    try:
+        # O_EXCL: never write through a file or link found there. 0o666: the umask decides the
+        # mode, as for any new file.
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+        with os.fdopen(descriptor, "wb") as file:
+            # print_png renders at the figure's own dpi, untouched by the user's savefig rc
+            # settings.
+            cast(FigureCanvasAgg, figure.canvas).print_png(file)  # build_figure attached it
+        os.replace(partial, output)
+        created = False
+    except OSError as exc:
+        raise UserError(
+            f"cannot write {output}: {exc.strerror or exc}; choose another --output"
+        ) from None
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                os.remove(partial)

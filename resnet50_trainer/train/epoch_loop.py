@@ -1,0 +1,314 @@
+"""The epoch loop: steps, the divergence checks, mid-epoch checkpoints and, after each epoch, the
+bad-record verdict, the epoch's checkpoint, the evaluation and the log row. The only code that
+advances the run's state (run_state.py); the policies it applies return verdicts, and it stops
+the run with them (stopping.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from resnet50_trainer.checkpoint.run_state import RunState
+from resnet50_trainer.checkpoint.saver import CheckpointSaver
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.distributed import process_group
+from resnet50_trainer.distributed.process_group import Placement
+from resnet50_trainer.distributed.stopping import stop_run, stop_together
+from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
+from resnet50_trainer.model.optim import set_learning_rate
+from resnet50_trainer.model.replica import Replica
+from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
+from resnet50_trainer.reporting.profiling import StepProfiler
+from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED, EpochProgress
+from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
+from resnet50_trainer.train.bad_records import bad_records_verdict
+from resnet50_trainer.train.batch_mixing import BatchMixing
+from resnet50_trainer.train.divergence import DivergenceWatch, divergence_report
+from resnet50_trainer.train.evaluation import (
+    TestAccuracy,
+    evaluate,
+    evaluate_ema,
+    refuse_labels_outside,
+)
+from resnet50_trainer.train.inputs import TrainInput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    accuracy: float
+    images: int  # global
+    seconds: float
+    bad_records: int  # global
+    bad_keys: list  # this process's first BAD_KEYS_NAMED
+
+
+@dataclass
+class Outputs:
+    """Where the first process reports the run: the run log (None on the others), the GPUs'
+    utilisation on the progress bar, the profiler (every process counts its steps)."""
+
+    runlog: RunLog | None
+    gpu_monitor: GpuMonitor | None
+    profiler: StepProfiler
+
+
+class EpochLoop:
+    def __init__(
+        self,
+        config: Config,
+        placement: Placement,
+        device: torch.device,
+        replica: Replica,
+        schedule: LearningRateSchedule,
+        train_input: TrainInput,
+        test_batches,
+        run: RunState,
+        saver: CheckpointSaver,
+        outputs: Outputs,
+    ):
+        self.config, self.placement, self.device = config, placement, device
+        self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
+        self.input, self.test_batches, self.run = train_input, test_batches, run
+        self.watch = DivergenceWatch(replica.model, replica.output_device, device)
+        self.mixing = BatchMixing(
+            config.mixup_alpha, config.cutmix_alpha, config.num_labels, config.seed, placement.rank
+        )
+        self.timeout_shortened = False
+        self.rows: list[EpochRow] = []
+        self.last_saved: str | None = None
+
+    def run_epochs(self) -> None:
+        config, run = self.config, self.run
+        while run.epochs_done < config.num_epochs:
+            result = self.train_epoch()
+            failure = bad_records_verdict(
+                result.bad_records,
+                result.images,
+                result.bad_keys,
+                run.epochs_done + 1,
+                config,
+                self.placement.world_size,
+                self.placement.is_main,
+            )
+            if failure is not None:
+                stop_run(failure if self.placement.is_main else None, exit_status(failure))
+            run.epoch_done(result.seconds, result.images)
+            # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
+            self.last_saved = self.saver.save(run)
+            is_main = self.placement.is_main
+            test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
+            refuse_labels_outside(test_accuracy, config, is_main)
+            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
+            logged = ema_accuracy if config.ema_for_test else test_accuracy
+            self.rows.append(self._row(result, logged))
+            stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
+            log.info(
+                "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s%s, %.1f images/sec%s",
+                run.epochs_done,
+                result.loss,
+                result.accuracy,
+                _test_accuracy_text(test_accuracy),
+                f"; EMA test accuracy {_test_accuracy_text(ema_accuracy)}" if ema_accuracy else "",
+                result.images / result.seconds,
+                _peak_memory(self.device),
+            )
+
+    def train_epoch(self) -> EpochResult:
+        config, run, steps = self.config, self.run, self.input.steps_per_epoch
+        self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
+        self.replica.train_module.train()
+        # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
+        device_sums = torch.zeros(
+            2,
+            dtype=torch.float64,  # loss x images, correct
+            device=self.replica.output_device,
+        )
+        images = bad = 0
+        progress = EpochProgress(
+            config,
+            self.placement.is_main,
+            run.epochs_done,
+            steps,
+            run.steps_into_epoch,
+            self.outputs.gpu_monitor,
+        )
+        started = time.perf_counter() - run.resumed_seconds
+        bad_keys: list = []
+        try:
+            for batch in progress.batches(self.input.batches):
+                loss, correct, labels = self._train_step(batch)
+                device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
+                images, bad = images + len(labels), bad + len(batch.bad_keys)
+                bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
+                progress.step(run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys)
+                checkpoint_due = self._checkpoint_due()
+                # Where the loop reads the device anyway, and before any save: never NaN weights.
+                if checkpoint_due or run.steps_into_epoch % config.print_every == 0:
+                    self._stop_if_diverged()
+                if checkpoint_due:
+                    self._save_mid_epoch(
+                        self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
+                    )
+        finally:
+            progress.close()
+        self._stop_if_diverged()
+        totals = self._epoch_sums(device_sums, images, bad)
+        with process_group.waiting_for_peers("the all-reduce of the epoch's totals"):
+            dist.all_reduce(totals)
+            loss_sum, correct, images, bad = totals.tolist()  # the last step, peers too
+        seconds = time.perf_counter() - started
+        return EpochResult(
+            loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys
+        )
+
+    def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step, in --iter_size passes; (loss, correct, labels), still on the device."""
+        replica, run, passes = self.replica, self.run, self.config.iter_size
+        labels = batch.labels.to(replica.output_device, non_blocking=True)  # a no-op unless split
+        set_learning_rate(replica.optimizer, self.schedule(run.iteration))
+        # Mixed over the process's whole batch, then cut into the passes.
+        mixed = self.mixing(batch.images, labels, run.iteration)
+        replica.optimizer.zero_grad(set_to_none=True)
+        loss = torch.zeros((), device=labels.device)
+        correct = torch.zeros((), dtype=torch.long, device=labels.device)
+        passes_of = [part.chunk(passes) for part in mixed]  # images, targets, dominant labels
+        # A batch cut into fewer passes would skip the last pass's all-reduce on this process.
+        assert all(len(part) == passes for part in passes_of), "a batch short of --iter_size"
+        for index, (images, targets, dominant_labels) in enumerate(zip(*passes_of)):
+            pass_loss, pass_correct = self._forward_backward(
+                images, targets, dominant_labels, passes, last=index == passes - 1
+            )
+            loss, correct = loss + pass_loss, correct + pass_correct
+        replica.precision.step(replica.optimizer)
+        run.step_done()
+        if replica.ema is not None:
+            replica.ema.update(replica.model, run.iteration)
+        self.watch.record(loss, run.iteration)
+        if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
+            process_group.shorten_timeout(self.config)
+            self.timeout_shortened = True
+        if self.outputs.profiler.step():
+            stop_together(self.outputs.profiler.failure, self.device)
+        return loss, correct, labels
+
+    def _forward_backward(
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        dominant_labels: torch.Tensor,
+        passes: int,
+        last: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass of a step's `passes`: its share of the loss (the step's mean) and its correct
+        predictions (with mixed targets, a prediction is right when it is the label of the larger
+        share). Gradients add up over the passes; DDP all-reduces them in the last."""
+        replica, precision = self.replica, self.replica.precision
+        with contextlib.ExitStack() as passes_before_the_last:
+            if not last:
+                passes_before_the_last.enter_context(replica.no_sync())
+            with (
+                process_group.waiting_for_peers("the step's buffer broadcast"),
+                precision.autocast(),
+            ):
+                logits = replica.train_model(precision.inputs(images))
+                loss = (
+                    F.cross_entropy(logits, targets, label_smoothing=self.config.label_smoothing)
+                    / passes
+                )
+            with process_group.waiting_for_peers("the step's gradient all-reduce"):
+                precision.backward(loss)
+        return loss.detach(), (logits.argmax(1) == dominant_labels).sum()
+
+    def _stop_if_diverged(self) -> None:
+        """A loss or weight that is no longer finite stops the run on every process, before
+        anything is saved; the first process names the iteration."""
+        first_bad_loss, weights_finite = self.watch.check()
+        if first_bad_loss is None and weights_finite:
+            return
+        report = (
+            divergence_report(
+                first_bad_loss, self.run.iteration, self.input.steps_per_epoch, self.config
+            )
+            if self.placement.is_main
+            else None
+        )
+        stop_run(report, EXIT_STATUS[Diverged])
+
+    def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
+        """This process's sums of the epoch so far: loss x images, correct, images, bad records.
+        The first process also carries what a mid-epoch checkpoint had counted (globally)."""
+        # Collectives run on this process's own device (the first of a model-parallel pair).
+        sums = torch.cat(
+            [
+                device_sums.to(self.device),
+                torch.tensor([images, bad], dtype=torch.float64, device=self.device),
+            ]
+        )
+        if self.run.resumed_sums is not None and self.placement.is_main:
+            sums += self.run.resumed_sums.to(sums)
+        return sums
+
+    def _checkpoint_due(self) -> bool:
+        """Within an epoch, every --checkpoint_every_iters iterations (the epoch's end saves
+        anyway)."""
+        every = self.config.checkpoint_every_iters
+        return (
+            bool(every)
+            and self.run.iteration % every == 0
+            and self.run.steps_into_epoch < self.input.steps_per_epoch
+        )
+
+    def _save_mid_epoch(self, epoch_sums: torch.Tensor, seconds: float) -> None:
+        """The checkpoint holds the epoch's global sums so far."""
+        with process_group.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
+            dist.all_reduce(epoch_sums)
+        self.saver.save(self.run, epoch_sums, seconds)
+
+    def _row(self, result: EpochResult, test: TestAccuracy | None) -> EpochRow:
+        run = self.run
+        return EpochRow(
+            time_spent=round(result.seconds, 3),
+            cumulative_time_spent=round(run.total_seconds, 3),
+            input_count=result.images,
+            cumulative_input_count=run.total_images,
+            cumulative_batch_count=run.iteration,
+            inputs_per_sec=round(result.images / result.seconds, 2),
+            accuracy=round(result.accuracy, 6),
+            epoch=run.epochs_done,
+            learning_rate=self.schedule(run.iteration - 1),
+            loss=round(result.loss, 6),
+            test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top1, 6),
+            top5_test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top5, 6),
+        )
+
+
+def _write_row(runlog: RunLog | None, row: EpochRow) -> UserError | None:
+    """The row appended to the log (first process); the failure to write it, if any."""
+    try:
+        if runlog:
+            runlog.write(row)
+    except UserError as failure:
+        return failure
+    return None
+
+
+def _test_accuracy_text(test: TestAccuracy | None) -> str:
+    if test is None:
+        return str(NO_TEST_ACCURACY)
+    return f"{test.top1:.4f}, test top-5 {test.top5:.4f} over {test.images} images"
+
+
+def _peak_memory(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"

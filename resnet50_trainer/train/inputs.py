@@ -1,0 +1,114 @@
+"""The run's input pipelines, built from its settings: training batches and the test share, on the
+training device."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from resnet50_trainer.config.settings import SYNTHETIC_EPOCH_SIZE, Config
+from resnet50_trainer.data.batch import Batch
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.input_pipeline import device_batches
+from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler, evaluation_batches
+from resnet50_trainer.data.prefetch import DevicePrefetcher
+from resnet50_trainer.data.settings import (
+    DEFAULT_CROP_AREA,
+    DEFAULT_CROP_RATIO,
+    SCALE_CROP,
+    InputSettings,
+)
+from resnet50_trainer.data.synthetic import SyntheticBatches
+from resnet50_trainer.distributed.process_group import Placement
+from resnet50_trainer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainInput:
+    batches: Iterable[Batch]  # on the training device
+    epoch_plan: ShardBatchSampler | SyntheticBatches  # set_epoch(epoch, start_step)
+    steps_per_epoch: int
+
+
+def input_settings(config: Config, train: bool) -> InputSettings:
+    """The training images' settings, or the test images': resized to --test_resize and cut by
+    the centre crop of --test_image_size (ImageRecords centres the scale crop when not training)."""
+    resize, size = (config.scale, config.image_size) if train else config.test_sizes
+    return InputSettings(
+        config.num_labels,
+        config.num_channels,
+        resize,
+        size,
+        config.seed,
+        config.num_workers,
+        config.decode_device == "gpu",
+        crop=config.crop if train else SCALE_CROP,
+        crop_area=config.crop_area or DEFAULT_CROP_AREA,
+        crop_ratio=config.crop_ratio or DEFAULT_CROP_RATIO,
+    )
+
+
+def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
+    settings = input_settings(config, train=True)
+    if config.synthetic:
+        steps = _require_steps(config, config.epoch_size or SYNTHETIC_EPOCH_SIZE, "synthetic epoch")
+        synthetic = SyntheticBatches(steps, config.device_batch_size, settings, device)
+        return TrainInput(synthetic, synthetic, steps)
+    keys = read_keys(config.train_data, config.db_type)
+    steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
+    sampler = ShardBatchSampler(
+        RecordOrder(len(keys), config.seed),
+        steps,
+        config.global_batch_size,
+        config.device_batch_size,
+        placement.rank,
+    )
+    batches = device_batches(
+        config.train_data, config.db_type, keys, sampler, device, settings, train=True
+    )
+    return TrainInput(batches, sampler, steps)
+
+
+def build_test_input(
+    config: Config, placement: Placement, device: torch.device
+) -> DevicePrefetcher | None:
+    """This process's share of the test DB (its first --test_epoch_size records in key order),
+    or None without --test_data."""
+    if config.test_data is None:
+        return None
+    keys = read_keys(config.test_data, config.db_type)
+    wanted = config.test_epoch_size
+    if wanted is not None and wanted > len(keys) and placement.is_main:
+        log.warning(
+            "--test_epoch_size %d is more than the test DB's %d records: evaluating all of them",
+            wanted,
+            len(keys),
+        )
+    keys = keys[:wanted]
+    batches = evaluation_batches(
+        len(keys), config.device_batch_size, placement.rank, placement.world_size
+    )
+    return device_batches(
+        config.test_data,
+        config.db_type,
+        keys,
+        batches,
+        device,
+        input_settings(config, train=False),
+        train=False,
+    )
+
+
+def _require_steps(config: Config, num_records: int, what: str) -> int:
+    steps = config.iterations_per_epoch(num_records)
+    if steps == 0:
+        raise UserError(
+            f"the {what} has {num_records} images, fewer than one global batch of "
+            f"{config.global_batch_size}: lower --batch_size or raise --epoch_size"
+        )
+    return steps

@@ -1,0 +1,173 @@
+"""One training process's run: builds its parts, resumes, runs the epoch loop, summarises, and
+decides how the process ends when the run stops early."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import torch
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.checkpoint.auto_resume import resume_path, say_how_it_starts
+from resnet50_trainer.checkpoint.initial_weights import read_init_model
+from resnet50_trainer.checkpoint.resume import resume
+from resnet50_trainer.checkpoint.run_state import RunState
+from resnet50_trainer.checkpoint.saver import CheckpointSaver
+from resnet50_trainer.config.settings import Config
+from resnet50_trainer.distributed import process_group
+from resnet50_trainer.distributed.devices import replica_devices
+from resnet50_trainer.distributed.process_group import Placement
+from resnet50_trainer.distributed.stopping import (
+    StoppedByFirst,
+    on_first_process,
+    stop_together,
+    wait_for_first_process_to_exit,
+)
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
+from resnet50_trainer.model.replica import build_replica
+from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
+from resnet50_trainer.reporting.profiling import StepProfiler
+from resnet50_trainer.reporting.runlog import RunLog
+from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs
+from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
+from resnet50_trainer.train.inputs import build_test_input, build_train_input
+
+log = logging.getLogger(__name__)
+
+
+def train(config: Config, placement: Placement, device: torch.device) -> None:
+    """The whole run on this process. A stop that every process reaches together (a failed
+    write, diverged weights, too many bad records): the first process raises the failure, which
+    its launcher reports in one line; the others exit here with its status once it has gone."""
+    try:
+        _train(config, placement, device)
+    except StoppedByFirst as stop:
+        wait_for_first_process_to_exit()
+        raise SystemExit(stop.status) from None
+
+
+def _train(config: Config, placement: Placement, device: torch.device) -> None:
+    if config.test_only:
+        evaluate_checkpoint(config, placement, device)
+        return
+    started = time.time()
+    train_input = build_train_input(config, placement, device)
+    test_batches = build_test_input(config, placement, device)
+    init_model = config.init_model
+    initial_weights = (
+        on_first_process(
+            lambda: read_init_model(init_model, config),
+            placement,
+            device,
+            "the first process's reading of the weights",
+        )
+        if init_model
+        else None
+    )
+    replica = build_replica(config, placement.local_rank, device, initial_weights)
+    schedule = LearningRateSchedule.of(config, train_input.steps_per_epoch)
+    run, lineage = RunState(), schema.new_lineage()
+    if config.load_model_path or config.auto_resume:
+        if placement.is_main:
+            say_how_it_starts(config)
+        run, lineage = resume(
+            resume_path(config),
+            config,
+            placement,
+            replica,
+            schedule,
+            train_input.steps_per_epoch,
+        )
+    if run.epochs_done >= config.num_epochs:
+        log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
+        return
+    outputs = _open_outputs(config, placement, device, started)
+    _log_start(config, placement, schedule, outputs.runlog)
+    saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
+    loop = EpochLoop(
+        config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
+    )
+    with logging_redirect_tqdm():
+        loop.run_epochs()
+    if outputs.profiler.close():  # the run was shorter than the profile
+        stop_together(outputs.profiler.failure, device)
+    digest = process_group.parameters_digest_everywhere(replica.model)
+    if outputs.gpu_monitor:
+        outputs.gpu_monitor.stop()
+    if outputs.runlog:
+        outputs.runlog.close()
+        _summarise(loop, outputs.runlog.path, time.time() - started)
+        log.info(
+            "Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest
+        )
+
+
+def _open_outputs(
+    config: Config, placement: Placement, device: torch.device, started: float
+) -> Outputs:
+    """The first process's new run log (if it cannot be made, all stop), its trace beside it and
+    the GPU monitor; every process counts its steps for the profiler."""
+    runlog = on_first_process(
+        lambda: RunLog(config, started),
+        placement,
+        device,
+        "the first process's report on its writes",
+    )
+    trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
+    return Outputs(
+        runlog,
+        GpuMonitor(config.gpus).start() if runlog else None,
+        StepProfiler(config.profile_iters, trace_path, _replica_devices(config, placement, device)),
+    )
+
+
+def _replica_devices(
+    config: Config, placement: Placement, device: torch.device
+) -> tuple[torch.device, ...]:
+    return replica_devices(config, placement.local_rank) if config.model_parallel else (device,)
+
+
+def _log_start(
+    config: Config, placement: Placement, schedule: LearningRateSchedule, runlog: RunLog | None
+) -> None:
+    passes = (
+        f" in {config.iter_size} passes of {config.device_batch_size // config.iter_size}"
+        if config.iter_size > 1
+        else ""
+    )
+    log.info(
+        "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
+        "(%s), %s, %d iterations per epoch%s",
+        config.num_layers,
+        placement.world_size,
+        config.device_batch_size,
+        passes,
+        config.global_batch_size,
+        config.effective_learning_rate,
+        config.learning_rate_origin,
+        schedule.describe(),
+        schedule.iterations_per_epoch,
+        f"; log {runlog.path}" if runlog else "",
+    )
+
+
+def _summarise(loop: EpochLoop, log_path: str, seconds: float) -> None:
+    rows = loop.rows
+    mean_rate = sum(row.inputs_per_sec for row in rows) / len(rows)
+    best = max(rows, key=lambda row: row.test_accuracy)
+    log.info(
+        "Done in %.1f s: %.1f images/sec on average per epoch; best test accuracy %s; log %s; "
+        "checkpoint %s",
+        seconds,
+        mean_rate,
+        (
+            f"{best.test_accuracy:.4f} (epoch {best.epoch}, top-5 {best.top5_test_accuracy:.4f})"
+            if best.test_accuracy >= 0
+            else "n/a"
+        ),
+        log_path,
+        loop.last_saved,
+    )
