@@ -1,4 +1,5 @@
-"""The package's imports flow one way: no module imports one that (directly or not) imports it."""
+"""The package's imports flow one way: downward through its layers (folders), and no module
+imports one that (directly or not) imports it."""
 
 from __future__ import annotations
 
@@ -64,3 +65,56 @@ def test_the_package_has_no_import_cycle():
 
 def test_a_cycle_is_found():
     assert cycle_through({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+# The layers from the bottom up: a module imports only its own folder and the folders before it.
+# The top-level modules (cli, __main__) come last, the two commands' tools/ after them.
+LAYERS = (
+    "errors",
+    "data",
+    "config",
+    "distributed",
+    "model",
+    "checkpoint",
+    "reporting",
+    "train",
+    "launch",
+    "cli",
+    "tools",
+)
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a module of the package belongs to: its folder, or its own name at the top
+    (`resnet50_trainer` itself and `__main__` sit above everything)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def upward_imports(imports: dict[str, set[str]]) -> list[str]:
+    """Each import of a module in a layer above the importer's, as "importer -> imported"."""
+    found = []
+    for module, imported in sorted(imports.items()):
+        below = layer_of(module)
+        for name in sorted(imported):
+            above = layer_of(name)
+            if below and above and LAYERS.index(above) > LAYERS.index(below):
+                found.append(f"{module} -> {name}")
+    return found
+
+
+def test_every_module_sits_in_a_layer():
+    unplaced = [m for m in package_imports() if layer_of(m) is None and m.count(".") > 0]
+    assert unplaced == [f"{PACKAGE}.__main__"]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward_imports(package_imports()) == []
+
+
+def test_an_upward_import_is_found():
+    imports = {
+        f"{PACKAGE}.data.records": {f"{PACKAGE}.config.settings", f"{PACKAGE}.errors"},
+        f"{PACKAGE}.train.run": {f"{PACKAGE}.model.resnet"},
+    }
+    assert upward_imports(imports) == [f"{PACKAGE}.data.records -> {PACKAGE}.config.settings"]
