@@ -11,7 +11,7 @@ import pytest
 from resnet50_trainer.cli import build_parser, config_from_args, main
 from resnet50_trainer.config.launchers import detect_launcher
 from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
-from resnet50_trainer.distributed import transport
+from resnet50_trainer.distributed.transport import advertised_host, transport_environment
 from resnet50_trainer.distributed.process_group import placement_for
 from resnet50_trainer.errors import UserError
 
@@ -129,8 +129,8 @@ def test_transport_combinations():
     with pytest.raises(UserError, match="names no-such-nic, not a network interface"):
         config("--distributed_interfaces", "lo,no-such-nic")
     assert config("--distributed_interfaces", "lo").distributed_interfaces == "lo"
-    assert transport.advertised_host("lo", "tcp", None) == "127.0.0.1"
-    assert transport.advertised_host("", "tcp", "127.0.0.1") == "127.0.0.1"  # the route to Redis
+    assert advertised_host("lo", "tcp", None) == "127.0.0.1"
+    assert advertised_host("", "tcp", "127.0.0.1") == "127.0.0.1"  # the route to Redis
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_transport_combinations():
     ],
 )
 def test_transport_environment(transport, interfaces, environ, set_):
-    assert transport.transport_environment(transport, interfaces, environ) == set_
+    assert transport_environment(transport, interfaces, environ) == set_
 
 
 def test_two_shards_of_two_processes_read_each_record_once_per_epoch():

@@ -4,7 +4,7 @@ Kubernetes restart) with the same command continues from the newest usable check
 --init_model, or --load_model_path).
 
 Which run the checkpoints there belong to is settled as for any resume: the lock and the lineage
-(preflight.py) refuse a directory that also holds another run's checkpoints. What the lineage
+(claim.py) refuse a directory that also holds another run's checkpoints. What the lineage
 cannot tell, another run's checkpoints alone under this run's names, the settings do: a run
 restarted with the same command has the same settings, so a checkpoint made with other ones is
 refused rather than quietly continued."""

@@ -12,7 +12,7 @@ one it resumed), and retention deletes only checkpoints of this run's lineage. A
 (checkpoint_lock.py), held by one run at a time, keeps a second run from writing (or cleaning up)
 the same names.
 
-What a checkpoint holds is defined in checkpoint_schema.py; this module handles the files.
+What a checkpoint holds is defined in schema.py; this module handles the files.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Continuing a run from its checkpoint exactly: weights, momentum, the run's position and
 totals, the LR and the data order. The order and augmentation are functions of (seed, epoch, step,
-position) (data/loader.py), so the seed and the position restore them; nothing after the weights
+position) (data/order.py), so the seed and the position restore them; nothing after the weights
 are drawn consumes torch's generator, so its state is not needed."""
 
 from __future__ import annotations

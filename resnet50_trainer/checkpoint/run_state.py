@@ -1,5 +1,5 @@
 """Where the run stands and what it has done so far: advanced only by the epoch loop
-(epoch_loop.py), serialised only by the checkpoint schema (checkpoint_schema.py)."""
+(train/epoch_loop.py), serialised only by the checkpoint schema (checkpoint/schema.py)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ class CheckpointFields:
     lineage: str = _spec(str, optional=True, check=_made_by_new_lineage)
     # The average of the weights with --ema_decay (ema.py), else None.
     ema: dict | None = _spec((dict, type(None)), optional=True, check=_ema_problem)
-    # --grad_compression and PowerSGD's state (compression_checkpoint.py); absent: none.
+    # --grad_compression and PowerSGD's state (grad_compression_entry.py); absent: none.
     grad_compression: dict | None = _spec((dict, type(None)), optional=True, check=entry_problem)
 
 

@@ -1,5 +1,5 @@
-"""The settings checked against each other, with no look at the machine (probes.py and
-preflight.py look): check_settings raises UserError on the first problem."""
+"""The settings checked against each other, with no look at the machine (launch/probes.py
+and launch/preflight.py look): check_settings raises UserError on the first problem."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _DECAYING_GAMMA = ("step", "multistep", "exp")
 
 def check_settings(config: Config) -> None:
     """The settings against each other, with no look at the machine; UserError on the first
-    problem (the GPU choice and the run id are checked as they are worked out, in cli.py)."""
+    problem (the GPU choice and the run id are checked as they are worked out, in build.py)."""
     if config.pipeline_chunks != 1 and not config.model_parallel:
         raise UserError(
             "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "

@@ -1,8 +1,9 @@
-"""One frozen dataclass of settings and the values derived from it; config_checks.py checks the
-settings against each other.
+"""One frozen dataclass of settings and the values derived from it; checks.py checks the settings
+against each other.
 
-The command line builds a Config once (cli.py), one field per flag; nothing changes it afterwards.
-Names, types, defaults and help live in cli.py's parser alone, so each is written once.
+The command line builds a Config once (build.py), one field per flag; nothing changes it
+afterwards. Names, types, defaults and help live in the parser (flags/) alone, so each is written
+once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
-# ResNet depths: torchvision's builders (model.py), named here so the command line needs no torch.
+# ResNet depths: torchvision's builders (model/resnet.py), named here so the command line needs
+# no torch.
 SUPPORTED_LAYERS = (18, 34, 50, 101, 152, 200)
 # Depths built of basic blocks, which torchvision makes only with 1 group of width 64.
 BASIC_BLOCK_LAYERS = (18, 34)

@@ -39,7 +39,6 @@ _NOTED = {
     "momentum2": "read only by solver types this trainer does not run",
     "rms_decay": "read only by solver types this trainer does not run",
 }
-_SHAPING_FIELDS = ("gamma", "power", "stepsize", "stepvalue")
 # The lr_policy values this trainer runs (not Caffe's sigmoid), and what each reads besides
 # base_lr (Caffe's solver.cpp GetLearningRate).
 _POLICY_READS = {

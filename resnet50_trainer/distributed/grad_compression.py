@@ -5,7 +5,7 @@
   (torch's fp16_compress_hook / bf16_compress_hook): half the bytes, no state.
 - powersgd: each gradient matrix is sent as rank-r factors, with error feedback and warm start
   (torch's powerSGD_hook, Vogels et al. 2019), after --powersgd_start_iter plain iterations. Its
-  state goes into checkpoints (powersgd_state.py, compression_checkpoint.py)."""
+  state goes into checkpoints (powersgd_state.py, checkpoint/grad_compression_entry.py)."""
 
 from __future__ import annotations
 

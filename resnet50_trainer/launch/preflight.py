@@ -27,7 +27,7 @@ from resnet50_trainer.train.evaluation import test_label_refusal
 
 log = logging.getLogger(__name__)
 # Seconds preflight spends on the test labels: a cold ImageNet test DB (6 GB) takes minutes to
-# read, so the first test checks what is left as it reads it (evaluation.py).
+# read, so the first test checks what is left as it reads it (train/evaluation.py).
 LABEL_SCAN_S = 5.0
 # Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
 # with a few bad records passes (they are skipped while training); one where all fail does not.

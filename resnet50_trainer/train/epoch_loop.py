@@ -1,7 +1,7 @@
 """The epoch loop: steps, the divergence checks, mid-epoch checkpoints and, after each epoch, the
 bad-record verdict, the epoch's checkpoint, the evaluation and the log row. The only code that
-advances the run's state (run_state.py); the policies it applies return verdicts, and it stops
-the run with them (stopping.py)."""
+advances the run's state (checkpoint/run_state.py); the policies it applies return verdicts, and
+it stops the run with them (distributed/stopping.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The flags of where a run trains: its devices (GPUs, CPU processes, precision and layout on
 them) and its machines (shards, rendezvous, transport, timeouts). Part of the one parser
-(flags.py)."""
+(parser.py)."""
 
 from __future__ import annotations
 

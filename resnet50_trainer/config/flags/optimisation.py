@@ -1,5 +1,5 @@
 """The flags of how a run optimises: batch, epochs, the optimizer, a Caffe solver file, and the
-learning rate's scaling, policy and warm-up. Part of the one parser (flags.py)."""
+learning rate's scaling, policy and warm-up. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 

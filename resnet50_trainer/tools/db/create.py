@@ -1,4 +1,4 @@
-"""`resnet50-db create`: its flags, checked; the database built (db_build.py); what was written
+"""`resnet50-db create`: its flags, checked; the database built (build.py); what was written
 reported, or why it stopped."""
 
 from __future__ import annotations

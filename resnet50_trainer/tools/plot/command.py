@@ -1,6 +1,6 @@
 """resnet50-plot: the training curves of one or more run logs, overlaid in one PNG.
 
-The command line alone: matplotlib (half a second to import) is loaded by plot_figure.py once the
+The command line alone: matplotlib (half a second to import) is loaded by figure.py once the
 arguments hold.
 """
 

@@ -1,5 +1,5 @@
 """The figure's size, which plot.py states in --help (without importing matplotlib) and
-plot_figure.py draws at."""
+figure.py draws at."""
 
 from __future__ import annotations
 
