@@ -11,8 +11,8 @@ import pytest
 from resnet50_trainer.cli import build_parser, config_from_args, main
 from resnet50_trainer.config.launchers import detect_launcher
 from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
-from resnet50_trainer.distributed.transport import advertised_host, transport_environment
 from resnet50_trainer.distributed.process_group import placement_for
+from resnet50_trainer.distributed.transport import advertised_host, transport_environment
 from resnet50_trainer.errors import UserError
 
 TORCHRUN = {
