@@ -215,9 +215,11 @@ class NumberList:
             return tuple(self.number(part) for part in text.split(","))
         except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(
-                f"invalid value {text!r}: use {self.what}, separated by commas or "
-                f"spaces, each {self.number.describe()}"
+                f"invalid value {text!r}: use {self.describe()}"
             ) from None
+
+    def describe(self) -> str:
+        return f"{self.what}, separated by commas or spaces, each {self.number.describe()}"
 
 
 @dataclass(frozen=True)
@@ -233,9 +235,10 @@ class Bounds:
                 return low, high
         except (argparse.ArgumentTypeError, ValueError):  # ValueError: not two values
             pass
-        raise argparse.ArgumentTypeError(
-            f"invalid value {text!r}: use MIN,MAX, MIN at most MAX, each {self.number.describe()}"
-        )
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: use {self.describe()}")
+
+    def describe(self) -> str:
+        return f"MIN,MAX, MIN at most MAX, each {self.number.describe()}"
 
 
 class NumberValues(argparse.Action):
@@ -289,3 +292,15 @@ class FlagHelpFormatter(argparse.HelpFormatter):
         if isinstance(action.type, Number) and not action.choices:
             notes.append(f"valid: {action.type.describe()}")
         return " ".join([action.help or "", *(f"({note})" for note in notes)]).strip()
+
+
+def valid_values(action: argparse.Action) -> str:
+    """A flag's valid values in words, as its type or choices check them (the flag reference,
+    docs/flags.md, shows them; --help shows a Number's)."""
+    if action.choices:
+        return ", ".join(str(choice) for choice in action.choices)
+    if isinstance(action.type, (Number, NumberList, Bounds)):
+        return action.type.describe()
+    if isinstance(action, Switch):
+        return "alone: on; or a value: " + "/".join(SWITCH_WORDS)
+    return ""
