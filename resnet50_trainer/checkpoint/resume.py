@@ -51,7 +51,7 @@ def resume(
     schema.check_fits(state, replica.model, replica.optimizer)
     _load_into(replica, state)
     restore_ema(replica.ema, state.get("ema"), replica.model, state["path"], placement.is_main)
-    run = schema.run_state_of(state)
+    run = RunState.from_checkpoint(state)
     run.steps_into_epoch, run.iteration = continue_with_global_batch(
         state, config, placement.world_size, steps_per_epoch, warn=placement.is_main
     )
@@ -99,10 +99,7 @@ def _resumed(position: tuple | None, state: dict | None = None) -> str:
 
 def _load_into(replica: Replica, state: dict) -> None:
     try:
-        replica.model.load_state_dict(state["model"])
-        replica.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
-            replica.precision.scaler.load_state_dict(state["scaler"])
+        replica.load_checkpoint_entries(state)
     except (RuntimeError, ValueError, KeyError, TypeError) as error:
         raise UserError(
             f"checkpoint {state['path']} cannot be loaded into this run "

@@ -1,5 +1,6 @@
 """Where the run stands and what it has done so far: advanced only by the epoch loop
-(train/epoch_loop.py), serialised only by the checkpoint schema (checkpoint/schema.py)."""
+(train/epoch_loop.py); its checkpoint entry is its own (checkpoint/schema.py validates the
+whole)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,33 @@ class RunState:
     def step_done(self) -> None:
         self.steps_into_epoch += 1
         self.iteration += 1
+
+    def checkpoint_entry(self, epoch_sums: torch.Tensor | None, epoch_seconds: float) -> dict:
+        """The run's position and totals as a checkpoint holds them; within an epoch, also the
+        epoch's global sums so far and its seconds."""
+        return {
+            "epoch": self.epochs_done,
+            "step": self.steps_into_epoch,
+            "iteration": self.iteration,
+            "total_images": self.total_images,
+            "total_seconds": self.total_seconds,
+            "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
+            "epoch_seconds": epoch_seconds,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, state: dict) -> RunState:
+        """The run's position and totals as the checkpoint left them."""
+        mid_epoch = bool(state["step"])
+        return cls(
+            state["epoch"],
+            state["step"],
+            state["iteration"],
+            state["total_seconds"],
+            state["total_images"],
+            state["epoch_sums"] if mid_epoch else None,
+            state["epoch_seconds"] if mid_epoch else 0.0,
+        )
 
     def epoch_done(self, seconds: float, images: int) -> None:
         self.epochs_done += 1

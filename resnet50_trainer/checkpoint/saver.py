@@ -69,8 +69,8 @@ class CheckpointSaver:
     ) -> None:
         """Never over good weights with diverged ones: non-finite weights end the run instead."""
         config, replica = self.config, self.replica
-        weights = replica.model.state_dict()
-        diverged = non_finite_tensors(weights)
+        parts = replica.checkpoint_entries()
+        diverged = non_finite_tensors(parts["model"])
         if diverged:
             more = f" and {len(diverged) - 1} more" if len(diverged) > 1 else ""
             raise Diverged(
@@ -80,20 +80,18 @@ class CheckpointSaver:
                 f"not written and the checkpoints in {config.checkpoint_dir} are "
                 "intact; resume from the last one with a lower --base_learning_rate"
             )
+        settings = schema.settings_entry(
+            config,
+            self.placement.world_size,
+            self.lineage,
+            self.schedule(run.iteration),  # the LR of the next step
+        )
         checkpoint_files.save_checkpoint(
             schema.compose(
-                run,
-                weights,
-                replica.optimizer.state_dict(),
-                replica.precision.scaler.state_dict(),
-                self.schedule(run.iteration),  # the LR of the next step
-                config,
-                self.placement.world_size,
-                self.lineage,
-                epoch_sums,
-                epoch_seconds,
-                replica.ema.state() if replica.ema else None,
-                grad_compression=compression,
+                parts,
+                run.checkpoint_entry(epoch_sums, epoch_seconds),
+                {"grad_compression": compression},
+                settings,
             ),
             path,
         )

@@ -1,7 +1,8 @@
-"""What a checkpoint holds, defined once: the fields the trainer writes (compose), what each may
-be when read back (field_problem: a file from elsewhere is checked before a resume touches it),
-and how the run's position and totals are read out of it (run_state_of). Stored as a plain dict
-of state dicts, numbers and settings, so it loads with torch.load(weights_only=True).
+"""What a checkpoint holds, defined once: the fields the trainer writes, what each may be when
+read back (field_problem: a file from elsewhere is checked before a resume touches it), and how
+they are composed of the entries their parts own (Replica.checkpoint_entries,
+RunState.checkpoint_entry, grad_compression_entry, settings_entry). Stored as a plain dict of
+state dicts, numbers and settings, so it loads with torch.load(weights_only=True).
 
 Fields not defined here are ignored when read: torch_rng_state, which earlier versions wrote, is
 one (nothing after the weights' initialisation draws from torch's generator)."""
@@ -18,7 +19,6 @@ from typing import Any, Callable
 import torch
 
 from resnet50_trainer.checkpoint.grad_compression_entry import entry_problem
-from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.finite import non_finite_tensors
@@ -106,57 +106,34 @@ REQUIRED_KEYS = frozenset(
 )
 
 
-def compose(
-    run: RunState,
-    model: dict,
-    optimizer: dict,
-    scaler: dict,
-    learning_rate: float,
-    config: Config,
-    world_size: int,
-    lineage: str,
-    epoch_sums: torch.Tensor | None,
-    epoch_seconds: float,
-    ema: dict | None = None,
-    grad_compression: dict | None = None,
-) -> dict:
-    """The checkpoint of `run` (with the epoch's global sums so far, when taken within one)."""
-    written = CheckpointFields(
-        model=model,
-        optimizer=optimizer,
-        arguments=config.to_dict(),
-        scaler=scaler,
-        epoch=run.epochs_done,
-        step=run.steps_into_epoch,
-        iteration=run.iteration,
-        seed=config.seed,
-        total_images=run.total_images,
-        global_batch_size=config.global_batch_size,
-        world_size=world_size,
-        learning_rate=learning_rate,
-        epoch_seconds=epoch_seconds,
-        total_seconds=run.total_seconds,
-        epoch_sums=None if epoch_sums is None else epoch_sums.cpu(),
-        lineage=lineage,
-        ema=ema,
-        grad_compression=grad_compression,
-    )
-    # Not dataclasses.asdict: it would deep-copy the state dicts.
-    return {field.name: getattr(written, field.name) for field in fields(written)}
+def compose(*entries: dict) -> dict:
+    """A checkpoint from its parts' entries (the replica's, the run state's, gradient
+    compression's, the run's settings): together they give every field once, in the order
+    CheckpointFields defines. A field given twice or not at all is the trainer's own bug."""
+    given: dict = {}
+    for entry in entries:
+        twice = given.keys() & entry.keys()
+        if twice:
+            raise ValueError(f"checkpoint fields {sorted(twice)} given by two entries")
+        given.update(entry)
+    names = [field.name for field in fields(CheckpointFields)]
+    if given.keys() != set(names):
+        missing, unknown = set(names) - given.keys(), given.keys() - set(names)
+        raise ValueError(f"checkpoint fields missing {sorted(missing)}, unknown {sorted(unknown)}")
+    return {name: given[name] for name in names}
 
 
-def run_state_of(state: dict) -> RunState:
-    """The run's position and totals as the checkpoint left them."""
-    mid_epoch = bool(state["step"])
-    return RunState(
-        state["epoch"],
-        state["step"],
-        state["iteration"],
-        state["total_seconds"],
-        state["total_images"],
-        state["epoch_sums"] if mid_epoch else None,
-        state["epoch_seconds"] if mid_epoch else 0.0,
-    )
+def settings_entry(config: Config, world_size: int, lineage: str, learning_rate: float) -> dict:
+    """Which run a checkpoint is of: its settings, seed, batch and size, its lineage, and the LR
+    of its next step (a resume warns where any of these changed)."""
+    return {
+        "arguments": config.to_dict(),
+        "seed": config.seed,
+        "global_batch_size": config.global_batch_size,
+        "world_size": world_size,
+        "learning_rate": learning_rate,
+        "lineage": lineage,
+    }
 
 
 def position(state: dict) -> tuple[int, int, int, str | None]:

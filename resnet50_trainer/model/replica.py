@@ -39,6 +39,24 @@ class Replica:
     compression: GradCompression  # what the gradient all-reduce sends, and its state
     ema: WeightsEma | None = None  # --ema_decay: the average of the weights
 
+    def checkpoint_entries(self) -> dict:
+        """Its parts' checkpoint entries: weights (torchvision's names), optimizer, float16's
+        scaler ({} without one), the weights' EMA (None without --ema_decay)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.precision.scaler.state_dict(),
+            "ema": self.ema.state() if self.ema else None,
+        }
+
+    def load_checkpoint_entries(self, state: dict) -> None:
+        """Weights, optimizer and scaler from a checkpoint checked to fit (the EMA is restored
+        apart: a checkpoint without one starts it, which needs saying)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):  # empty when the checkpoint's run had no float16 scaler
+            self.precision.scaler.load_state_dict(state["scaler"])
+
     def no_sync(self) -> contextlib.AbstractContextManager:
         """Gradients kept local (the passes of an --iter_size step before its last)."""
         if isinstance(self.train_module, DistributedDataParallel):
