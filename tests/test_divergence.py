@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from dbfactory import write_image_db
-from resnet50_trainer.model.precision import Precision
+from resnet50_trainer.model.precision import Precision, PrecisionSettings
 from resnet50_trainer.model.resnet import build_model
 from resnet50_trainer.train.divergence import DivergenceWatch
 from trainer_runs import SMALL_RUN, config_of, one_error_line, run_trainer
@@ -114,10 +114,8 @@ def process_group(tmp_path):
 def test_a_float16_step_the_scaler_skips_is_no_divergence(process_group):
     """The scaler's CPU twin of the GPU path: gradients that overflow the scale are skipped, the
     loss (float32) stays finite, the weights stay as they were."""
-    precision = Precision(
-        dataclasses.replace(config_of("--train_data", "null", *SMALL_RUN), dtype="float16"),
-        torch.device("cpu"),
-    )
+    settings = PrecisionSettings.of(config_of("--train_data", "null", *SMALL_RUN))
+    precision = Precision(dataclasses.replace(settings, dtype="float16"), torch.device("cpu"))
     precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # overflows every gradient
     model = build_model(18, 4, 3)
     before = [parameter.detach().clone() for parameter in model.parameters()]

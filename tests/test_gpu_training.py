@@ -106,10 +106,10 @@ def test_srun_with_a_gpu_per_task_is_accepted_for_every_local_rank(monkeypatch):
 
 def test_cpu_optimizer_is_torchs_default():
     """The fused SGD is for GPUs: on the CPU the kernels (and so the bits) stay as before."""
-    from resnet50_trainer.model.optim import build_optimizer
+    from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
 
     config = config_of("--use_cpu", "--train_data", "null")
-    optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), OptimizerSettings.of(config))
     assert optimizer.defaults["fused"] is None and optimizer.defaults["foreach"] is None
 
 
@@ -117,10 +117,10 @@ def test_a_cpu_run_resumed_from_a_gpu_checkpoint_keeps_its_own_kernels():
     """A checkpoint's param groups carry the kernel choice of the run that saved it: a GPU's
     fused one must not switch a CPU run to CPU's fused SGD (other bits than before), nor a CPU's
     default keep a GPU run from the fused one."""
-    from resnet50_trainer.model.optim import build_optimizer
+    from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
 
     config = config_of("--use_cpu", "--train_data", "null")
-    optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), OptimizerSettings.of(config))
     saved_on_a_gpu = optimizer.state_dict()
     for group in saved_on_a_gpu["param_groups"]:
         group["fused"] = True
@@ -135,14 +135,17 @@ def test_a_cpu_run_resumed_from_a_gpu_checkpoint_keeps_its_own_kernels():
 def test_fused_sgd_steps_float16_without_a_host_sync():
     """The gradient scaler's step with the fused SGD reads nothing back to the host (unfused, its
     found-inf .item() synchronises every step)."""
-    from resnet50_trainer.model.optim import build_optimizer
-    from resnet50_trainer.model.precision import Precision
-    from resnet50_trainer.model.resnet import model_for
+    from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
+    from resnet50_trainer.model.precision import Precision, PrecisionSettings
+    from resnet50_trainer.model.resnet import Architecture, model_for
 
     config = config_of("--train_data", "null", "--dtype", "float16", gpus_present=1)
     device = torch.device("cuda", 0)
-    model = model_for(config).to(device)
-    precision, optimizer = Precision(config, device), build_optimizer(model, config)
+    model = model_for(Architecture.of(config)).to(device)
+    precision, optimizer = (
+        Precision(PrecisionSettings.of(config), device),
+        build_optimizer(model, OptimizerSettings.of(config)),
+    )
     assert optimizer.defaults["fused"] is True
     images = torch.randint(0, 255, (8, 3, 32, 32), dtype=torch.uint8, device=device)
     labels = torch.zeros(8, dtype=torch.long, device=device)
@@ -184,10 +187,13 @@ def test_twenty_steps_of_a_real_run_never_sync_the_host(tmp_path, flags):
 @needs_gpu
 @pytest.mark.parametrize("tensor_core", [False, True])
 def test_tf32_follows_enable_tensor_core_both_ways(tensor_core):
-    from resnet50_trainer.model.precision import Precision
+    from resnet50_trainer.model.precision import Precision, PrecisionSettings
 
     flags = ["--enable_tensor_core"] if tensor_core else []
-    Precision(config_of("--train_data", "null", *flags, gpus_present=1), torch.device("cuda", 0))
+    Precision(
+        PrecisionSettings.of(config_of("--train_data", "null", *flags, gpus_present=1)),
+        torch.device("cuda", 0),
+    )
     assert torch.backends.cudnn.allow_tf32 is tensor_core
     assert torch.backends.cuda.matmul.allow_tf32 is tensor_core
 
@@ -303,9 +309,9 @@ def test_model_parallel_on_two_gpus(gpu_db, tmp_path):
 @needs_gpu
 def test_peak_memory_of_resnet50_at_batch_256_in_bfloat16():
     """Recorded, not judged: ResNet-50, 224 px, batch 256, bfloat16 autocast, 3 steps."""
-    from resnet50_trainer.model.optim import build_optimizer
-    from resnet50_trainer.model.precision import Precision
-    from resnet50_trainer.model.resnet import model_for
+    from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
+    from resnet50_trainer.model.precision import Precision, PrecisionSettings
+    from resnet50_trainer.model.resnet import Architecture, model_for
 
     config = config_of(
         *("--train_data", "null", "--num_layers", "50", "--image_size", "224"),
@@ -313,8 +319,11 @@ def test_peak_memory_of_resnet50_at_batch_256_in_bfloat16():
         gpus_present=1,
     )
     device = torch.device("cuda", 0)
-    model = model_for(config).to(device)
-    precision, optimizer = Precision(config, device), build_optimizer(model, config)
+    model = model_for(Architecture.of(config)).to(device)
+    precision, optimizer = (
+        Precision(PrecisionSettings.of(config), device),
+        build_optimizer(model, OptimizerSettings.of(config)),
+    )
     images = torch.randint(0, 255, (256, 3, 224, 224), dtype=torch.uint8, device=device)
     labels = torch.randint(0, 1000, (256,), device=device)
     torch.cuda.reset_peak_memory_stats(device)

@@ -12,7 +12,7 @@ import torchvision
 
 from resnet50_trainer.checkpoint.schema import check_matches
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model.precision import Precision
+from resnet50_trainer.model.precision import Precision, PrecisionSettings
 from resnet50_trainer.model.resnet import build_model, build_split_model
 from resnet50_trainer.reporting.runlog import HEADER, TOP5_COLUMN, log_file_name
 from resnet50_trainer.tools.plot.figure import build_figure
@@ -66,7 +66,7 @@ def test_the_per_channel_values_normalise_in_rgb_order_given_blue_first():
         *("--image_mean_per_channel", "10,20,30", "--image_std_per_channel", "1", "2", "4"),
     )
     images = torch.full((1, 3, 2, 2), 100, dtype=torch.uint8)
-    inputs = Precision(config, torch.device("cpu")).inputs(images)
+    inputs = Precision(PrecisionSettings.of(config), torch.device("cpu")).inputs(images)
     # Red (channel 0 of ours) takes the last values given: (100 - 30) / 4.
     assert inputs[0, :, 0, 0].tolist() == [70 / 4, 80 / 2, 90 / 1]
 
@@ -74,7 +74,7 @@ def test_the_per_channel_values_normalise_in_rgb_order_given_blue_first():
 def test_without_the_per_channel_flags_inputs_are_the_original_s():
     config = config_of("--train_data", "null", "--use_cpu", "--num_channels", "1")
     images = torch.tensor([[[[0, 128, 255]]]], dtype=torch.uint8)
-    inputs = Precision(config, torch.device("cpu")).inputs(images)
+    inputs = Precision(PrecisionSettings.of(config), torch.device("cpu")).inputs(images)
     assert inputs.tolist() == [[[[-1.0, 0.0, 127 / 128]]]]
 
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from resnet50_trainer.model.optim import build_optimizer
+from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
 from resnet50_trainer.model.replica import build_replica
 from trainer_runs import SMALL_RUN, config_of
 
@@ -49,7 +49,7 @@ def test_one_process_trains_the_model_itself_bit_for_bit_as_ddp(group_of_one, tm
     assert not isinstance(replica.train_model, DistributedDataParallel)
     wrapped_model = copy.deepcopy(replica.model)
     wrapped = DistributedDataParallel(wrapped_model, gradient_as_bucket_view=True)
-    wrapped_optimizer = build_optimizer(wrapped_model, config)
+    wrapped_optimizer = build_optimizer(wrapped_model, OptimizerSettings.of(config))
 
     train(replica.train_model, replica.optimizer, replica.no_sync)
     train(wrapped, wrapped_optimizer, wrapped.no_sync)

@@ -13,7 +13,12 @@ import torch
 
 from resnet50_trainer import cli
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.model.precision import Precision, compute_dtype, normalize
+from resnet50_trainer.model.precision import (
+    Precision,
+    PrecisionSettings,
+    compute_dtype,
+    normalize,
+)
 from trainer_runs import SMALL_RUN, config_of
 
 TINY = [*SMALL_RUN, "--num_epochs", "1"]
@@ -77,15 +82,17 @@ def test_contradictory_precision_and_pointless_gpu_decode_refuse(capsys):
 
 
 def test_compute_dtypes():
-    assert compute_dtype(tiny_config()) is None
-    assert compute_dtype(tiny_config("--dtype", "bfloat16")) is torch.bfloat16
+    assert compute_dtype(PrecisionSettings.of(tiny_config())) is None
+    assert compute_dtype(PrecisionSettings.of(tiny_config("--dtype", "bfloat16"))) is torch.bfloat16
     # GPU-only, so refused here by the command line; the mapping itself is device-free.
     fp16_compute = dataclasses.replace(tiny_config(), float16_compute=True)
-    assert compute_dtype(fp16_compute) is torch.float16  # the same mode as --dtype float16
+    assert (
+        compute_dtype(PrecisionSettings.of(fp16_compute)) is torch.float16
+    )  # the same mode as --dtype float16
 
 
 def test_precision_inputs_dtype_layout_and_scaler():
-    bf16 = Precision(tiny_config("--dtype", "bfloat16"), torch.device("cpu"))
+    bf16 = Precision(PrecisionSettings.of(tiny_config("--dtype", "bfloat16")), torch.device("cpu"))
     images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
     prepared = bf16.inputs(images)
     assert prepared.dtype == torch.bfloat16
@@ -93,6 +100,6 @@ def test_precision_inputs_dtype_layout_and_scaler():
     assert not bf16.scaler.is_enabled()
     with bf16.autocast():
         assert torch.nn.Linear(4, 2)(torch.ones(1, 4)).dtype == torch.bfloat16
-    plain = Precision(tiny_config(), torch.device("cpu"))
+    plain = Precision(PrecisionSettings.of(tiny_config()), torch.device("cpu"))
     with plain.autocast():
         assert torch.nn.Linear(4, 2)(torch.ones(1, 4)).dtype == torch.float32

@@ -14,8 +14,8 @@ from resnet50_trainer.checkpoint import grad_compression_entry, schema
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model.optim import build_optimizer
-from resnet50_trainer.model.resnet import model_for
+from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
+from resnet50_trainer.model.resnet import Architecture, model_for
 
 # A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
 LARGEST_STEP = 10**12
@@ -25,8 +25,10 @@ def check_checkpoint(state: dict, config: Config) -> None:
     """The checkpoint `state` is of this run's model: architecture, labels, tensor shapes."""
     schema.check_matches(state, config)
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-        model = model_for(config)
-        optimizer = None if config.test_only else build_optimizer(model, config)
+        model = model_for(Architecture.of(config))
+        optimizer = (
+            None if config.test_only else build_optimizer(model, OptimizerSettings.of(config))
+        )
         schema.check_fits(state, model, optimizer)
         grad_compression_entry.check_fits(state, model, config)
 

@@ -17,7 +17,7 @@ from resnet50_trainer.checkpoint.schema import model_problem
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.finite import non_finite_tensors
-from resnet50_trainer.model.resnet import model_for
+from resnet50_trainer.model.resnet import Architecture, model_for
 
 log = logging.getLogger(__name__)
 CLASSIFIER = "fc."  # torchvision's final layer: the one part a new --num_labels replaces
@@ -35,7 +35,7 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
             "that are all finite (an earlier checkpoint of that run, before it diverged)"
         )
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-        expected = model_for(config)
+        expected = model_for(Architecture.of(config))
     ours = expected.state_dict()
     file_labels = _classifier_labels(weights)
     replaced = file_labels is not None and file_labels != config.num_labels

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -29,13 +30,27 @@ CASTING_HOOKS = {
 }
 
 
+@dataclass(frozen=True)
+class CompressionSettings:
+    mode: str  # --grad_compression
+    rank: int  # --powersgd_rank
+    start_iteration: int  # --powersgd_start_iter
+    seed: int  # PowerSGD's fresh Q factors are drawn from it, the same on every process
+
+    @classmethod
+    def of(cls, config: Config) -> CompressionSettings:
+        return cls(
+            config.grad_compression, config.powersgd_rank, config.powersgd_start_iter, config.seed
+        )
+
+
 class GradCompression:
     """The run's compression, registered on its DDP; `powersgd` holds PowerSGD's state."""
 
-    def __init__(self, config: Config, powersgd: ResumablePowerSGD | None = None):
-        self.mode = config.grad_compression
-        self.rank = config.powersgd_rank
-        self.start_iteration = config.powersgd_start_iter
+    def __init__(self, settings: CompressionSettings, powersgd: ResumablePowerSGD | None = None):
+        self.mode = settings.mode
+        self.rank = settings.rank
+        self.start_iteration = settings.start_iteration
         self.powersgd = powersgd
 
     def describe(self) -> str:
@@ -64,32 +79,32 @@ def check_supported(config: Config) -> None:
 
 
 def register(
-    ddp: DistributedDataParallel, model: torch.nn.Module, config: Config
+    ddp: DistributedDataParallel, model: torch.nn.Module, settings: CompressionSettings
 ) -> GradCompression:
     """Register --grad_compression's hook on `ddp` (before its first step, as DDP requires)."""
-    compression = _register_hook(ddp, model, config)
+    compression = _register_hook(ddp, model, settings)
     if compression.mode != NONE:
         log.info("Gradient all-reduce: %s", compression.describe())
     return compression
 
 
 def _register_hook(
-    ddp: DistributedDataParallel, model: torch.nn.Module, config: Config
+    ddp: DistributedDataParallel, model: torch.nn.Module, settings: CompressionSettings
 ) -> GradCompression:
-    mode = config.grad_compression
+    mode = settings.mode
     if mode in CASTING_HOOKS:
         ddp.register_comm_hook(None, CASTING_HOOKS[mode])
-        return GradCompression(config)
+        return GradCompression(settings)
     if mode != POWERSGD:
-        return GradCompression(config)
+        return GradCompression(settings)
     # torch's hook logs every bucket's allocation at INFO: our start line says what it does.
     logging.getLogger(powerSGD_hook.__name__).setLevel(logging.WARNING)
     powersgd = ResumablePowerSGD(
         model,
-        config.powersgd_rank,
-        config.powersgd_start_iter,
-        config.seed,
+        settings.rank,
+        settings.start_iteration,
+        settings.seed,
         wait_each_bucket=dist.get_backend() == dist.Backend.GLOO,
     )
     ddp.register_comm_hook(powersgd, ResumablePowerSGD.hook)
-    return GradCompression(config, powersgd)
+    return GradCompression(settings, powersgd)

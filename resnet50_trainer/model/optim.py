@@ -3,19 +3,40 @@ type "SGD", plain momentum: --optimizer sgd). The LR it steps with: lr_schedule.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.model.resnet import weight_decay_groups
 
 
-def build_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.SGD:
+@dataclass(frozen=True)
+class OptimizerSettings:
+    learning_rate: float  # the effective LR: the schedule sets each step's
+    momentum: float
+    nesterov: bool
+    weight_decay: float
+    bn_weight_decay: bool  # also on BN scales (not with --no_bn_weight_decay)
+
+    @classmethod
+    def of(cls, config: Config) -> OptimizerSettings:
+        return cls(
+            config.effective_learning_rate,
+            config.momentum,
+            config.optimizer == "nesterov",
+            config.weight_decay,
+            not config.no_bn_weight_decay,
+        )
+
+
+def build_optimizer(model: torch.nn.Module, settings: OptimizerSettings) -> torch.optim.SGD:
     optimizer = torch.optim.SGD(
-        weight_decay_groups(model, bn_weight_decay=not config.no_bn_weight_decay),
-        lr=config.effective_learning_rate,
-        momentum=config.momentum,
-        nesterov=config.optimizer == "nesterov",
-        weight_decay=config.weight_decay,
+        weight_decay_groups(model, bn_weight_decay=settings.bn_weight_decay),
+        lr=settings.learning_rate,
+        momentum=settings.momentum,
+        nesterov=settings.nesterov,
+        weight_decay=settings.weight_decay,
         fused=_fused(model),
     )
     # A checkpoint's param groups carry the kernel choice of the run that saved it (a GPU's fused

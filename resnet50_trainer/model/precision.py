@@ -15,6 +15,7 @@ How the original's flags map onto PyTorch (see the README, "Speed"):
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
@@ -25,13 +26,29 @@ PIXEL_CENTRE = 128.0
 PIXEL_SCALE = 128.0
 
 
-def compute_dtype(config: Config) -> torch.dtype | None:
+@dataclass(frozen=True)
+class PrecisionSettings:
+    dtype: str  # --dtype, with --float16_compute folded in: float, float16 or bfloat16
+    tensor_cores: bool  # --enable_tensor_core: TF32 and channels_last
+    # --image_mean_per_channel and --image_std_per_channel in the original's BGR order
+    mean_per_channel: tuple[float, ...]
+    std_per_channel: tuple[float, ...]
+
+    @classmethod
+    def of(cls, config: Config) -> PrecisionSettings:
+        # --float16_compute is the original's "conv/fc arithmetic in float16": --dtype float16.
+        dtype = "float16" if config.float16_compute else config.dtype
+        return cls(
+            dtype,
+            config.enable_tensor_core,
+            tuple(config.image_mean_per_channel or (PIXEL_CENTRE,) * config.num_channels),
+            tuple(config.image_std_per_channel or (PIXEL_SCALE,) * config.num_channels),
+        )
+
+
+def compute_dtype(settings: PrecisionSettings) -> torch.dtype | None:
     """The autocast dtype of the run, or None for plain float32."""
-    if config.dtype == "float16" or config.float16_compute:
-        return torch.float16
-    if config.dtype == "bfloat16":
-        return torch.bfloat16
-    return None
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(settings.dtype)
 
 
 def normalize(
@@ -46,34 +63,33 @@ def normalize(
     return images.float().sub_(mean).div_(std).to(dtype)
 
 
-def channel_statistics(config: Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """--image_mean_per_channel and --image_std_per_channel as (1, C, 1, 1) tensors in our
-    tensors' channel order: the flags follow the original's BGR, our colour tensors are RGB."""
-    statistics = []
-    for values, default in (
-        (config.image_mean_per_channel, PIXEL_CENTRE),
-        (config.image_std_per_channel, PIXEL_SCALE),
-    ):
-        per_channel = list(values or [default] * config.num_channels)[::-1]
-        statistics.append(torch.tensor(per_channel, device=device).view(1, -1, 1, 1))
-    return statistics[0], statistics[1]
+def channel_statistics(
+    settings: PrecisionSettings, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and std per channel as (1, C, 1, 1) tensors in our tensors' channel order: the
+    flags follow the original's BGR, our colour tensors are RGB."""
+    mean, std = (
+        torch.tensor(values[::-1], device=device).view(1, -1, 1, 1)
+        for values in (settings.mean_per_channel, settings.std_per_channel)
+    )
+    return mean, std
 
 
 class Precision:
     """What the training step needs to know about precision and layout, for one device."""
 
-    def __init__(self, config: Config, device: torch.device):
+    def __init__(self, settings: PrecisionSettings, device: torch.device):
         self.device = device
-        self.dtype = compute_dtype(config)
-        self.channels_last = config.enable_tensor_core
-        self.mean, self.std = channel_statistics(config, device)
+        self.dtype = compute_dtype(settings)
+        self.channels_last = settings.tensor_cores
+        self.mean, self.std = channel_statistics(settings, device)
         # A disabled scaler passes backward() and step() straight through.
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
         if device.type == "cuda":
             # Both ways: cuDNN's convolutions default to TF32 in PyTorch, so float32 without the
             # flag would quietly run them at TF32's 10-bit mantissa.
-            torch.backends.cuda.matmul.allow_tf32 = config.enable_tensor_core
-            torch.backends.cudnn.allow_tf32 = config.enable_tensor_core
+            torch.backends.cuda.matmul.allow_tf32 = settings.tensor_cores
+            torch.backends.cudnn.allow_tf32 = settings.tensor_cores
 
     def autocast(self):
         if self.dtype is None:

@@ -19,11 +19,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.devices import replica_devices
-from resnet50_trainer.distributed.grad_compression import NONE, GradCompression, register
+from resnet50_trainer.distributed.grad_compression import (
+    NONE,
+    CompressionSettings,
+    GradCompression,
+    register,
+)
 from resnet50_trainer.model.ema import WeightsEma, build_ema
-from resnet50_trainer.model.optim import build_optimizer
-from resnet50_trainer.model.precision import Precision
-from resnet50_trainer.model.resnet import build_split_model, model_for, with_batch_norm_synced
+from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
+from resnet50_trainer.model.precision import Precision, PrecisionSettings
+from resnet50_trainer.model.resnet import (
+    Architecture,
+    build_split_model,
+    model_for,
+    with_batch_norm_synced,
+)
 
 
 @dataclass
@@ -75,24 +85,27 @@ def build_replica(
     wraps the model, whose broadcast from rank 0 then gives every process rank 0's weights."""
     # A model-parallel replica's pair; the logits come out on its second device.
     devices = replica_devices(config, local_rank) if config.model_parallel else (device, device)
-    precision = Precision(config, device)
+    precision = Precision(PrecisionSettings.of(config), device)
     model = _build_model(config, devices)
     if initial_weights is not None:
         model.load_state_dict(initial_weights, strict=False)
     model = with_batch_norm_synced(precision.prepare_model(model), config.sync_bn)
     train_module: torch.nn.Module = model
-    compression = GradCompression(config)
-    if dist.get_world_size() > 1 or config.grad_compression != NONE:
+    compression_settings = CompressionSettings.of(config)
+    compression = GradCompression(compression_settings)
+    if dist.get_world_size() > 1 or compression_settings.mode != NONE:
         train_module = DistributedDataParallel(
             model,
             gradient_as_bucket_view=True,
             # A model-parallel replica spans two devices: DDP then takes no device_ids.
             device_ids=[device] if device.type == "cuda" and not config.model_parallel else None,
         )
-        compression = register(train_module, model, config)  # before torch.compile traces DDP
+        compression = register(
+            train_module, model, compression_settings
+        )  # before torch.compile traces DDP
     # Compiling the DDP module lets torch.compile split graphs at DDP's bucket boundaries.
     train_model = torch.compile(train_module) if config.compile else train_module
-    optimizer = build_optimizer(model, config)
+    optimizer = build_optimizer(model, OptimizerSettings.of(config))
     # After DDP's broadcast from rank 0: every process's average starts at the same weights.
     ema = build_ema(model, config.ema_decay, config.ema_steps)
     return Replica(
@@ -101,14 +114,15 @@ def build_replica(
 
 
 def _build_model(config: Config, devices: tuple[torch.device, torch.device]) -> torch.nn.Module:
+    architecture = Architecture.of(config)
     if not config.model_parallel:
-        return model_for(config).to(devices[0])
+        return model_for(architecture).to(devices[0])
     return build_split_model(
-        config.num_layers,
-        config.num_labels,
-        config.num_channels,
+        architecture.num_layers,
+        architecture.num_labels,
+        architecture.num_channels,
         devices,
         config.pipeline_chunks,
-        config.resnext_num_groups,
-        config.resnext_width_per_group,
+        architecture.groups,
+        architecture.width_per_group,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -101,14 +102,34 @@ def build_model(
     return model
 
 
-def model_for(config: Config) -> models.ResNet:
-    """build_model with the run's --num_layers, --num_labels, --num_channels and ResNeXt flags."""
+@dataclass(frozen=True)
+class Architecture:
+    """The network a run trains: --num_layers, --num_labels, --num_channels, ResNeXt's flags."""
+
+    num_layers: int
+    num_labels: int
+    num_channels: int
+    groups: int = RESNET_GROUPS
+    width_per_group: int = RESNET_WIDTH_PER_GROUP
+
+    @classmethod
+    def of(cls, config: Config) -> Architecture:
+        return cls(
+            config.num_layers,
+            config.num_labels,
+            config.num_channels,
+            config.resnext_num_groups,
+            config.resnext_width_per_group,
+        )
+
+
+def model_for(architecture: Architecture) -> models.ResNet:
     return build_model(
-        config.num_layers,
-        config.num_labels,
-        config.num_channels,
-        config.resnext_num_groups,
-        config.resnext_width_per_group,
+        architecture.num_layers,
+        architecture.num_labels,
+        architecture.num_channels,
+        architecture.groups,
+        architecture.width_per_group,
     )
 
 
