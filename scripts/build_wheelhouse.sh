@@ -9,7 +9,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 dest=${1:-$repo/wheelhouse}
 
 # The runtime dependencies of pyproject.toml that the lent machine's torch, torchvision, pillow,
-# tqdm and numpy do not cover (tests/test_gpu_kit.py checks this list against pyproject), then
+# tqdm and numpy do not cover (tests/system/test_gpu_kit.py checks this list against pyproject), then
 # matplotlib's own dependencies but numpy and pillow, then pytest's.
 RUNTIME="lmdb plyvel redis protobuf simplejpeg psutil nvidia-ml-py matplotlib"
 MATPLOTLIB_DEPS="contourpy cycler fonttools kiwisolver packaging pyparsing python-dateutil six tzdata"

@@ -1,4 +1,6 @@
-"""Shared fixtures: small real image databases in temporary directories."""
+"""Shared fixtures (small real image databases in temporary directories), and the lanes: tests in
+unit/ start no process and train nothing; system/ (runs, launchers, servers, namespaces) and gpu/
+are marked `system`, so `pytest -m "not system"` is the fast inner loop."""
 
 from __future__ import annotations
 
@@ -9,9 +11,19 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # so tests can import dbfactory
+# The helpers in support/ are imported by bare name (dbfactory, trainer_runs, ...).
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 
 from dbfactory import write_image_db  # noqa: E402
+
+_SYSTEM_LANES = ("system", "gpu")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/system or tests/gpu carries the `system` marker."""
+    for item in items:
+        if item.path.parent.name in _SYSTEM_LANES:
+            item.add_marker(pytest.mark.system)
 
 
 @pytest.fixture(scope="module")

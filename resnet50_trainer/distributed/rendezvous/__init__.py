@@ -1,7 +1,7 @@
 """Where the processes of a multi-machine run meet: a board (Redis or a shared directory) that
 carries only the address of one TCPStore; the process group then runs on that store.
 
-One interface, `Board`, for every backend (contract test: tests/test_rendezvous.py):
+One interface, `Board`, for every backend (contract test: tests/system/test_rendezvous.py):
   where                   -> "redis 10.0.0.5:6379" / "directory /nfs/rdv": named in every error
   publish(entry, ttl_s)   -> replace the run's entry atomically (it expires after ttl_s where the
                              backend can expire it; ttl_s None: kept until withdrawn)

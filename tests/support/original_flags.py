@@ -1,0 +1,42 @@
+"""The original's flags (Caffe2's resnet50_trainer.py and imagenet_trainer.py): every one of them is
+ours too, with its meaning."""
+
+from __future__ import annotations
+
+ORIGINAL_FLAGS = [
+    "--train_data",
+    "--test_data",
+    "--db_type",
+    "--gpus",
+    "--num_gpus",
+    "--model_parallel",
+    "--num_channels",
+    "--image_size",
+    "--num_labels",
+    "--batch_size",
+    "--epoch_size",
+    "--num_epochs",
+    "--base_learning_rate",
+    "--weight_decay",
+    "--cudnn_workspace_limit_mb",
+    "--num_shards",
+    "--shard_id",
+    "--run_id",
+    "--redis_host",
+    "--redis_port",
+    "--file_store_path",
+    "--save_model_name",
+    "--load_model_path",
+    "--use_cpu",
+    "--dtype",
+    "--float16_compute",
+    "--enable_tensor_core",
+    "--distributed_transport",
+    "--distributed_interfaces",
+    "--num_layers",
+    "--first_iter_timeout",
+    "--timeout",
+    "--log_dir",
+    "--num_workers",
+    "--scale",
+]

@@ -1,0 +1,59 @@
+"""resnet50-db bench and the input pipeline run for real: the bench command in a fresh interpreter,
+input processes, a run whose batch holds only bad records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dbfactory import (
+    write_db,
+)
+from image_records import records_of
+from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.gpu_decode import GpuDecode
+from resnet50_trainer.data.input_pipeline import make_loader
+from resnet50_trainer.data.prefetch import DevicePrefetcher
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.tools.db import bench
+
+CPU = torch.device("cpu")
+
+
+def test_bench_prints_images_per_second_last(image_db, capsys):
+    db = image_db("bench", 12, 4)
+    status = bench.main(
+        [db, "--batch_size", "4", "--image_size", "32", "--num_workers", "1", "--batches", "5"]
+    )
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert status == 0 and last.startswith("images/sec: ") and float(last.split()[-1]) > 0
+
+
+def test_prefetcher_yields_the_plain_loaders_batches(image_db):
+    db = image_db("train", 12, 4)
+    order = [[(p, (p * 5) % 12) for p in range(s * 4, s * 4 + 4)] for s in range(3)]
+    plain = list(make_loader(records_of(CpuDecode, db), order, 0, pin_memory=False))
+    loader = make_loader(records_of(CpuDecode, db), order, 1, pin_memory=False)
+    fetched = list(DevicePrefetcher(loader, CPU, CpuDecode.stage(CPU)))
+    assert len(fetched) == len(plain) == 3
+    for ours, theirs in zip(fetched, plain):
+        assert torch.equal(ours.images, theirs.images) and torch.equal(ours.labels, theirs.labels)
+
+
+def test_a_batch_of_only_bad_records_stops_the_run_in_the_training_process(tmp_path):
+    """Raised in an input process, the error would reach the user inside its traceback. Evaluation
+    (allow_empty) gets the batch empty, with its keys, to count them."""
+    db = write_db(
+        str(tmp_path / "garbage"),
+        "lmdb",
+        [(b"%08d_x" % i, b"\x08\x01 not a record") for i in range(4)],
+    )
+    for decoding in (CpuDecode, GpuDecode):
+        records = records_of(decoding, db)
+        loader = make_loader(records, [[(p, p) for p in range(4)]], 1, False)
+        stage = records.decoding.stage(CPU)
+        with pytest.raises(UserError) as raised:
+            list(DevicePrefetcher(loader, CPU, stage))
+        assert str(raised.value).startswith("every record of a batch failed to decode")
+        (empty,) = DevicePrefetcher(loader, CPU, stage, allow_empty=True)
+        assert len(empty.labels) == 0 and len(empty.bad_keys) == 4

@@ -1,0 +1,196 @@
+"""resnet50-db as a process: a full disk, a FIFO list file, a signal mid-create, what --help
+imports, irregular files skipped, a seeded shuffle with input workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dbfactory import (
+    encode_image,
+    random_pixels,
+    write_class_folders,
+)
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.tools.db.command import main
+from trainer_runs import imported_by, trainer_env, wait_for
+
+
+def _stored_values(db, db_type):
+    with open_database(db, db_type) as database:
+        return [(key, database.get(key)) for key in database.keys()]
+
+
+def test_shuffle_is_seeded_and_workers_do_not_change_the_result(tmp_path):
+    write_class_folders(str(tmp_path / "images"), 3, 4)
+    results = []
+    for name, workers in [("one", "1"), ("two", "2")]:
+        db = str(tmp_path / name)
+        assert (
+            main(
+                [
+                    "create",
+                    str(tmp_path / "images"),
+                    db,
+                    "--shuffle",
+                    "--seed",
+                    "3",
+                    "--num_workers",
+                    workers,
+                    "--raw",
+                ]
+            )
+            == 0
+        )
+        results.append(_stored_values(db, "lmdb"))
+    assert results[0] == results[1]
+    paths = [key.split(b"_", 1)[1] for key, _ in results[0]]
+    assert paths != sorted(paths) and len(set(paths)) == 12
+
+
+def _create(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`resnet50-db create` in its own process: a hang is a failed test, not a hung suite."""
+    return subprocess.run(
+        [sys.executable, "-m", "resnet50_trainer.tools.db", "create", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=trainer_env(),
+    )
+
+
+def test_only_regular_files_are_read_the_rest_is_named_and_skipped(tmp_path):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    folder = tmp_path / "images" / "class_0"
+    os.mkfifo(folder / "pipe.jpg")
+    os.mknod(folder / "null.jpg", 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # as /dev/null
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(folder / "sock.jpg"))
+        (folder / "to_pipe.jpg").symlink_to(folder / "pipe.jpg")
+        (folder / "dangling.jpg").symlink_to(tmp_path / "gone.jpg")
+        (folder / "to_dir").symlink_to(tmp_path / "images" / "class_1")
+        (folder / "to_image.jpg").symlink_to(folder / "img_0.jpg")
+        (tmp_path / "list.txt").write_text("class_0/pipe.jpg 0\nclass_1 1\nclass_0/img_0.jpg 2\n")
+        made = _create(str(tmp_path / "images"), str(tmp_path / "db"))
+        listed = _create(
+            "--list_file",
+            str(tmp_path / "list.txt"),
+            "--root",
+            str(tmp_path / "images"),
+            str(tmp_path / "listed"),
+        )
+    assert made.returncode == 0, made.stderr
+    for name, kind in [
+        ("pipe.jpg", "a FIFO"),
+        ("null.jpg", "a character device"),
+        ("sock.jpg", "a socket"),
+        ("to_pipe.jpg", "a FIFO"),
+        ("to_dir", "a directory"),
+    ]:
+        assert f"class_0/{name}: cannot read the file ({kind}, not a regular file)" in made.stderr
+    assert "dangling.jpg: cannot read the file (No such file or directory)" in made.stderr
+    assert "skipped 6 files" in made.stdout and "Traceback" not in made.stderr
+    assert [key for key, _ in _stored_values(str(tmp_path / "db"), "lmdb")] == [
+        b"00000001_class_0/img_0.jpg",
+        b"00000006_class_0/to_image.jpg",
+        b"00000008_class_1/img_0.jpg",
+    ]
+    assert listed.returncode == 0, listed.stderr
+    assert "pipe.jpg: cannot read the file (a FIFO, not a regular file)" in listed.stderr
+    assert "class_1: cannot read the file (a directory, not a regular file)" in listed.stderr
+    assert len(_stored_values(str(tmp_path / "listed"), "lmdb")) == 1
+
+
+def test_a_list_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "list.txt")
+    made = _create("--list_file", str(tmp_path / "list.txt"), str(tmp_path / "db"), timeout=60)
+    assert made.returncode == 2
+    assert made.stderr.strip().endswith("(a FIFO, not a regular file); check the path")
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as file:
+        return [int(child) for child in file.read().split()]
+
+
+@pytest.mark.parametrize(
+    "signum, workers", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2")]
+)
+def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
+    """Deterministically mid-write: every missing file in the list is named on stderr, which the
+    test does not read, so create blocks once the pipe is full, with its database half written."""
+    write_class_folders(str(tmp_path / "images"), 1, 4)
+    lines = [f"class_0/img_{index}.jpg 0" for index in range(4)]
+    lines += [f"missing/{index:05d}_{'x' * 60}.jpg 1" for index in range(3000)]  # > 64 KiB named
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "out").mkdir()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "resnet50_trainer.tools.db",
+            "create",
+            "--list_file",
+            str(tmp_path / "list.txt"),
+            "--root",
+            str(tmp_path / "images"),
+            str(tmp_path / "out" / "db"),
+            "--num_workers",
+            workers,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=trainer_env(),
+    )
+    try:
+        wait_for(lambda: os.listdir(tmp_path / "out"), 60, "the temporary database")
+        assert process.poll() is None  # it cannot end before its stderr is read
+        workers_pids = _children(process.pid)
+        os.kill(process.pid, signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signum, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == (
+        f"resnet50-db create: error: stopped by {signal.Signals(signum).name}; removed "
+        f"the partial database, nothing was written to {tmp_path / 'out' / 'db'}"
+    )
+    assert "Traceback" not in stderr and "Logging error" not in stderr
+    assert os.listdir(tmp_path / "out") == []
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers_pids)
+
+
+@pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
+def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(
+    tmp_path, capsys, db_type, tmpfs
+):
+    folder = tmp_path / "images" / "noise"
+    folder.mkdir(parents=True)
+    for index in range(40):  # 40 x 77 KB of incompressible PNG: more than the 2 MB disk
+        (folder / f"{index}.png").write_bytes(
+            encode_image(random_pixels(160, 160, seed=index), "PNG")
+        )
+    two_megabyte_disk = Path(tmpfs("small_disk", "2m"))
+    db = str(two_megabyte_disk / "db")
+    assert main(["create", str(tmp_path / "images"), db, "--db_type", db_type]) == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1, error
+    # LMDB reports a short write as EIO; LevelDB passes ENOSPC on.
+    assert ("Input/output error" if db_type == "lmdb" else "No space left on device") in error
+    assert f"beside {db}" in error and "MiB free there" in error and "nothing was written" in error
+    assert os.listdir(two_megabyte_disk) == []
+
+
+def test_help_and_the_subcommands_but_bench_do_not_import_torch():
+    """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
+    argvs = [["--help"], ["bench", "--help"], ["bench", "db", "--batch_size", "nan"]]
+    assert imported_by("resnet50_trainer.tools.db", argvs, ("torch",)) == []

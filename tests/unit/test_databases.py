@@ -1,0 +1,149 @@
+"""LMDB and LevelDB readers and writers, on real databases in temporary directories."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dbfactory import write_db
+from file_digests import _file_digests
+from resnet50_trainer.data.formats.databases import DB_TYPES, open_database, open_writer
+from resnet50_trainer.errors import UserError
+
+RECORDS = [(b"%03d" % index, b"value-%d" % index) for index in (5, 1, 3, 0, 2, 4)]
+
+
+@pytest.mark.parametrize("db_type", DB_TYPES)
+def test_reader_gives_sorted_keys_and_values(tmp_path, db_type):
+    path = write_db(str(tmp_path / "db"), db_type, RECORDS)
+    with open_database(path, db_type) as database:
+        assert database.keys() == sorted(key for key, _ in RECORDS)
+        assert len(database) == 6
+        assert database.get(b"003") == b"value-3"
+        with pytest.raises(UserError, match="not in database"):
+            database.get(b"missing")
+
+
+def test_wrong_paths_and_types_are_user_errors_with_the_fix(tmp_path):
+    lmdb_path = write_db(str(tmp_path / "a_lmdb"), "lmdb", RECORDS)
+    leveldb_path = write_db(str(tmp_path / "a_leveldb"), "leveldb", RECORDS)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "data.mdb").write_bytes(b"\x00" * 8192)
+    cases = [
+        (
+            lmdb_path,
+            "leveldb",
+            "is an LMDB database but --db_type leveldb was given; pass --db_type lmdb",
+        ),
+        (
+            leveldb_path,
+            "lmdb",
+            "is a LevelDB database but --db_type lmdb was given; pass --db_type leveldb",
+        ),
+        (str(tmp_path / "nowhere"), "lmdb", "does not exist"),
+        (str(tmp_path / "plain"), "lmdb", "holds neither an LMDB"),
+        (str(tmp_path / "file"), "lmdb", "is a file, not a directory"),
+        (lmdb_path, "rocksdb", "unknown database type"),
+        (str(tmp_path / "broken"), "lmdb", "cannot open LMDB"),
+    ]
+    for path, db_type, message in cases:
+        with pytest.raises(UserError, match=message):
+            open_database(path, db_type)
+
+
+@pytest.mark.parametrize("db_type", DB_TYPES)
+def test_empty_database_is_refused_unless_allowed(tmp_path, db_type):
+    path = write_db(str(tmp_path / "db"), db_type, [])
+    with pytest.raises(UserError, match="holds no records"):
+        open_database(path, db_type)
+    with open_database(path, db_type, allow_empty=True) as database:
+        assert len(database) == 0
+
+
+def test_leveldb_reads_tables_through_links_and_removes_its_snapshot(tmp_path):
+    path = str(tmp_path / "db")
+    with open_writer(path, "leveldb") as writer:
+        for key, value in RECORDS:
+            writer.put(key, value)
+    tables = sorted(name for name in os.listdir(path) if name.endswith(".ldb"))
+    database = open_database(path, "leveldb")
+    snapshot = database._snapshot
+    assert tables and all(
+        os.readlink(os.path.join(snapshot, name)) == os.path.join(path, name) for name in tables
+    )
+    assert database.get(b"002") == b"value-2"
+    database.close()
+    database.close()
+    assert not os.path.exists(snapshot)
+
+
+def test_lmdb_reader_writes_no_lock_file(tmp_path):
+    path = str(tmp_path / "db")
+    with open_writer(path, "lmdb") as writer:
+        writer.put(b"k", b"v")
+    with open_database(path, "lmdb") as database:
+        assert database.get(b"k") == b"v"
+    assert os.listdir(path) == ["data.mdb"]
+
+
+def test_lmdb_writer_grows_its_map_as_needed(tmp_path):
+    path = str(tmp_path / "db")
+    chunk = os.urandom(1 << 20)
+    with open_writer(path, "lmdb", batch_size=8) as writer:
+        for index in range(40):  # 40 MiB, beyond the 16 MiB the map starts with
+            writer.put(b"%02d" % index, chunk)
+    with open_database(path, "lmdb") as database:
+        assert len(database) == 40 and database.get(b"39") == chunk
+
+
+def test_leveldb_writer_leaves_a_compacted_database_without_info_logs(tmp_path):
+    path = str(tmp_path / "db")
+    with open_writer(path, "leveldb", batch_size=7) as writer:
+        for key, value in RECORDS:
+            writer.put(key, value)
+    names = os.listdir(path)
+    assert "LOG" not in names and "LOG.old" not in names
+    assert all(
+        os.path.getsize(os.path.join(path, name)) == 0 for name in names if name.endswith(".log")
+    )
+    with open_database(path, "leveldb") as database:
+        assert [database.get(key) for key in database.keys()] == [
+            value for _, value in sorted(RECORDS)
+        ]
+
+
+@pytest.mark.parametrize("db_type", DB_TYPES)
+def test_writer_output_is_byte_reproducible(tmp_path, db_type):
+    digests = []
+    for run in range(2):
+        path = str(tmp_path / f"db{run}")
+        with open_writer(path, db_type, batch_size=2) as writer:
+            for key, value in RECORDS:
+                writer.put(key, value)
+        digests.append(_file_digests(path))
+        with open_database(path, db_type) as database:  # keys came unsorted, across batches
+            assert [(key, database.get(key)) for key in database.keys()] == sorted(RECORDS)
+    assert digests[0] == digests[1]
+
+
+def test_writer_refuses_an_existing_path(tmp_path):
+    with pytest.raises(UserError, match="already exists"):
+        open_writer(str(tmp_path), "lmdb")
+
+
+@pytest.mark.parametrize("db_type", DB_TYPES)
+def test_one_db_opened_twice_in_a_process_reads_from_both(image_db, db_type):
+    """--test_data may be --train_data: LMDB refuses a second open of an environment in one
+    process, so the readers share it; closing one leaves the other reading."""
+    path = image_db("db", 4, 2, db_type=db_type)
+    first, second = open_database(path, db_type), open_database(path, db_type)
+    keys = first.keys()
+    assert second.keys() == keys
+    first.close()
+    assert second.get(keys[0]) and second.get(keys[-1])
+    second.close()
+    with open_database(path, db_type) as again:  # and it opens afresh after both closed
+        assert again.keys() == keys

@@ -1,0 +1,447 @@
+"""`resnet50-db create / inspect / dump`, run in-process through main()."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from dbfactory import (
+    caffe_key,
+    datum_record,
+    make_jpeg,
+    random_pixels,
+    smooth_pixels,
+    tensorprotos_record,
+    write_class_folders,
+    write_db,
+)
+from resnet50_trainer.data.formats import protos
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.tools.db.command import main
+from trainer_runs import REPOSITORY
+
+SAMPLE_DATA = os.path.join(REPOSITORY, "sample_data")
+
+
+def _dump(db, db_type, index, out, num_channels=3):
+    assert (
+        main(
+            [
+                "dump",
+                db,
+                "--db_type",
+                db_type,
+                "--index",
+                str(index),
+                "--out",
+                out,
+                "--num_channels",
+                str(num_channels),
+            ]
+        )
+        == 0
+    )
+    return np.asarray(Image.open(out))
+
+
+def _stored_values(db, db_type):
+    with open_database(db, db_type) as database:
+        return [(key, database.get(key)) for key in database.keys()]
+
+
+@pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
+@pytest.mark.parametrize("record_format", ["datum", "tensorprotos"])
+@pytest.mark.parametrize("storage", ["raw", "png", "jpg"])
+def test_create_then_dump_gives_back_the_pixels(tmp_path, db_type, record_format, storage):
+    image_format = "JPEG" if storage == "jpg" else "PNG"
+    sources = write_class_folders(str(tmp_path / "images"), 2, 2, image_format=image_format)
+    db = str(tmp_path / "db")
+    flags = ["--raw"] if storage == "raw" else []
+    assert (
+        main(
+            [
+                "create",
+                str(tmp_path / "images"),
+                db,
+                "--db_type",
+                db_type,
+                "--format",
+                record_format,
+                *flags,
+            ]
+        )
+        == 0
+    )
+    stored = _stored_values(db, db_type)
+    assert [key for key, _ in stored] == [
+        caffe_key(i, f"class_{i // 2}/img_{i % 2}.{storage if storage != 'raw' else 'png'}")
+        for i in range(4)
+    ]
+    for index, (pixels, (_, value)) in enumerate(zip(sources, stored)):
+        dumped = _dump(db, db_type, index, str(tmp_path / f"{index}.png"))
+        record = parse_record(value)
+        assert (record.label, record.format) == (index // 2, record_format)
+        if storage == "jpg":  # the file's bytes are kept; the decode is Pillow's
+            expected = np.asarray(Image.open(io.BytesIO(record.encoded)).convert("RGB"))
+        else:
+            expected = pixels
+        np.testing.assert_array_equal(dumped, expected)
+
+
+def test_raw_records_are_laid_out_as_the_original_tools_write_them(tmp_path):
+    sources = write_class_folders(str(tmp_path / "images"), 1, 1, image_format="PNG")
+    for record_format, builder in [("datum", datum_record), ("tensorprotos", tensorprotos_record)]:
+        db = str(tmp_path / record_format)
+        assert (
+            main(["create", str(tmp_path / "images"), db, "--raw", "--format", record_format]) == 0
+        )
+        assert _stored_values(db, "lmdb") == [
+            (caffe_key(0, "class_0/img_0.png"), builder(0, sources[0]))
+        ]
+
+
+def test_encoded_datum_keeps_the_file_bytes_as_convert_imageset_does(tmp_path):
+    write_class_folders(str(tmp_path / "images"), 1, 1)
+    db = str(tmp_path / "db")
+    assert main(["create", str(tmp_path / "images"), db]) == 0
+    with open(tmp_path / "images" / "class_0" / "img_0.jpg", "rb") as file:
+        expected = datum_record(0, encoded=file.read())
+    assert _stored_values(db, "lmdb") == [(caffe_key(0, "class_0/img_0.jpg"), expected)]
+    assert (tmp_path / "db.labels.txt").read_text() == "0 class_0\n"
+
+
+def test_resize_gray_and_reencoding(tmp_path):
+    write_class_folders(str(tmp_path / "images"), 1, 2, size=32)
+    db = str(tmp_path / "db")
+    assert (
+        main(
+            [
+                "create",
+                str(tmp_path / "images"),
+                db,
+                "--gray",
+                "--encode_type",
+                "png",
+                "--resize_height",
+                "16",
+                "--resize_width",
+                "20",
+                "--db_type",
+                "leveldb",
+            ]
+        )
+        == 0
+    )
+    record = parse_record(_stored_values(db, "leveldb")[0][1])
+    assert Image.open(io.BytesIO(record.encoded)).format == "PNG"
+    assert _dump(db, "leveldb", 0, str(tmp_path / "g.png"), num_channels=1).shape == (16, 20)
+    shorter = str(tmp_path / "shorter")
+    assert main(["create", str(tmp_path / "images"), shorter, "--raw", "--shorter_side", "16"]) == 0
+    assert parse_record(_stored_values(shorter, "lmdb")[0][1]).pixels.shape == (16, 20, 3)
+
+
+def test_reads_databases_written_like_caffe_and_caffe2_tools(tmp_path):
+    colour, gray = random_pixels(6, 9, 3, seed=1), random_pixels(6, 9, 1, seed=2)
+    jpeg = make_jpeg(12, 16)
+    values = [
+        datum_record(0, colour),
+        datum_record(1, gray),
+        datum_record(2, encoded=jpeg),
+        tensorprotos_record(3, encoded=jpeg),
+        tensorprotos_record(4, colour),
+        tensorprotos_record(5, gray),
+        tensorprotos_record(6, colour, as_float=True),
+    ]
+    expected = [
+        colour,
+        np.repeat(gray, 3, axis=2),
+        np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB")),
+    ]
+    expected = expected + [expected[2], colour, expected[1], colour]
+    for db_type in ("lmdb", "leveldb"):
+        db = write_db(
+            str(tmp_path / db_type),
+            db_type,
+            [(caffe_key(i, f"x/{i}.jpg"), value) for i, value in enumerate(values)],
+        )
+        for index, pixels in enumerate(expected):
+            np.testing.assert_array_equal(
+                _dump(db, db_type, index, str(tmp_path / "o.png")), pixels
+            )
+
+
+def test_inspect_counts_planted_corrupt_records(tmp_path, capsys):
+    good = [datum_record(i % 3, encoded=make_jpeg(20, 30, seed=i)) for i in range(6)]
+    mismatch = protos.Datum(channels=3, height=4, width=4, data=bytes(47), label=2)
+    bad = {
+        b"90_garbage": b"\x99\x98 not a proto",
+        b"91_truncated": datum_record(1, encoded=make_jpeg(32, 32)[:-100]),
+        b"92_mismatch": mismatch.SerializeToString(),
+    }
+    records = [(caffe_key(i, "ok.jpg"), value) for i, value in enumerate(good)]
+    records += list(bad.items()) + [(b"93_raw", tensorprotos_record(0, random_pixels(5, 4, 1)))]
+    db = write_db(str(tmp_path / "db"), "leveldb", records)
+    assert main(["inspect", db, "--db_type", "leveldb", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["records"] == 10 and report["inspected"] == 10
+    assert report["failed"]["count"] == 3
+    assert [entry["key"] for entry in report["failed"]["first"]] == [key.decode() for key in bad]
+    assert report["formats"] == {"datum": 6 + 1, "tensorprotos": 1}  # the truncated JPEG parses
+    assert report["storage"] == {"encoded": 7, "raw": 1}
+    assert report["encodings"] == {"JPEG": 6}
+    assert report["channels"] == {"3": 6, "1": 1}
+    assert report["labels"]["counts"] == {"0": 3, "1": 3, "2": 2}
+    assert (report["width"], report["height"]) == ({"min": 4, "max": 30}, {"min": 5, "max": 20})
+    assert (
+        main(
+            [
+                "inspect",
+                db,
+                "--db_type",
+                "leveldb",
+                "--sheet",
+                str(tmp_path / "s.png"),
+                "--sheet_count",
+                "4",
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "failed      3" in text and "91_truncated" in text and "WARNING" in text
+    assert Image.open(tmp_path / "s.png").size == (4 * 96, 110)
+
+
+def test_inspect_warns_when_every_label_is_the_same(tmp_path, capsys):
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(caffe_key(i, "a"), datum_record(0, random_pixels(2, 2))) for i in range(3)],
+    )
+    assert main(["inspect", db]) == 0
+    assert "every record has label 0" in capsys.readouterr().out
+
+
+def test_create_refuses_to_overwrite_without_the_flag(tmp_path, capsys):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    db = str(tmp_path / "db")
+    assert main(["create", str(tmp_path / "images"), db]) == 0
+    before = _stored_values(db, "lmdb")
+    assert main(["create", str(tmp_path / "images"), db, "--raw"]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert _stored_values(db, "lmdb") == before
+    assert main(["create", str(tmp_path / "images"), db, "--raw", "--overwrite"]) == 0
+    assert parse_record(_stored_values(db, "lmdb")[0][1]).pixels is not None
+    assert sorted(os.listdir(tmp_path)) == ["db", "db.labels.txt", "images"]
+
+
+def test_list_file_with_a_missing_image_skips_it_and_says_so(tmp_path, caplog, capsys):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    (tmp_path / "images" / "junk.txt").write_text("not an image")
+    (tmp_path / "list.txt").write_text(
+        "class_0/img_0.jpg 4\nmissing dir/gone.jpg 7\njunk.txt 1\nclass_1/img_0.jpg 5\n"
+    )
+    db = str(tmp_path / "db")
+    with caplog.at_level(logging.WARNING):
+        assert (
+            main(
+                [
+                    "create",
+                    "--list_file",
+                    str(tmp_path / "list.txt"),
+                    "--root",
+                    str(tmp_path / "images"),
+                    db,
+                    "--db_type",
+                    "leveldb",
+                ]
+            )
+            == 0
+        )
+    assert "missing dir/gone.jpg: cannot read the file" in caplog.text
+    assert "junk.txt: not a readable image" in caplog.text
+    assert "skipped 2 files" in capsys.readouterr().out
+    stored = _stored_values(db, "leveldb")
+    assert [key for key, _ in stored] == [
+        b"00000000_class_0/img_0.jpg",
+        b"00000003_class_1/img_0.jpg",
+    ]
+    assert [parse_record(value).label for _, value in stored] == [4, 5]
+    assert not os.path.exists(db + ".labels.txt")
+
+
+def test_failed_create_leaves_no_database_behind(tmp_path, capsys):
+    (tmp_path / "images" / "class_0").mkdir(parents=True)
+    (tmp_path / "images" / "class_0" / "a.jpg").write_bytes(b"broken")
+    assert main(["create", str(tmp_path / "images"), str(tmp_path / "db")]) == 2
+    assert "none of the 1 images could be read" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["images"]
+
+
+def test_dump_and_options_report_bad_requests(tmp_path, capsys):
+    db = write_db(str(tmp_path / "db"), "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))])
+    assert main(["dump", db, "--index", "1", "--out", str(tmp_path / "o.png")]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert main(["dump", db, "--key", "k", "--out", str(tmp_path / "o.png")]) == 0
+    assert "key k  label 0" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as caught:
+        main(["create", str(tmp_path), str(tmp_path / "x"), "--resize_height", "5"])
+    assert caught.value.code == 2
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(SAMPLE_DATA, "train_lmdb")),
+    reason="sample_data not built yet (scripts/make_sample_data.py)",
+)
+def test_shipped_sample_databases_hold_the_same_records(capsys):
+    for split, per_class in [("train", 80), ("test", 20)]:
+        lmdb_values = _stored_values(os.path.join(SAMPLE_DATA, f"{split}_lmdb"), "lmdb")
+        assert lmdb_values == _stored_values(
+            os.path.join(SAMPLE_DATA, f"{split}_leveldb"), "leveldb"
+        )
+        assert main(["inspect", os.path.join(SAMPLE_DATA, f"{split}_lmdb"), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["failed"]["count"] == 0 and report["formats"] == {"datum": 10 * per_class}
+        assert report["labels"]["counts"] == {str(label): per_class for label in range(10)}
+
+
+def test_paths_that_cannot_be_written_are_refused_before_any_work(tmp_path, capsys):
+    source = tmp_path / "images" / "cat"
+    source.mkdir(parents=True)
+    assert main(["create", str(tmp_path / "images"), str(tmp_path / "no" / "such" / "db")]) == 2
+    assert "is not a writable directory" in capsys.readouterr().err
+    empty = write_db(str(tmp_path / "one"), "lmdb", [(b"0", datum_record(0, encoded=make_jpeg()))])
+    for sheet in (str(tmp_path / "sheet.nosuchformat"), str(tmp_path / "missing" / "sheet.png")):
+        assert main(["inspect", empty, "--sheet", sheet]) == 2
+        assert "give an image path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("a.jpg 1\nb.jpg 2147483648\n", "line 2 is 'b.jpg 2147483648'"),
+        ("a.jpg -1\n", "line 1 is 'a.jpg -1'"),
+        ("\na.jpg one\n", "line 2 is 'a.jpg one'"),
+        ("a.jpg 1\nno_label.jpg\n", "line 2 is 'no_label.jpg'"),
+        ("a.jpg \u00b2\n", "line 1 is 'a.jpg \u00b2'"),  # a digit to str.isdigit, not to int()
+        (b"a.jpg 1\n\xff\xfe\x00b.jpg 2\n", "is not UTF-8 text (byte 8)"),
+        (b"\x00" * 64, "holds NUL bytes"),
+        ("", "names no images"),
+    ],
+    ids=[
+        "beyond-int32",
+        "negative",
+        "not-a-number",
+        "no-label",
+        "unicode-digit",
+        "binary",
+        "nul-bytes",
+        "empty",
+    ],
+)
+def test_bad_list_files_get_one_line(tmp_path, capsys, content, expected):
+    list_file = tmp_path / "list.txt"
+    list_file.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(["create", "--list_file", str(list_file), str(tmp_path / "db")]) == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and expected in error, error
+    assert sorted(os.listdir(tmp_path)) == ["list.txt"]
+
+
+def _png_16_bit(samples: np.ndarray) -> bytes:
+    """A 16-bit PNG of HxW (gray) or HxWx3 (RGB) uint16 samples, written chunk by chunk: Pillow
+    writes 16-bit gray but no 16-bit colour."""
+    height, width = samples.shape[:2]
+    colour_type = 2 if samples.ndim == 3 else 0
+    rows = samples.astype(">u2").reshape(height, -1).tobytes()
+    stride = len(rows) // height
+    raw = b"".join(b"\x00" + rows[row * stride : (row + 1) * stride] for row in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 16, colour_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _one_image_db(tmp_path, name: str, data: bytes, *flags: str) -> np.ndarray:
+    """What the trainer sees (RGB) of `data` stored by create with `flags`."""
+    folder = tmp_path / name / "class_0"
+    folder.mkdir(parents=True)
+    (folder / "image").write_bytes(data)
+    db = str(tmp_path / f"{name}_db")
+    assert main(["create", str(tmp_path / name), db, *flags]) == 0
+    return _dump(db, "lmdb", 0, str(tmp_path / f"{name}.png"))
+
+
+def test_16_bit_images_keep_their_high_byte_as_opencv_imread(tmp_path):
+    gradient = np.linspace(0, 65535, 256).round().astype(np.uint16).reshape(4, 64)  # full range
+    gray16 = io.BytesIO()
+    Image.fromarray(gradient).save(gray16, "PNG")  # mode I;16
+    colour = np.stack([gradient, gradient[::-1], np.full_like(gradient, 40000)], axis=2)
+    for storage in ([], ["--raw"]):
+        pixels = _one_image_db(tmp_path, f"gray{len(storage)}", gray16.getvalue(), *storage)
+        np.testing.assert_array_equal(pixels, np.repeat((gradient >> 8)[:, :, None], 3, axis=2))
+        assert len(np.unique(pixels)) == 256  # scaled, not clipped to white
+        pixels = _one_image_db(tmp_path, f"rgb{len(storage)}", _png_16_bit(colour), *storage)
+        np.testing.assert_array_equal(pixels, (colour >> 8).astype(np.uint8))
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P", "1", "CMYK"])
+def test_other_modes_become_8_bit_rgb_as_opencv_imread(tmp_path, mode):
+    rgb = smooth_pixels(8, 12)
+    image = Image.fromarray(rgb).convert(mode)
+    if mode in ("RGBA", "LA"):
+        image.putalpha(Image.fromarray(np.full((8, 12), 7, np.uint8)))  # nearly transparent
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG" if mode == "CMYK" else "PNG")
+    pixels = _one_image_db(tmp_path, "one", buffer.getvalue(), "--raw")
+    # Alpha dropped (not blended), palette expanded, gray replicated, CMYK converted.
+    expected = np.asarray(
+        Image.open(io.BytesIO(buffer.getvalue()))
+        .convert("L" if mode in ("LA", "1") else "RGB")
+        .convert("RGB")
+    )
+    np.testing.assert_array_equal(pixels, expected)
+    if mode == "RGBA":
+        np.testing.assert_array_equal(pixels, rgb)
+
+
+def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_kept(tmp_path):
+    stored = smooth_pixels(32, 48)  # 48 wide as stored; orientation 6: upright it is 32 x 48
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    rotated = io.BytesIO()
+    Image.fromarray(stored).save(rotated, "JPEG", quality=95, exif=exif)
+    decoded = Image.open(io.BytesIO(rotated.getvalue()))
+    upright = np.asarray(ImageOps.exif_transpose(decoded).convert("RGB"))
+    assert upright.shape == (48, 32, 3)
+    np.testing.assert_array_equal(
+        _one_image_db(tmp_path, "raw", rotated.getvalue(), "--raw"), upright
+    )
+    np.testing.assert_array_equal(
+        _one_image_db(tmp_path, "png", rotated.getvalue(), "--encode_type", "png"), upright
+    )
+    # Encoded as it was, the file would be read sideways (the trainer's decoders ignore EXIF):
+    # create writes it upright, as a new JPEG without the tag.
+    kept = _one_image_db(tmp_path, "jpg", rotated.getvalue())
+    assert kept.shape == (48, 32, 3)
+    assert np.abs(kept.astype(int) - upright).mean() < 3
+    record = parse_record(_stored_values(str(tmp_path / "jpg_db"), "lmdb")[0][1])
+    assert 0x0112 not in Image.open(io.BytesIO(record.encoded)).getexif()
