@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from trainer_runs import REPOSITORY
 
@@ -118,3 +119,29 @@ def test_an_upward_import_is_found():
         f"{PACKAGE}.train.run": {f"{PACKAGE}.model.resnet"},
     }
     assert upward_imports(imports) == [f"{PACKAGE}.data.records -> {PACKAGE}.config.settings"]
+
+
+def named_in_architecture_page() -> set[str]:
+    """The package paths docs/architecture.md names in backticks: modules and folders."""
+    with open(os.path.join(REPOSITORY, "docs", "architecture.md")) as file:
+        page = file.read()
+    return set(re.findall(r"`([a-z_/]+(?:\.py|/))`", page))
+
+
+def test_the_architecture_page_names_every_module_and_nothing_else():
+    named = named_in_architecture_page()
+    root = os.path.join(REPOSITORY, PACKAGE)
+    modules = {
+        os.path.relpath(os.path.join(folder, name), root)
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(".py") and name != "__init__.py"
+    }
+    unnamed = {
+        module
+        for module in modules
+        if module not in named and not any(module.startswith(f) for f in named if f.endswith("/"))
+    }
+    assert unnamed == set()
+    stale = {path for path in named if not os.path.exists(os.path.join(root, path))}
+    assert stale == set()
