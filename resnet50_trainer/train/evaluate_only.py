@@ -56,7 +56,9 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
 
 
 def _read_checkpoint(config: Config) -> dict:
-    assert config.load_model_path is not None  # config/checks: --test_only requires it
+    assert (
+        config.load_model_path is not None
+    )  # flags/outputs.check_outputs: --test_only requires it
     state = checkpoint_files.load_checkpoint(config.load_model_path, config.save_model_name)
     check_checkpoint(state, config)
     if config.ema_for_test and not state.get("ema"):

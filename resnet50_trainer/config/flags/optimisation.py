@@ -4,6 +4,7 @@ learning rate's scaling, policy and warm-up. Part of the one parser (parser.py).
 from __future__ import annotations
 
 import argparse
+import math
 
 from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
 from resnet50_trainer.config.settings import (
@@ -12,8 +13,10 @@ from resnet50_trainer.config.settings import (
     LR_POLICIES,
     LR_SCALINGS,
     OPTIMIZERS,
+    Config,
 )
 from resnet50_trainer.config.values import BATCH_SIZE, SEED, Number, NumberList, NumberValues
+from resnet50_trainer.errors import UserError
 
 EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
 
@@ -133,3 +136,95 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
     )
+
+
+# The flags each policy reads; those it needs given, having no default that fits every run.
+_READS = {
+    "step": ("lr_steps", "lr_gamma"),
+    "multistep": ("lr_steps", "lr_gamma"),
+    "cosine": ("min_lr",),
+    "poly": ("lr_power", "min_lr"),
+    "exp": ("lr_gamma",),
+    "inv": ("lr_gamma", "lr_power"),
+    "fixed": (),
+}
+
+
+_NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", "lr_power")}
+
+
+# A gamma above 1 would raise the LR at every step without end.
+_DECAYING_GAMMA = ("step", "multistep", "exp")
+
+
+def _check_lr_settings(config: Config) -> None:
+    """Each LR flag read by the policy given, and the values that policy needs."""
+    policy = config.lr_policy
+    for flag in ("lr_steps", "lr_gamma", "lr_power", "min_lr"):
+        if getattr(config, flag) is not None and flag not in _READS[policy]:
+            readers = [name for name, flags in _READS.items() if flag in flags]
+            raise UserError(
+                f"--{flag} is not read by --lr_policy {policy}: only by "
+                f"{', '.join(readers)}; leave it out or pick one of those"
+            )
+    for flag in _NEEDS.get(policy, ()):
+        if getattr(config, flag) is None:
+            raise UserError(f"--lr_policy {policy} needs --{flag}: give it")
+    steps = config.lr_steps
+    if policy == "step" and steps is not None and len(steps) != 1:
+        raise UserError(
+            f"--lr_policy step takes one --lr_steps value, the epochs between drops "
+            f"(got {len(steps)}): for drops at given epochs use --lr_policy multistep"
+        )
+    if policy == "multistep" and steps is not None and list(steps) != sorted(set(steps)):
+        raise UserError(
+            "--lr_steps of --lr_policy multistep are the epochs of the drops, each after the "
+            "one before: give them in increasing order, no repeats"
+        )
+    if policy in _DECAYING_GAMMA and (config.lr_gamma or 0) > 1:
+        raise UserError(
+            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
+            "LR without end; give a gamma from 0 to 1"
+        )
+    if policy in ("cosine", "poly") and config.warmup_epochs >= config.num_epochs:
+        raise UserError(
+            f"--warmup_epochs {config.warmup_epochs:g} leaves nothing of the {config.num_epochs} "
+            f"epochs for --lr_policy {policy} to decay over: shorten the warm-up or run longer"
+        )
+    if (config.min_lr or 0) > config.effective_learning_rate:
+        raise UserError(
+            f"--min_lr {config.min_lr:g} is above the run's LR "
+            f"{config.effective_learning_rate:g}: the LR decays to --min_lr; lower it"
+        )
+
+
+def _check_optimizer(config: Config) -> None:
+    if config.optimizer == "nesterov" and config.momentum == 0:
+        raise UserError(
+            "--optimizer nesterov needs momentum and --momentum is 0: give a --momentum "
+            "above 0, or --optimizer sgd for plain SGD"
+        )
+
+
+def check_optimisation(config: Config) -> None:
+    if config.batch_size % config.processes_per_machine:
+        raise UserError(
+            f"--batch_size {config.batch_size} does not divide by the "
+            f"{config.processes_per_machine} devices of this machine: use a multiple of "
+            f"{config.processes_per_machine}"
+        )
+    if config.device_batch_size % config.iter_size:
+        raise UserError(
+            f"--iter_size {config.iter_size} splits each process's batch of "
+            f"{config.device_batch_size} into passes of equal size, and it does not divide: "
+            f"use an --iter_size that divides {config.device_batch_size}"
+        )
+    # Each flag is finite on its own; their product, the LR the run uses, must be too.
+    if not math.isfinite(config.effective_learning_rate):
+        raise UserError(
+            f"--base_learning_rate {config.base_learning_rate:g} scaled to the global "
+            f"batch of {config.global_batch_size} overflows to infinity: lower "
+            "--base_learning_rate"
+        )
+    _check_lr_settings(config)
+    _check_optimizer(config)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import Number, Switch
+from resnet50_trainer.errors import UserError
 
 SHARE = Number(float, 0, 1, below_maximum=True)
 BETA_ALPHA = Number(float, 0, 1_000_000)
@@ -61,3 +63,16 @@ def add_regularisation_flags(parser: argparse.ArgumentParser) -> None:
         action=Switch,
         help="batch norm's training statistics over the global batch (SyncBatchNorm; GPU only)",
     )
+
+
+def check_regularisation(config: Config) -> None:
+    if config.ema_for_test and not (config.ema_decay or config.test_only):
+        raise UserError(
+            "--ema_for_test scores the EMA of the weights, which this run does not keep: "
+            "add --ema_decay (e.g. 0.9999) or leave --ema_for_test out"
+        )
+    if config.sync_bn and config.model_parallel:
+        raise UserError(
+            "--sync_bn with --model_parallel: batch norm synchronised across replicas that "
+            "each span two GPUs is not supported here; drop one of them"
+        )

@@ -1,6 +1,5 @@
-"""The flags of where a run trains: its devices (GPUs, CPU processes, precision and layout on
-them) and its machines (shards, rendezvous, transport, timeouts). Part of the one parser
-(parser.py)."""
+"""The flags of a run's machines: shards, rendezvous, transport, timeouts and gradient
+compression; and their checks. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
@@ -11,15 +10,15 @@ from resnet50_trainer.config.settings import (
     DEFAULT_POWERSGD_RANK,
     DEFAULT_POWERSGD_START_ITER,
     GRAD_COMPRESSIONS,
+    Config,
 )
 from resnet50_trainer.config.values import (
     NO_TIME_LIMIT_S,
     REDIS_PORT,
     Number,
-    Switch,
-    gpu_list,
     redis_address,
 )
+from resnet50_trainer.errors import UserError
 
 # Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
 # later (a C int overflowing in torch, a timeout that overflows a timedelta).
@@ -27,68 +26,6 @@ TIMEOUT_S = Number(float, 1, NO_TIME_LIMIT_S, infinity=NO_TIME_LIMIT_S)
 MAX_SHARDS = 65536
 # PowerSGD's error feedback and warm start need 2 plain steps: DDP rebuilds its buckets after 1.
 POWERSGD_START = Number(int, 2, 10**12)
-
-
-def add_device_flags(parser: argparse.ArgumentParser) -> None:
-    devices = parser.add_argument_group("devices")
-    devices.add_argument(
-        "--gpus",
-        type=gpu_list,
-        help="comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)",
-    )
-    devices.add_argument(
-        "--num_gpus",
-        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
-        metavar="NUM_GPUS",
-        type=Number(int, 1, 256),
-        help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
-        "CPU training processes (default: 1)",
-    )
-    devices.add_argument("--use_cpu", action=Switch, help="train on CPU (Gloo)")
-    devices.add_argument(
-        "--model_parallel",
-        action=Switch,
-        help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
-    )
-    devices.add_argument(
-        "--dtype",
-        default="float",
-        choices=("float", "float16", "bfloat16"),
-        help="training precision: float16 uses autocast and a gradient scaler "
-        "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32",
-    )
-    devices.add_argument(
-        "--float16_compute",
-        action=Switch,
-        help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
-        "the same mode as --dtype float16",
-    )
-    devices.add_argument(
-        "--enable_tensor_core",
-        action=Switch,
-        help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
-        "convolutions, and channels_last tensors",
-    )
-    devices.add_argument(
-        "--compile",
-        action=Switch,
-        help="compile the training model with torch.compile (the first steps "
-        "take minutes; needs a C++ compiler on the CPU)",
-    )
-    devices.add_argument(
-        "--pipeline_chunks",
-        type=Number(int, 1, 1024),
-        default=1,
-        help="with --model_parallel: micro-batches per step, so both GPUs of a pair work at once",
-    )
-    devices.add_argument(
-        "--cudnn_workspace_limit_mb",
-        type=Number(int, 1, 1 << 20),
-        help="cap on cuDNN's convolution workspace, in MiB (GPU only; the original capped it at "
-        "64). PyTorch has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
-        "itself reads (listed in PyTorch's CUDA environment variables), unless that variable "
-        "is already set (default: no cap)",
-    )
 
 
 def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
@@ -172,3 +109,32 @@ def _add_compression_flags(parser: argparse.ArgumentParser) -> None:
         help="with --grad_compression powersgd: global iterations of plain all-reduce before "
         "compression starts (the first steps are the most sensitive to inexact gradients)",
     )
+
+
+def _check_grad_compression(config: Config) -> None:
+    powersgd = config.grad_compression == "powersgd"
+    for flag, default in (
+        ("powersgd_rank", DEFAULT_POWERSGD_RANK),
+        ("powersgd_start_iter", DEFAULT_POWERSGD_START_ITER),
+    ):
+        if getattr(config, flag) != default and not powersgd:
+            raise UserError(
+                f"--{flag} sets PowerSGD, and --grad_compression is {config.grad_compression}: "
+                f"add --grad_compression powersgd or leave --{flag} out"
+            )
+    if powersgd and (config.dtype == "float16" or config.float16_compute):
+        # A step the scaler skips has inf or NaN gradients, which error feedback would keep.
+        raise UserError(
+            "--grad_compression powersgd with float16 training: an overflowing step's inf "
+            "gradients would stay in PowerSGD's error feedback for good; use --dtype bfloat16, "
+            "or --grad_compression fp16"
+        )
+
+
+def check_distributed(config: Config) -> None:
+    if not 0 <= config.shard_id < config.num_shards:
+        raise UserError(
+            f"--shard_id {config.shard_id} is not below --num_shards "
+            f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}"
+        )
+    _check_grad_compression(config)

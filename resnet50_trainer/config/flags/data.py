@@ -1,0 +1,38 @@
+"""The data flags: the training and test databases, their type, the labels, the test's size and the
+share of bad records an epoch may skip. Part of the one parser (parser.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from resnet50_trainer.config.values import (
+    NUM_LABELS,
+    Number,
+)
+
+
+def add_data_flags(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--train_data",
+        required=True,
+        help="path of the training DB; the word 'null' trains on synthetic data",
+    )
+    data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
+    data.add_argument(
+        "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
+    )
+    data.add_argument("--num_labels", type=NUM_LABELS, default=1000, help="number of classes")
+    data.add_argument(
+        "--test_epoch_size",
+        type=Number(int, 1, 10**12),
+        help="test images per evaluation: the first N of the test DB in key order "
+        "(default: the whole test DB)",
+    )
+    data.add_argument(
+        "--max_bad_records",
+        type=Number(float, 0, 1, below_maximum=True),
+        default=0.01,
+        help="fraction of an epoch's records that may fail to decode (skipped and "
+        "named) before the run stops",
+    )

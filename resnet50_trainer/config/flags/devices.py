@@ -1,0 +1,127 @@
+"""The flags of where a run trains: its devices (GPUs, CPU processes, precision and layout on them,
+compile, the model-parallel split); and their checks. Part of the one parser (parser.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from resnet50_trainer.config.settings import (
+    Config,
+)
+from resnet50_trainer.config.values import (
+    Number,
+    Switch,
+    gpu_list,
+)
+from resnet50_trainer.errors import UserError
+
+
+def add_device_flags(parser: argparse.ArgumentParser) -> None:
+    devices = parser.add_argument_group("devices")
+    devices.add_argument(
+        "--gpus",
+        type=gpu_list,
+        help="comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)",
+    )
+    devices.add_argument(
+        "--num_gpus",
+        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
+        metavar="NUM_GPUS",
+        type=Number(int, 1, 256),
+        help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
+        "CPU training processes (default: 1)",
+    )
+    devices.add_argument("--use_cpu", action=Switch, help="train on CPU (Gloo)")
+    devices.add_argument(
+        "--model_parallel",
+        action=Switch,
+        help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
+    )
+    devices.add_argument(
+        "--dtype",
+        default="float",
+        choices=("float", "float16", "bfloat16"),
+        help="training precision: float16 uses autocast and a gradient scaler "
+        "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32",
+    )
+    devices.add_argument(
+        "--float16_compute",
+        action=Switch,
+        help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
+        "the same mode as --dtype float16",
+    )
+    devices.add_argument(
+        "--enable_tensor_core",
+        action=Switch,
+        help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
+        "convolutions, and channels_last tensors",
+    )
+    devices.add_argument(
+        "--compile",
+        action=Switch,
+        help="compile the training model with torch.compile (the first steps "
+        "take minutes; needs a C++ compiler on the CPU)",
+    )
+    devices.add_argument(
+        "--pipeline_chunks",
+        type=Number(int, 1, 1024),
+        default=1,
+        help="with --model_parallel: micro-batches per step, so both GPUs of a pair work at once",
+    )
+    devices.add_argument(
+        "--cudnn_workspace_limit_mb",
+        type=Number(int, 1, 1 << 20),
+        help="cap on cuDNN's convolution workspace, in MiB (GPU only; the original capped it at "
+        "64). PyTorch has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
+        "itself reads (listed in PyTorch's CUDA environment variables), unless that variable "
+        "is already set (default: no cap)",
+    )
+
+
+def _check_precision_and_decoding(config: Config) -> None:
+    if config.float16_compute and config.dtype == "bfloat16":
+        raise UserError(
+            "--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
+            "bfloat16: drop one of them"
+        )
+    if config.decode_device == "gpu" and config.synthetic:
+        raise UserError(
+            "--decode_device gpu has nothing to decode with --train_data null: leave it out"
+        )
+    if not config.use_cpu:
+        return
+    gpu_only = {
+        "--dtype float16": (
+            config.dtype == "float16",
+            "float16 training needs a GPU (CPU float16 "
+            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU",
+        ),
+        "--float16_compute": (
+            config.float16_compute,
+            "float16 arithmetic needs a GPU: use --dtype bfloat16 on the CPU",
+        ),
+        "--enable_tensor_core": (
+            config.enable_tensor_core,
+            "tensor cores (TF32, channels_last) are GPU hardware: leave it out with --use_cpu",
+        ),
+        "--decode_device gpu": (
+            config.decode_device == "gpu",
+            "decoding on the GPU needs a GPU: leave it out with --use_cpu",
+        ),
+        "--sync_bn": (
+            config.sync_bn,
+            "PyTorch's SyncBatchNorm runs on GPUs only: leave it out with --use_cpu",
+        ),
+    }
+    for flag, (given, reason) in gpu_only.items():
+        if given:
+            raise UserError(f"{flag} with --use_cpu: {reason}")
+
+
+def check_devices(config: Config) -> None:
+    if config.pipeline_chunks != 1 and not config.model_parallel:
+        raise UserError(
+            "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
+            "add --model_parallel or leave it out"
+        )
+    _check_precision_and_decoding(config)

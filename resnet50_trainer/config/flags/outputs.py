@@ -1,0 +1,109 @@
+"""The flags of what a run writes and reads back: logs, checkpoints (their names, retention,
+frequency), resume and auto-resume, evaluate-only, initial weights, the profiler and the console;
+and their checks. Part of the one parser (parser.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from resnet50_trainer.config.settings import (
+    Config,
+)
+from resnet50_trainer.config.values import (
+    Number,
+    Switch,
+)
+from resnet50_trainer.errors import UserError
+
+COUNT_FROM_0 = Number(int, 0)
+
+
+COUNT_FROM_1 = Number(int, 1)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    output = parser.add_argument_group("logs and checkpoints")
+    output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
+    output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
+    output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
+    output.add_argument("--load_model_path", help="checkpoint to continue training from")
+    output.add_argument(
+        "--auto_resume",
+        action=Switch,
+        help="continue from the newest usable checkpoint of this --checkpoint_dir and "
+        "--save_model_name when there is one, else start as the other flags say (for "
+        "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
+    )
+    output.add_argument(
+        "--keep_checkpoints",
+        type=COUNT_FROM_1,
+        default=1,
+        help="how many of the newest checkpoints to keep",
+    )
+    output.add_argument(
+        "--checkpoint_every_iters",
+        type=COUNT_FROM_0,
+        default=0,
+        help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
+    )
+    output.add_argument(
+        "--profile_iters",
+        type=COUNT_FROM_0,
+        default=0,
+        help="profile N steps after warm-up with torch.profiler; writes a Chrome "
+        "trace next to the log",
+    )
+    output.add_argument(
+        "--print_every",
+        type=COUNT_FROM_1,
+        default=100,
+        help="print the original's iteration and loss lines every N iterations",
+    )
+    output.add_argument(
+        "--log_top5",
+        action=Switch,
+        help="add a top5_test_accuracy column to the run log (the console shows top-5 "
+        "anyway; without it the log keeps the original's columns)",
+    )
+    output.add_argument(
+        "--test_only",
+        action=Switch,
+        help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "
+        "its test accuracy, and stop: nothing is trained or written",
+    )
+    output.add_argument(
+        "--init_model",
+        metavar="PATH",
+        help="start a fresh run from these weights (Caffe's --weights): one of our "
+        "checkpoints or a torch.save(model.state_dict()) file; a classifier of another "
+        "--num_labels is replaced by a fresh one",
+    )
+
+
+def check_outputs(config: Config) -> None:
+    """--test_only evaluates a checkpoint on a test DB; --init_model starts a run, which a resume
+    (--load_model_path) continues."""
+    if config.test_only and not (config.load_model_path and config.test_data):
+        missing = " and ".join(
+            flag
+            for flag, value in (
+                ("--load_model_path", config.load_model_path),
+                ("--test_data", config.test_data),
+            )
+            if not value
+        )
+        raise UserError(
+            f"--test_only evaluates a checkpoint on a test DB: give {missing} "
+            "(the checkpoint, or its directory, and the DB)"
+        )
+    if config.test_only and config.auto_resume:
+        raise UserError(
+            "--auto_resume continues a training run and --test_only trains nothing: "
+            "leave --auto_resume out (a directory as --load_model_path scores its newest "
+            "checkpoint)"
+        )
+    if config.init_model and config.load_model_path:
+        raise UserError(
+            "--init_model starts a new run from weights and --load_model_path continues an "
+            "earlier one: give one of them"
+        )
