@@ -193,4 +193,4 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(
 def test_help_and_the_subcommands_but_bench_do_not_import_torch():
     """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
     argvs = [["--help"], ["bench", "--help"], ["bench", "db", "--batch_size", "nan"]]
-    assert imported_by("resnet50_trainer.tools.db", argvs, ("torch",)) == []
+    assert imported_by("resnet50_trainer.tools.db.command", argvs, ("torch",)) == []

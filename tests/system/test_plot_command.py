@@ -109,4 +109,4 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
 
 def test_help_does_not_import_matplotlib():
     """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
-    assert imported_by("resnet50_trainer.tools.plot", [["--help"]], ("matplotlib",)) == []
+    assert imported_by("resnet50_trainer.tools.plot.command", [["--help"]], ("matplotlib",)) == []
