@@ -267,7 +267,7 @@ def test_the_monitor_reads_the_training_gpu_when_cuda_renumbers_them():
     """Under CUDA_VISIBLE_DEVICES=1,0 CUDA's GPU 0 is NVML's GPU 1 (both in PCI order)."""
     source = (
         "import pynvml\n"
-        "from resnet50_trainer.gpu_monitor import GpuMonitor\n"
+        "from resnet50_trainer.reporting.gpu_monitor import GpuMonitor\n"
         "monitor = GpuMonitor([0])\n"
         "assert monitor.enabled\n"
         "ours = pynvml.nvmlDeviceGetUUID(monitor._handles[0])\n"

@@ -23,7 +23,7 @@ def test_module_run_headless_without_traceback(tmp_path):
         environment.pop(name, None)
     # Plotting must not go through pyplot, which would pick a global backend for the whole process.
     script = (
-        "import sys; from resnet50_trainer.tools.plot import main; main(sys.argv[1:]); "
+        "import sys; from resnet50_trainer.tools.plot.command import main; main(sys.argv[1:]); "
         "sys.exit(3 if 'matplotlib.pyplot' in sys.modules else 0)"
     )
     good = subprocess.run(
