@@ -131,5 +131,6 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         "--warmup_epochs",
         type=Number(float, 0, 1_000_000),
         default=0.0,
-        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
+        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017), fewer than "
+        "--num_epochs",
     )
