@@ -20,7 +20,6 @@ from resnet50_trainer.errors import TRAINER, UserError, leave, run_command
 from resnet50_trainer.launch.probes import check_machine, gpus_on_this_machine
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
-log = logging.getLogger(__name__)
 # How each launcher starts one rank per machine, the original's way.
 _ONE_RANK_PER_MACHINE = {
     "mpirun": "mpirun --map-by ppr:1:node",
@@ -156,14 +155,16 @@ def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None
     or a shared directory."""
     if launched is None:
         run_id, needed_by = args.run_id, f"--num_shards {args.num_shards}"
-        through_board = args.num_shards > 1
+        through_board, other_way = args.num_shards > 1, ""
     else:
         run_id, needed_by = args.run_id or launched.job_id, f"{launched.name} without MASTER_ADDR"
+        # One rank meets nobody (launch.processes runs it as a run of one machine).
         through_board = launched.master is None and launched.world_size > 1
+        other_way = ", or set MASTER_ADDR and MASTER_PORT (rank 0's machine and a free port there)"
     if through_board and run_id is None:
         raise UserError(
             f"{needed_by} needs --run_id: give every machine the same new id, "
-            "e.g. --run_id $(uuidgen)"
+            f"e.g. --run_id $(uuidgen){other_way}"
         )
     if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
         raise UserError(
@@ -207,13 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     launched = detect_launcher(os.environ)
     args, lines = with_recipe_and_solver(args, argv, launched)
-    if launched is None or launched.rank == 0:
-        for line in lines:
-            log.info("%s", line)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
     from resnet50_trainer.launch.processes import launch  # torch: only once the flags hold
 
-    return launch(config, launched)
+    return launch(config, launched, lines)  # which says what the lines set once inputs hold
 
 
 if __name__ == "__main__":
