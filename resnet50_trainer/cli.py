@@ -18,7 +18,6 @@ from resnet50_trainer.errors import TRAINER, leave, run_command
 from resnet50_trainer.launch.probes import check_machine, gpus_on_this_machine
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
-log = logging.getLogger(__name__)
 
 
 def config_from_args(
@@ -45,13 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     launched = detect_launcher(os.environ)
     args, lines = with_recipe_and_solver(args, argv, launched)
-    if launched is None or launched.rank == 0:
-        for line in lines:
-            log.info("%s", line)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)
     from resnet50_trainer.launch.processes import launch  # torch: only once the flags hold
 
-    return launch(config, launched)
+    return launch(config, launched, lines)  # which says what the lines set once inputs hold
 
 
 if __name__ == "__main__":

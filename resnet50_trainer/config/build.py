@@ -157,14 +157,16 @@ def run_id_of(args: argparse.Namespace, launched: Launched | None) -> str | None
     or a shared directory."""
     if launched is None:
         run_id, needed_by = args.run_id, f"--num_shards {args.num_shards}"
-        through_board = args.num_shards > 1
+        through_board, other_way = args.num_shards > 1, ""
     else:
         run_id, needed_by = args.run_id or launched.job_id, f"{launched.name} without MASTER_ADDR"
+        # One rank meets nobody (launch/processes.py runs it as a run of one machine).
         through_board = launched.master is None and launched.world_size > 1
+        other_way = ", or set MASTER_ADDR and MASTER_PORT (rank 0's machine and a free port there)"
     if through_board and run_id is None:
         raise UserError(
             f"{needed_by} needs --run_id: give every machine the same new id, "
-            "e.g. --run_id $(uuidgen)"
+            f"e.g. --run_id $(uuidgen){other_way}"
         )
     if run_id is not None and not RUN_ID_PATTERN.fullmatch(run_id):
         raise UserError(

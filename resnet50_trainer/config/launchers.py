@@ -106,13 +106,19 @@ def _job_id(environ: Mapping[str, str]) -> str | None:
 
 def _number(environ: Mapping[str, str], launcher: str, variable: str) -> int:
     # SLURM writes tasks per node as "2(x3)" (2 on each of 3 nodes) or "2,1" (uneven).
-    match = re.fullmatch(r"(\d+)(\(x\d+\))?", environ[variable].strip())
-    if not match:
+    text = environ[variable].strip()
+    match = re.fullmatch(r"(\d+)(\(x\d+\))?", text)
+    if match:
+        return int(match.group(1))
+    if re.fullmatch(r"\d+(\(x\d+\))?(,\d+(\(x\d+\))?)+", text):
         raise UserError(
-            f"{variable}={environ[variable]!r} set by {launcher} is not one number: "
-            "start the same number of processes on every machine"
+            f"{variable}={environ[variable]!r} set by {launcher}: the machines run different "
+            "numbers of processes; start the same number of processes on every machine"
         )
-    return int(match.group(1))
+    raise UserError(
+        f"{variable}={environ[variable]!r} set by {launcher} is not a whole number (0 or "
+        f"more): check the launcher's command line or unset {variable}"
+    )
 
 
 def _check_placement(

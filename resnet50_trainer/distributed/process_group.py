@@ -197,9 +197,13 @@ def _form_group(
 
 
 def _board_run_id(config: Config) -> str:
-    """The id the board keys the meeting by; cli.run_id_of requires one wherever machines meet
-    through a board."""
-    assert config.run_id is not None, "a meeting through a board needs --run_id"
+    """The id the board keys the meeting by (cli.run_id_of asks for one wherever machines meet
+    through a board, before anything is written)."""
+    if config.run_id is None:
+        raise UserError(
+            "a meeting through Redis or a shared directory needs --run_id: give every machine "
+            "the same new id, e.g. --run_id $(uuidgen)"
+        )
     return config.run_id
 
 

@@ -19,6 +19,7 @@ from resnet50_trainer.checkpoint.initial_weights import read_init_model
 from resnet50_trainer.checkpoint.lock import CheckpointLock
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import quick_label
 from resnet50_trainer.data.formats.records import decode_image, parse_record
 from resnet50_trainer.distributed import grad_compression
@@ -92,7 +93,7 @@ def _check_holds_images(config: Config) -> None:
     key, first_error = problems[0]
     raise UserError(
         f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
-        f"an image (e.g. key {key.decode(errors='replace')}: {first_error}): "
+        f"an image (e.g. key {printable_key(key)}: {first_error}): "
         "give a DB of Caffe Datum or Caffe2 TensorProtos image records"
     )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
@@ -41,9 +41,13 @@ log = logging.getLogger(__name__)
 GRACE_PERIOD_S = 3.0
 
 
-def launch(config: Config, launched: Launched | None = None) -> int:
+def launch(
+    config: Config, launched: Launched | None = None, start_lines: Sequence[str] = ()
+) -> int:
     """Start the run's processes on this machine and return the exit status of the run; an error
-    of this process (a one-line one included) is raised for the command line to report."""
+    of this process (a one-line one included) is raised for the command line to report.
+    `start_lines` (what --recipe and --solver set) are logged once the inputs are accepted: a
+    refusal before then is its one line alone."""
     lock = None
     # Once a machine, not once a rank; and in global rank 0's process, which writes the
     # checkpoints, wherever a launcher placed it (this process lives as long as the run there).
@@ -51,6 +55,9 @@ def launch(config: Config, launched: Launched | None = None) -> int:
         writes_checkpoints = config.shard_id == 0 if launched is None else launched.rank == 0
         lock = preflight.check_inputs(config, writes_checkpoints)
     try:
+        if launched is None or launched.rank == 0:
+            for line in start_lines:
+                log.info("%s", line)
         return _run(config, launched)
     finally:
         if lock is not None:
@@ -60,7 +67,7 @@ def launch(config: Config, launched: Launched | None = None) -> int:
 def _run(config: Config, launched: Launched | None) -> int:
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
-    if launched is not None and not _one_rank_per_machine(config, launched):
+    if launched is not None and not _runs_as_without_launcher(config, launched):
         _run_launched(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
@@ -71,10 +78,12 @@ def _run(config: Config, launched: Launched | None) -> int:
         meeting.close()
 
 
-def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
+def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
     """mpirun or srun the original's way: the launcher's one rank on this machine, asked for
-    --num_gpus processes; cli.adopt_launcher made the ranks the shards."""
-    return launched.local_world_size == 1 and config.processes_per_machine > 1
+    --num_gpus processes (cli.adopt_launcher made the ranks the shards). Or the launcher's only
+    rank, with no MASTER_ADDR to meet at: one rank needs no meeting."""
+    one_rank_per_machine = launched.local_world_size == 1 and config.processes_per_machine > 1
+    return one_rank_per_machine or (launched.world_size == 1 and launched.master is None)
 
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:

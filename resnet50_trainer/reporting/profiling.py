@@ -69,11 +69,10 @@ class StepProfiler:
         return False
 
     def _finish(self) -> bool:
-        if self._profile is not None:
+        if self._profile is not None and self.trace_path:  # a profile starts with a trace path only
             for gpu in self.gpus:
                 torch.cuda.synchronize(gpu)
             self._profile.__exit__(None, None, None)
-            assert self.trace_path, "a profile is only started with a trace path"
             try:
                 write_trace(self._profile, self.trace_path)
             except UserError as failure:

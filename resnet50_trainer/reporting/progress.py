@@ -37,8 +37,8 @@ class LossReader:
     def read(self, loss: torch.Tensor) -> float | None:
         if loss.device.type != "cuda":
             return loss.item()
-        if self.arrived is not None and self.arrived.query():
-            assert self.host is not None, "an event is recorded behind a copy into host"
+        # An event is recorded behind a copy into host: where there is one, there is the other.
+        if self.arrived is not None and self.host is not None and self.arrived.query():
             self.value, self.arrived = self.host.item(), None  # host memory: no device sync
         if self.arrived is None:
             if self.host is None:

@@ -7,6 +7,7 @@ import logging
 import torch.distributed as dist
 
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED
@@ -43,7 +44,7 @@ def bad_records_verdict(
     gathered: list = [None] * world_size
     with process_group.waiting_for_peers("the all-gather of the bad records' keys"):
         dist.all_gather_object(gathered, bad_keys)
-    first = [key.decode(errors="replace") for keys in gathered for key in keys][:BAD_KEYS_NAMED]
+    first = [printable_key(key) for keys in gathered for key in keys][:BAD_KEYS_NAMED]
     return UserError(
         f"{bad} of {images} records ({share:.1%}) read in epoch {epoch_number} of "
         f"{config.train_data} could not be read (first: {', '.join(first)}), above "

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import NUM_LABELS
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_run
 from resnet50_trainer.errors import UserError, exit_status
@@ -111,7 +112,7 @@ def evaluate_ema(
 
 def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
     """`test_data`: how the message names the DB ("--test_data PATH")."""
-    named = f" (key {key.decode(errors='replace')})" if key else ""
+    named = f" (key {printable_key(key)})" if key else ""
     larger = NUM_LABELS.holds(label + 1)  # not for a negative label, nor past the flag's range
     larger_model = f", or a model of {label + 1} or more (--num_labels)" if larger else ""
     return UserError(

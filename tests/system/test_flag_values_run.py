@@ -15,7 +15,7 @@ def test_an_infinite_timeout_means_no_limit_and_the_run_trains(image_db, tmp_pat
         "--print_every": 10**30,
         "--keep_checkpoints": 10**30,
         "--checkpoint_every_iters": 10**30,
-        "--warmup_epochs": 1_000_000,
+        "--warmup_epochs": 0.999,  # the largest below --num_epochs 1 (a longer one is refused)
     }
     result = run_trainer(
         "--train_data",

@@ -67,7 +67,7 @@ def test_launcher_environments():
 
 
 def test_uneven_processes_per_machine_are_refused():
-    with pytest.raises(UserError, match="not one number"):
+    with pytest.raises(UserError, match="start the same number of processes on every machine"):
         detect_launcher(dict(SRUN, SLURM_STEP_TASKS_PER_NODE="2,1"))
     with pytest.raises(UserError, match="same number on every machine"):
         detect_launcher(dict(TORCHRUN, WORLD_SIZE="3"))
@@ -80,7 +80,7 @@ def test_uneven_processes_per_machine_are_refused():
         ("WORLD_SIZE", "0", "at least one process"),
         ("RANK", "4", "not below WORLD_SIZE=4"),
         ("LOCAL_RANK", "2", "not below LOCAL_WORLD_SIZE=2"),
-        ("RANK", "-1", "not one number"),
+        ("RANK", "-1", "is not a whole number (0 or more)"),
         ("MASTER_PORT", "0", "not a port number"),
         ("MASTER_PORT", "70000", "not a port number"),
         ("MASTER_PORT", "http", "not a port number"),

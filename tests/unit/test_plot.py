@@ -45,7 +45,7 @@ def test_one_log_png_size_and_panels(tmp_path):
     assert [(axes.get_title(), axes.get_ylabel()) for axes in figure.axes] == list(PANELS)
     lines_per_panel = [len(axes.lines) for axes in figure.axes]
     assert lines_per_panel == [1, 2, 1, 1]  # accuracy: training + test
-    legend = figure.axes[0].get_legend()
+    legend = figure.legends[0]
     assert [text.get_text() for text in legend.get_texts()] == [
         "2 GPUs, batch 64, 1000 labels, lr 0.10"
     ]
@@ -64,7 +64,7 @@ def test_two_logs_overlay_with_a_legend_entry_each(tmp_path):
         assert len(panels[title].lines) == 2
     # Two training curves, and test points only for the run that had test data.
     assert len(panels["Accuracy: training and test"].lines) == 3
-    legend_texts = [text.get_text() for text in panels["Training loss"].get_legend().get_texts()]
+    legend_texts = [text.get_text() for text in figure.legends[0].get_texts()]
     assert legend_texts == [
         "2 GPUs, batch 64, 1000 labels, lr 0.10",
         "1 GPU, batch 32, 10 labels, lr 0.01",
@@ -114,10 +114,8 @@ def test_runs_with_equal_parameters_are_told_apart_by_path(tmp_path):
     first, second = ours_log(tmp_path / "shard0"), ours_log(tmp_path / "shard1")
     figure = plot_logs([first, second], tmp_path / "out.png", dpi=20)
 
-    legend_texts = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
-    assert legend_texts == [
-        f"2 GPUs, batch 64, 1000 labels, lr 0.10 ({path})" for path in (first, second)
-    ]
+    legend_texts = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend_texts == [f"{shard}/{OURS_NAME}" for shard in ("shard0", "shard1")]
 
 
 def test_main_writes_default_output_and_says_where(tmp_path, monkeypatch, capsys):
@@ -194,7 +192,7 @@ def test_log_names_and_titles_are_drawn_literally(tmp_path, capsys, name):
     title = "cost $5 \\frac{ and $x^"  # unbalanced mathtext: a parse error if not literal
     output = tmp_path / "out.png"
     figure = plot_logs([log], output, dpi=20, title=title)
-    legend = figure.axes[0].get_legend()
+    legend = figure.legends[0]
     assert [text.get_text() for text in legend.get_texts()] == [name]
     assert figure._suptitle.get_text() == title
     with Image.open(output) as image:

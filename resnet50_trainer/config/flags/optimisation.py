@@ -134,7 +134,8 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         "--warmup_epochs",
         type=Number(float, 0, 1_000_000),
         default=0.0,
-        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017)",
+        help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017), fewer than "
+        "--num_epochs",
     )
 
 
@@ -186,10 +187,13 @@ def _check_lr_settings(config: Config) -> None:
             f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
             "LR without end; give a gamma from 0 to 1"
         )
-    if policy in ("cosine", "poly") and config.warmup_epochs >= config.num_epochs:
+    # One rule for every policy: the warm-up ends before the run does. Cosine and poly would have
+    # nothing left to decay over; the others would never run at the LR asked for.
+    if config.warmup_epochs >= config.num_epochs:
         raise UserError(
             f"--warmup_epochs {config.warmup_epochs:g} leaves nothing of the {config.num_epochs} "
-            f"epochs for --lr_policy {policy} to decay over: shorten the warm-up or run longer"
+            f"epochs after the warm-up, where --lr_policy {policy} runs from the full LR: "
+            f"shorten the warm-up to below {config.num_epochs} epochs or run longer"
         )
     if (config.min_lr or 0) > config.effective_learning_rate:
         raise UserError(

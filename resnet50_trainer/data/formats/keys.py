@@ -1,10 +1,19 @@
-"""A DB's keys as the training process holds them for its input processes."""
+"""A DB's keys as the training process holds them for its input processes, and as reports print
+them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+
+
+def printable_key(key: bytes) -> str:
+    """A key as one line of text: UTF-8 where it decodes, each other byte as \\xNN, and each
+    control or other unprintable character escaped as Python writes it (\\n, \\x1b, \\u2028):
+    a key holding a newline or a terminal escape cannot split a report or drive the terminal."""
+    text = key.decode("utf-8", "backslashreplace")
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 class KeyStore(Sequence[bytes]):

@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import decode_image, parse_record
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 
 
 def dump_record(
-    path: str,
-    db_type: str,
-    out: str,
-    index: int | None = None,
-    key: bytes | None = None,
-    num_channels: int = 3,
+    path: str, db_type: str, out: str, which: int | bytes, num_channels: int = 3
 ) -> tuple[bytes, int]:
-    """Write the record at key-order position `index` (or under `key`) to `out`; (key, label)."""
+    """Write the record `which` names to `out`: a position in key order (negative: from the end,
+    as Python counts) or a key; (key, label)."""
     with open_database(path, db_type) as database:
-        if key is None:
-            assert index is not None, "dump_record takes an index or a key"
-            keys = database.keys()
-            if not -len(keys) <= index < len(keys):
-                raise UserError(
-                    f"--index {index} is out of range: {path} holds {len(keys)} "
-                    f"records (0..{len(keys) - 1})"
-                )
-            key = keys[index]
+        key = _key_at(database.keys(), which, path) if isinstance(which, int) else which
         record = parse_record(database.get(key))
     image = decode_image(record, num_channels)
     try:
@@ -36,6 +26,16 @@ def dump_record(
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot write {out} ({exc}); use a writable path ending in .png") from exc
     return key, record.label
+
+
+def _key_at(keys: Sequence[bytes], index: int, path: str) -> bytes:
+    count = len(keys)
+    if not -count <= index < count:
+        raise UserError(
+            f"--index {index} is out of range: {path} holds {count} records, so --index "
+            f"takes 0..{count - 1} (or -{count}..-1, counted from the end)"
+        )
+    return keys[index]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "it (before augmentation) and print its label.",
     )
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--index", type=int, help="position in key order, from 0")
+    which.add_argument(
+        "--index",
+        type=int,
+        help="position in key order: 0 is the first record, -1 the last (negatives count "
+        "from the end)",
+    )
     which.add_argument("--key", help="the record's key")
     parser.add_argument("--out", required=True, help="image file to write, e.g. img.png")
     parser.add_argument(
@@ -61,9 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    key = None if args.key is None else args.key.encode("utf-8", "surrogateescape")
-    key, label = dump_record(
-        args.db_path, args.db_type, args.out, args.index, key, args.num_channels
-    )
-    print(f"key {key.decode('utf-8', 'backslashreplace')}  label {label}  -> {args.out}")
+    which = args.index if args.key is None else args.key.encode("utf-8", "surrogateescape")
+    key, label = dump_record(args.db_path, args.db_type, args.out, which, args.num_channels)
+    print(f"key {printable_key(key)}  label {label}  -> {args.out}")
     return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageOps
 
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import (
     Record,
     decode_image,
@@ -50,7 +51,7 @@ class Inspection:
     def count_failure(self, key: bytes, error: RecordError) -> None:
         self.failed += 1
         if len(self.failed_first) < FAILED_KEYS_SHOWN:
-            self.failed_first.append((key.decode("utf-8", "backslashreplace"), str(error)))
+            self.failed_first.append((printable_key(key), str(error)))
 
     def count_record(self, record: Record) -> None:
         self.formats[record.format] += 1

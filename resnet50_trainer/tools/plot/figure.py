@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-from matplotlib import rc_context
+from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -30,6 +30,11 @@ from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 # Dashed, points where tested; top-5 (where the log has it) dotted, squares.
 TEST_ACCURACY_STYLE: dict[str, Any] = {"linestyle": "--", "marker": "o", "markersize": 3}
 TOP5_STYLE: dict[str, Any] = {"linestyle": ":", "marker": "s", "markersize": 3}
+# The runs' legend stands right of the panels, so it never covers a curve nor, however many runs
+# there are, squeezes the panels to nothing: at most LEGEND_ENTRIES lines (the last one counts the
+# runs not named), each label cut to LABEL_CHARS characters (in the middle).
+LEGEND_ENTRIES = 20
+LABEL_CHARS = 80
 
 # (title, y label) of the four panels, left to right, top to bottom.
 PANELS = (
@@ -59,8 +64,8 @@ def plot_logs(
 def build_figure(
     logs: Sequence[RunLog], dpi: float = DEFAULT_DPI, title: str | None = None
 ) -> Figure:
-    """One 2 x 2 figure (PANELS) with one colour per log; the legend on the loss panel names the
-    runs."""
+    """One 2 x 2 figure (PANELS) with one colour per log; the legend right of the panels names
+    the runs."""
     if not logs:
         raise UserError("no run logs given; pass at least one LOG")
     for log in logs:
@@ -73,8 +78,7 @@ def build_figure(
     FigureCanvasAgg(figure)  # attaches itself to the figure
     axes = list(figure.subplots(2, 2, sharex=True).flat)
     loss_axes, accuracy_axes, lr_axes, speed_axes = axes
-    for index, (log, label) in enumerate(zip(logs, legend_labels(logs))):
-        colour = f"C{index}"  # the style's colour cycle, wrapping around
+    for log, label, colour in zip(logs, legend_labels(logs), _colours(len(logs))):
         epochs = log.columns["epoch"]
         loss_axes.plot(epochs, log.columns["loss"], color=colour, label=label)
         accuracy_axes.plot(epochs, log.columns["accuracy"], color=colour)
@@ -89,10 +93,43 @@ def build_figure(
 
 
 def legend_labels(logs: Sequence[RunLog]) -> list[str]:
-    """Each log's label; runs with the same parameters also name their file so they can be told
-    apart."""
+    """Each log's label; runs with the same parameters are named by their file instead (its name
+    holds the parameters), from the directory all the logs share, so they can be told apart."""
     counts = Counter(log.label for log in logs)
-    return [log.label if counts[log.label] == 1 else f"{log.label} ({log.path})" for log in logs]
+    shared = os.path.commonpath([log.path.resolve().parent for log in logs])
+    return [
+        log.label if counts[log.label] == 1 else os.path.relpath(log.path.resolve(), shared)
+        for log in logs
+    ]
+
+
+def _colours(count: int) -> list[Any]:
+    """The style's colour cycle (10 colours) while it lasts; past it, as many colours of one
+    colour map, so that no two runs share one."""
+    if count <= 10:
+        return [f"C{index}" for index in range(count)]
+    return [colormaps["viridis"](index / (count - 1)) for index in range(count)]
+
+
+def _shortened(label: str) -> str:
+    """A label of at most LABEL_CHARS characters: its start and end (a path's file name) kept."""
+    if len(label) <= LABEL_CHARS:
+        return label
+    half = (LABEL_CHARS - 3) // 2
+    return f"{label[:half]}...{label[-(LABEL_CHARS - 3 - half) :]}"
+
+
+def _runs_legend(figure: Figure, lines: Sequence[Line2D]) -> None:
+    """The legend of the runs, right of the panels: LEGEND_ENTRIES at most, the last one counting
+    the runs not named."""
+    handles = list(lines)
+    labels = [_shortened(str(line.get_label())) for line in handles]
+    if len(handles) > LEGEND_ENTRIES:
+        named = LEGEND_ENTRIES - 1
+        handles = handles[:named] + [Line2D([], [], color="none")]
+        labels = labels[:named] + [f"... and {len(lines) - named} more runs"]
+    # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
+    _literal(figure.legend(handles, labels, loc="outside right upper", fontsize="small"))
 
 
 def _plot_test_accuracy(
@@ -117,12 +154,7 @@ def _decorate(axes: list[Axes], figure: Figure, title: str | None) -> None:
         bottom_axes.set_xlabel("epoch")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by all four panels
     loss_axes, accuracy_axes, lr_axes, _ = axes
-    # Handles and labels given explicitly: matplotlib leaves out lines whose label starts with "_".
-    _literal(
-        loss_axes.legend(
-            loss_axes.lines, [str(line.get_label()) for line in loss_axes.lines], fontsize="small"
-        )
-    )
+    _runs_legend(figure, loss_axes.lines)
     tested = {line.get_label() for line in accuracy_axes.lines}
     if "test_accuracy" in tested:  # some run has test points
         # Proxy lines: they explain the line styles without being drawn on the axes.

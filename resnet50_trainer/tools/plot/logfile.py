@@ -21,7 +21,7 @@ LOG_COLUMNS = tuple(HEADER)
 
 _LOG_NAME = re.compile(
     r"^(?P<model>resnet50|resnext\d+)_gpu(?P<gpus>\d+)_b(?P<batch>\d+)_L(?P<labels>\d+)_lr(?P<lr>-?\d+\.\d+)"
-    r"_v2_(?P<stamp>\d{8}_\d{6})\.log$"
+    r"_v2_(?P<stamp>\d{8}_\d{6})(_\d+)?\.log$"  # _2: a run that started in the same second
 )
 _BRACKETED_NUMBER = re.compile(r"^\[\s*([^\s\[\],]+)\s*\]$")
 _HEADER_TEXT = ",".join(LOG_COLUMNS)
