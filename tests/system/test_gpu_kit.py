@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from trainer_runs import REPOSITORY
+
+REPO = Path(REPOSITORY)
 # What a lent GPU machine has without the wheelhouse (scripts/build_wheelhouse.sh's PREINSTALLED).
 PREINSTALLED = {"torch", "torchvision", "pillow", "tqdm", "numpy"}
 

@@ -14,11 +14,11 @@ import pytest
 from resnet50_trainer.tools.plot.command import main
 from resnet50_trainer.tools.plot.figure import plot_logs
 from run_logs import OURS_NAME, ours_log
-from trainer_runs import imported_by
+from trainer_runs import REPOSITORY, imported_by
 
 
 def test_module_run_headless_without_traceback(tmp_path):
-    environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    environment = dict(os.environ, PYTHONPATH=REPOSITORY)
     for name in ("DISPLAY", "MPLBACKEND"):
         environment.pop(name, None)
     # Plotting must not go through pyplot, which would pick a global backend for the whole process.
