@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.data.batch import TrainingLabelOutside
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
@@ -38,6 +39,7 @@ from resnet50_trainer.train.evaluation import (
     refuse_labels_outside,
 )
 from resnet50_trainer.train.inputs import TrainInput
+from resnet50_trainer.train.labels import refuse_training_label
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,8 @@ class EpochLoop:
                     self._save_mid_epoch(
                         self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
                     )
+        except TrainingLabelOutside as outside:
+            raise refuse_training_label(config, outside.key, outside.label) from None
         finally:
             progress.close()
         self._stop_if_diverged()
