@@ -29,6 +29,7 @@ from resnet50_trainer.config.values import (
     NumberValues,
     OneLineParser,
     Switch,
+    add_version_flag,
 )
 from resnet50_trainer.data.settings import CROPS, DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, SCALE_CROP
 from resnet50_trainer.errors import TRAINER
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "given a value, as the original's were: true or false (or 1/0, yes/no, any case).",
         formatter_class=FlagHelpFormatter,
     )
+    add_version_flag(parser)
     for add_flags in (
         _add_data_flags,
         _add_image_flags,
@@ -253,6 +255,14 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
         action=Switch,
         help="add a top5_test_accuracy column to the run log (the console shows top-5 "
         "anyway; without it the log keeps the original's columns)",
+    )
+    output.add_argument(
+        "--tensorboard",
+        action=Switch,
+        help="also write TensorBoard event files (the log's columns per epoch; loss, accuracy, "
+        "LR and input wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps "
+        "counted in global iterations, continued by a resume; view with tensorboard --logdir "
+        "<log_dir>",
     )
     output.add_argument(
         "--test_only",
