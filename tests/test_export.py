@@ -128,6 +128,7 @@ def _umask() -> int:
         ("no EMA", "holds none (its run had no --ema_decay): leave --ema out"),
         ("a directory under a file", "cannot be written (Not a directory)"),
         ("an unknown suffix", "names no format"),
+        ("the checkpoint itself", "is the checkpoint itself"),
         ("a DB of no images", "records are no image this network reads"),
     ],
 )
@@ -157,6 +158,11 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path
         args[2] = str(output / "model.onnx")
     elif case == "an unknown suffix":
         args[2] = str(tmp_path / "model.bin")
+    elif case == "the checkpoint itself":
+        args[0] = str(tmp_path / "model.pt")
+        args[2] = str(tmp_path / "model.pt")
+        output = tmp_path / "model.pt"
+        output.write_bytes(b"an earlier export")
     done = export(*args)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()

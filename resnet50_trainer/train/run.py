@@ -86,7 +86,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     outputs = _open_outputs(config, placement, device, started, lineage, run.iteration)
-    _log_start(config, placement, schedule, outputs.runlog)
+    _log_start(config, placement, schedule, outputs)
     saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
     loop = EpochLoop(
         config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
@@ -145,7 +145,7 @@ def _replica_devices(
 
 
 def _log_start(
-    config: Config, placement: Placement, schedule: LearningRateSchedule, runlog: RunLog | None
+    config: Config, placement: Placement, schedule: LearningRateSchedule, outputs: Outputs
 ) -> None:
     passes = (
         f" in {config.iter_size} passes of {config.device_batch_size // config.iter_size}"
@@ -154,7 +154,7 @@ def _log_start(
     )
     log.info(
         "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
-        "(%s), %s, %d iterations per epoch%s",
+        "(%s), %s, %d iterations per epoch%s%s",
         config.num_layers,
         placement.world_size,
         config.device_batch_size,
@@ -164,7 +164,8 @@ def _log_start(
         config.learning_rate_origin,
         schedule.describe(),
         schedule.iterations_per_epoch,
-        f"; log {runlog.path}" if runlog else "",
+        f"; log {outputs.runlog.path}" if outputs.runlog else "",
+        f"; TensorBoard {outputs.tensorboard.directory}" if outputs.tensorboard else "",
     )
 
 

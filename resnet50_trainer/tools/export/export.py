@@ -22,6 +22,12 @@ def export(args: argparse.Namespace, chosen: str) -> None:
     output = args.output
     if os.path.isdir(output):
         raise UserError(f"-o {output} is a directory: give the path of the file to write")
+    if os.path.exists(output) and os.path.exists(args.checkpoint):
+        if os.path.samefile(output, args.checkpoint):
+            raise UserError(
+                f"-o {output} is the checkpoint itself, which the export would replace: "
+                "give another output path"
+            )
     network = read_network(args.checkpoint, args.ema)
     images, described = check_inputs(network, args.check_data, args.check_images)
     temporary = _temporary_beside(output)
