@@ -10,10 +10,10 @@ FIX_FOR_TEN = "outside 0..3 of --num_labels 4: this DB has labels up to 9: --num
 
 
 def test_a_label_past_preflights_scan_stops_training_with_the_same_line(image_db, tmp_path):
-    """Preflight's budget at 0 s: training's input processes meet the label."""
+    """Preflight's budget at 0 s: training's input process meets the label."""
     train = image_db("train", 16, 10)
     done = run_trainer(
-        *("--train_data", train, "--num_gpus", "2", "--num_workers", "1"),
+        *("--train_data", train, "--num_workers", "1"),
         *("--num_epochs", "1", "--log_dir", str(tmp_path)),
         PYTHONPATH=f"{REPOSITORY}:{HOOKS}",
         RESNET50_TRAINER_TEST_LABEL_SCAN_S="0",
