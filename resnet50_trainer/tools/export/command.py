@@ -14,9 +14,9 @@ from resnet50_trainer.config.values import (
     add_version_flag,
 )
 from resnet50_trainer.errors import UserError, run_command
+from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 
 PROG = "resnet50-export"
-ONNX, TORCHSCRIPT = "onnx", "torchscript"
 FORMAT_OF_SUFFIX = {".onnx": ONNX, ".pt": TORCHSCRIPT, ".ts": TORCHSCRIPT}
 DEFAULT_TOLERANCE = 1e-4  # float32 through another runtime: the sums' order differs, no more
 DEFAULT_CHECK_IMAGES = 16

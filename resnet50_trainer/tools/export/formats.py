@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.export.command import ONNX
+from resnet50_trainer.tools.export import ONNX
 from resnet50_trainer.tools.export.network import Network
 
 INPUT, OUTPUT = "images", "logits"
