@@ -8,7 +8,7 @@ import pytest
 
 from resnet50_trainer.cli import build_parser, with_recipe_and_solver
 from resnet50_trainer.config.recipes import fitted_to_run
-from trainer_runs import config_of, run_trainer
+from trainer_runs import config_of
 
 IMAGENET = 1_281_167
 
@@ -67,14 +67,3 @@ def test_the_epoch_is_the_training_dbs_records(image_db):
     )
     assert config.warmup_epochs == pytest.approx(0.2)
     assert config.ema_decay == fitted_to_run(2, 48, 8, {})["ema_decay"]
-
-
-def test_modern_runs_a_two_epoch_run(image_db, tmp_path):
-    train = image_db("train", 32, 4)
-    done = run_trainer(
-        *("--train_data", train, "--test_data", train, "--recipe", "modern"),
-        *("--num_epochs", "2", "--log_dir", str(tmp_path)),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "--warmup_epochs 0.2 --ema_decay 0.5 --ema_steps 1, fitted to 2 epochs" in done.stderr
-    assert "Epoch 2:" in done.stderr and "EMA test accuracy" in done.stderr
