@@ -9,10 +9,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 dest=${1:-$repo/wheelhouse}
 
 # The runtime dependencies of pyproject.toml that the lent machine's torch, torchvision, pillow,
-# tqdm and numpy do not cover (tests/system/test_gpu_kit.py checks this list against pyproject), then
-# matplotlib's own dependencies but numpy and pillow, then pytest's.
-RUNTIME="lmdb plyvel redis protobuf simplejpeg psutil nvidia-ml-py matplotlib"
+# tqdm and numpy do not cover (tests/system/test_gpu_kit.py checks this list against
+# pyproject), then matplotlib's own dependencies but numpy and pillow (and tensorboard's), then
+# pytest's.
+RUNTIME="lmdb plyvel redis protobuf simplejpeg psutil nvidia-ml-py matplotlib tensorboard"
 MATPLOTLIB_DEPS="contourpy cycler fonttools kiwisolver packaging pyparsing python-dateutil six tzdata"
+TENSORBOARD_DEPS="absl-py grpcio markdown tensorboard-data-server werkzeug markupsafe setuptools typing-extensions"
 TEST_DEPS="pytest iniconfig pluggy pygments"
 # Left out on purpose: they are on the lent machine, and a second copy of torch would not fit
 # in what a device run carries.
@@ -26,7 +28,7 @@ python3 -m pip download -qq --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any \
-    -c "$repo/constraints.txt" --dest "$dest" $RUNTIME $MATPLOTLIB_DEPS $TEST_DEPS
+    -c "$repo/constraints.txt" --dest "$dest" $RUNTIME $MATPLOTLIB_DEPS $TENSORBOARD_DEPS $TEST_DEPS
 
 # Every wheel's unconditional needs (on Linux, Python 3.12) are in the wheelhouse or preinstalled.
 python3 - "$dest" $PREINSTALLED <<'EOF'

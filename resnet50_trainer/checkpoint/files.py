@@ -135,6 +135,15 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
     )
 
 
+def read_checkpoint_file(path: str) -> dict:
+    """The checkpoint file at `path`, for a command that only reads it (resnet50-export); UserError
+    naming it and the fix when it is no checkpoint of ours or a damaged one."""
+    try:
+        return _read_checkpoint(path)
+    except _Unusable as problem:
+        raise UserError(f"checkpoint {path} {problem.reason}: {problem.fix}") from None
+
+
 class NotRegularFileError(OSError):
     """A path that is no regular file (a FIFO, a device, a socket): never read."""
 

@@ -18,8 +18,13 @@ from resnet50_trainer.config.flags.parser import (
 )
 from resnet50_trainer.config.gpu_ids import select_gpus
 from resnet50_trainer.config.launchers import Launched, gpus_the_machine_holds
-from resnet50_trainer.config.recipes import CAFFE2_RECIPE, with_recipe
-from resnet50_trainer.config.settings import Config, default_scale
+from resnet50_trainer.config.recipes import CAFFE2_RECIPE, with_fitted, with_recipe
+from resnet50_trainer.config.settings import (
+    SYNTHETIC_DATA,
+    SYNTHETIC_EPOCH_SIZE,
+    Config,
+    default_scale,
+)
 from resnet50_trainer.config.solver import with_solver
 from resnet50_trainer.errors import UserError
 
@@ -180,7 +185,8 @@ def with_recipe_and_solver(
     args: argparse.Namespace, argv: Sequence[str] | None, launched: Launched | None
 ) -> tuple[argparse.Namespace, list[str]]:
     """The flags with --recipe's values beneath them, and --solver's beneath the command line's
-    but above the recipe's (the file is the more specific); the lines saying what each set."""
+    but above the recipe's (the file is the more specific); then the recipe's warm-up and EMA
+    fitted to the run's epochs, batch and DB; the lines saying what each set."""
     if args.recipe == CAFFE2_RECIPE and not args.solver:
         return args, []  # nothing beneath the command line: no second parse of it
     given = given_flags(argv)
@@ -188,7 +194,23 @@ def with_recipe_and_solver(
     if args.solver:
         args, solver_lines = with_solver(args, given, launched)
         lines += solver_lines
-    return args, lines
+    machines = launched.num_machines if launched is not None else args.num_shards
+    args, fitted_lines = with_fitted(
+        args, given, args.batch_size * machines, lambda: _images_per_epoch(args)
+    )
+    return args, lines + fitted_lines
+
+
+def _images_per_epoch(args: argparse.Namespace) -> int:
+    """--epoch_size, or the training DB's records (counted: one pass over the DB an epoch)."""
+    if args.epoch_size is not None:
+        return args.epoch_size
+    if args.train_data == SYNTHETIC_DATA:
+        return SYNTHETIC_EPOCH_SIZE
+    from resnet50_trainer.data.formats.databases import open_database  # lmdb, plyvel: only here
+
+    with open_database(args.train_data, args.db_type) as database:
+        return len(database)
 
 
 def _default_workers(processes_per_machine: int) -> int:

@@ -149,6 +149,7 @@ class Config:
     resnext_num_groups: int
     resnext_width_per_group: int
     log_top5: bool
+    tensorboard: bool
     test_only: bool
     init_model: str | None
     solver: str | None

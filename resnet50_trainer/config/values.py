@@ -273,6 +273,16 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(USAGE_EXIT_STATUS)
 
 
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """--version: the command's name and the package's version, and exit 0 (before any other
+    flag is checked, so it needs none of the required ones)."""
+    from resnet50_trainer import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="show the version"
+    )
+
+
 HELP_DEFAULT = "(default: "  # how --help shows a default, once per flag
 
 

@@ -22,17 +22,38 @@ class Sample(NamedTuple):
     image: torch.Tensor | None  # CHW uint8; None when the record failed
     label: int
     bad_key: bytes | None
+    outside_label: int | None = None  # a training record's label outside the model's classes
 
 
 class Batch(NamedTuple):
     images: torch.Tensor  # NCHW uint8
     labels: torch.Tensor  # N int64
     bad_keys: list  # keys of the records that failed, in batch order
+    # (key, label) of the batch's first training record whose label is outside the classes.
+    label_outside: tuple[bytes, int] | None = None
 
     @property
     def num_real(self) -> int:
         """How many of the first images are decoded records; the rest are copies of them."""
         return len(self.labels) - len(self.bad_keys) if len(self.labels) else 0
+
+
+class TrainingLabelOutside(Exception):
+    """A training record's label is outside the model's classes: not an unreadable record but a
+    DB for another --num_labels; the training loop names the fix (train/labels.py)."""
+
+    def __init__(self, key: bytes, label: int):
+        super().__init__(f"label {label} of record {key!r} outside the model's classes")
+        self.key, self.label = key, label
+
+
+def first_label_outside(samples: Sequence) -> tuple[bytes, int] | None:
+    """(key, label) of the first of `samples` (each with bad_key and outside_label) whose label
+    is outside the classes."""
+    for sample in samples:
+        if sample.outside_label is not None:
+            return sample.bad_key, sample.outside_label
+    return None
 
 
 def filled_order(failed: Sequence[bool]) -> list[int]:
@@ -43,7 +64,10 @@ def filled_order(failed: Sequence[bool]) -> list[int]:
 
 
 def require_records(batch: Batch) -> Batch:
-    """A training batch in which no record could be used stops the run."""
+    """A training batch with a label outside the classes, or in which no record could be used,
+    stops the run."""
+    if batch.label_outside is not None:
+        raise TrainingLabelOutside(*batch.label_outside)
     if not len(batch.labels):
         raise UserError(
             f"every record of a batch failed to decode (keys {batch.bad_keys[:3]} "

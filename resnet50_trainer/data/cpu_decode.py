@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.batch import Batch, Sample, filled_order
+from resnet50_trainer.data.batch import Batch, Sample, filled_order, first_label_outside
 from resnet50_trainer.data.formats.records import (
     Record,
     decode_image,
@@ -46,23 +46,28 @@ class CpuDecode:
         return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
 
     @staticmethod
-    def failed(key: bytes) -> Sample:
-        return Sample(None, -1, key)
+    def failed(key: bytes, outside_label: int | None = None) -> Sample:
+        return Sample(None, -1, key, outside_label)
 
     @staticmethod
     def collate(samples: Sequence[Sample]) -> Batch:
         """Stack a batch, its failed records' places filled with copies of good samples."""
         order = filled_order([sample.bad_key is not None for sample in samples])
         bad_keys = [sample.bad_key for sample in samples if sample.bad_key is not None]
+        outside = first_label_outside(samples)
         if not order:
             return Batch(
-                torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), bad_keys
+                torch.empty(0, dtype=torch.uint8),
+                torch.empty(0, dtype=torch.int64),
+                bad_keys,
+                outside,
             )
         images = [samples[i].image for i in order]  # `order` holds good samples only
         return Batch(
             torch.stack([image for image in images if image is not None]),
             torch.tensor([samples[i].label for i in order], dtype=torch.int64),
             bad_keys,
+            outside,
         )
 
     @staticmethod
@@ -70,10 +75,9 @@ class CpuDecode:
         """A non-blocking copy to `device` (the loader pinned the memory)."""
 
         def copy(batch: Batch) -> Batch:
-            return Batch(
-                batch.images.to(device, non_blocking=True),
-                batch.labels.to(device, non_blocking=True),
-                batch.bad_keys,
+            return batch._replace(
+                images=batch.images.to(device, non_blocking=True),
+                labels=batch.labels.to(device, non_blocking=True),
             )
 
         return copy

@@ -22,13 +22,19 @@ from resnet50_trainer.errors import RecordError
 log = logging.getLogger(__name__)
 
 
+class _LabelOutside(Exception):
+    def __init__(self, label: int):
+        super().__init__(f"label {label} outside the model's classes")
+        self.label = label
+
+
 class DecodeStrategy(Protocol):
     """Where records are decoded: what an input process makes of one record, how those samples
     make a batch, and the stage that turns the batch into a device Batch in the training process."""
 
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Any: ...
 
-    def failed(self, key: bytes) -> Any: ...
+    def failed(self, key: bytes, outside_label: int | None = None) -> Any: ...
 
     def collate(self, samples: Sequence[Any]) -> Any: ...
 
@@ -63,6 +69,8 @@ class ImageRecords(Dataset):
         try:
             plan_for = functools.partial(self.crop_plan, position)
             return self.decoding.sample(self.read_record(key), key, plan_for)
+        except _LabelOutside as outside:
+            return self.decoding.failed(key, outside.label)
         except RecordError as error:
             log.debug("record %r: %s", key, error)
             return self.decoding.failed(key)
@@ -74,9 +82,10 @@ class ImageRecords(Dataset):
             self._database = open_database(self.path, self.db_type, allow_empty=True)
         record = parse_record(self._database.get(key))
         num_labels = self.settings.num_labels
-        # A test record's label goes on to evaluation, which stops the run on one out of range.
+        # A test record's label goes on to evaluation, which stops the run on one out of range;
+        # a training record's stops training (the batch names it: require_records).
         if self.train and not 0 <= record.label < num_labels:
-            raise RecordError(f"label {record.label} outside 0..{num_labels - 1}")
+            raise _LabelOutside(record.label)
         return record
 
     def crop_plan(

@@ -27,7 +27,7 @@ from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 from torchvision.transforms.v2 import functional
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.batch import Batch, filled_order
+from resnet50_trainer.data.batch import Batch, filled_order, first_label_outside
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.formats.records import Record, jpeg_header
 from resnet50_trainer.data.settings import InputSettings
@@ -46,6 +46,7 @@ class EncodedSample(NamedTuple):
     label: int
     bad_key: bytes | None
     key: bytes
+    outside_label: int | None = None  # as Sample's
 
 
 class EncodedBatch(NamedTuple):
@@ -61,6 +62,7 @@ class EncodedBatch(NamedTuple):
     labels: torch.Tensor
     bad_keys: list
     keys: list
+    label_outside: tuple[bytes, int] | None = None  # as Batch's
 
 
 class GpuDecode:
@@ -82,8 +84,8 @@ class GpuDecode:
         return EncodedSample(bytes(record.encoded), plan, None, record.label, None, key)
 
     @staticmethod
-    def failed(key: bytes) -> EncodedSample:
-        return EncodedSample(None, None, None, -1, key, key)
+    def failed(key: bytes, outside_label: int | None = None) -> EncodedSample:
+        return EncodedSample(None, None, None, -1, key, key, outside_label)
 
     @staticmethod
     def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
@@ -103,6 +105,7 @@ class GpuDecode:
             torch.tensor([sample.label for sample in good], dtype=torch.int64),
             [sample.bad_key for sample in samples if sample.bad_key is not None],
             [sample.key for sample in good],
+            first_label_outside(samples),
         )
 
     def stage(self, device: torch.device) -> Callable[[EncodedBatch], Batch]:
@@ -147,7 +150,7 @@ class BatchDecoder:
                 [i in failed for i in range(len(images))] + [True] * len(batch.bad_keys)
             )
             images, labels = images[order], labels[order]  # empty when every record failed
-        return Batch(images, labels, bad_keys)
+        return Batch(images, labels, bad_keys, batch.label_outside)
 
     def _crop_into(self, images: torch.Tensor, kept: list, plans: list) -> None:
         """Cut each plan's box; boxes of one size are resized and mirrored together (the same

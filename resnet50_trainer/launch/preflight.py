@@ -20,15 +20,17 @@ from resnet50_trainer.checkpoint.lock import CheckpointLock
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.formats.label_scan import quick_label
+from resnet50_trainer.data.formats.label_scan import scan_labels
 from resnet50_trainer.data.formats.records import decode_image, parse_record
 from resnet50_trainer.distributed import grad_compression
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.train.evaluation import test_label_refusal
+from resnet50_trainer.train.labels import scan_training_labels, training_label_refusal
 
 log = logging.getLogger(__name__)
-# Seconds preflight spends on the test labels: a cold ImageNet test DB (6 GB) takes minutes to
-# read, so the first test checks what is left as it reads it (train/evaluation.py).
+# Seconds preflight spends on the test labels, and again on the training labels: a cold ImageNet
+# DB takes minutes to read, so the first test (train/evaluation.py) and training (train/labels.py)
+# check what is left as they read it.
 LABEL_SCAN_S = 5.0
 # Records sampled, evenly over the DB, to tell a DB of images from one of something else. A DB
 # with a few bad records passes (they are skipped while training); one where all fail does not.
@@ -46,6 +48,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
         check_outputs_writable(config)
         if not config.synthetic:
             _check_holds_images(config)
+            _check_training_labels(config, LABEL_SCAN_S)
     if config.test_data is not None:
         _check_test_labels(config, config.test_data, LABEL_SCAN_S)
     resumed = None
@@ -100,29 +103,34 @@ def _check_holds_images(config: Config) -> None:
 
 def _check_test_labels(config: Config, test_data: str, budget_s: float) -> None:
     """Every test label the test reads (--test_epoch_size) must be a class of the model: checked
-    here for `budget_s` seconds, and by the first test for what is left. The scan reads each
-    record's label from its wire format (label_scan.py: the image bytes are stepped over, not
-    read); only a record it cannot tell, or whose label is out of range, is parsed in full, and it
-    decodes no image."""
+    here for `budget_s` seconds (label_scan.scan_labels: the wire format, no image decoded), and
+    by the first test for what is left."""
     started = time.monotonic()
-    tested = config.test_epoch_size  # the test reads the first records only (None: all)
     with open_database(test_data, config.db_type) as database:
-        for checked, (key, value) in enumerate(database.items()):
-            if checked == tested:
-                return
-            if checked % 256 == 0 and time.monotonic() - started > budget_s:
-                log.info(
-                    "Test labels: those of the first %d records checked in %.1f s; the first test "
-                    "checks the rest as it reads them",
-                    checked,
-                    time.monotonic() - started,
-                )
-                return
-            label = quick_label(value)
-            if label is None or not 0 <= label < config.num_labels:
-                try:
-                    label = parse_record(bytes(value)).label
-                except RecordError:
-                    continue  # skipped and not scored during evaluation, like a bad training record
-            if not 0 <= label < config.num_labels:
-                raise test_label_refusal(f"--test_data {test_data}", label, config.num_labels, key)
+        scan = scan_labels(database.items(), config.num_labels, budget_s, config.test_epoch_size)
+    if scan.outside is not None:
+        key, label = scan.outside
+        raise test_label_refusal(f"--test_data {test_data}", label, config.num_labels, key)
+    if not scan.complete:
+        log.info(
+            "Test labels: those of the first %d records checked in %.1f s; the first test "
+            "checks the rest as it reads them",
+            scan.checked,
+            time.monotonic() - started,
+        )
+
+
+def _check_training_labels(config: Config, budget_s: float) -> None:
+    """Every training label must be a class of the model: checked here for `budget_s` seconds as
+    the test labels are, and by training for what is left as it reads each record."""
+    started = time.monotonic()
+    scan = scan_training_labels(config, budget_s)
+    if scan.outside is not None:
+        raise training_label_refusal(config, *scan.outside, scan)
+    if not scan.complete:
+        log.info(
+            "Training labels: those of the first %d records checked in %.1f s; training checks "
+            "the rest as it reads them",
+            scan.checked,
+            time.monotonic() - started,
+        )

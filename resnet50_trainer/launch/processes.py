@@ -248,12 +248,23 @@ def _interrupt_once() -> None:
 
     def interrupt(signum, frame):
         # Not SIG_IGN: Python reports a signal pending while its handler is swapped as an OSError.
-        if not interrupted:
+        # Nor inside a finaliser: a process unwinding its own failure (a peer gone, a bad record)
+        # is then ending anyway, and an exception cannot leave a __del__ (an input loader's
+        # cleanup), where Python prints it as a traceback.
+        if not interrupted and not _in_finaliser(frame):
             interrupted.append(signum)
             raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def _in_finaliser(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _stop_all(processes) -> None:

@@ -99,13 +99,15 @@ class EpochProgress:
 
     def step(
         self, step: int, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys
-    ) -> None:
+    ) -> tuple[float, float] | None:
+        """The step's (loss, accuracy) where it printed them (the first process, every
+        --print_every steps), else None."""
         for key in bad_keys:
             self.bad_named += 1
             if self.bad_named <= BAD_KEYS_NAMED:
                 log.warning("Skipped undecodable record %r", key)
         if not self.is_main:
-            return
+            return None
         self.bar.update(1)
         self.interval_steps += 1
         now = self.clock()
@@ -120,9 +122,11 @@ class EpochProgress:
                 rate,
             )
             # A wait for the device (see the module's docstring).
-            log.info("Training loss: %.4f, accuracy: %.4f", loss.item(), correct.item() / images)
+            printed = loss.item(), correct.item() / images
+            log.info("Training loss: %.4f, accuracy: %.4f", *printed)
             self.interval_started, self.interval_steps = now, 0
-        elif now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
+            return printed
+        if now - self.last_refresh >= PROGRESS_REFRESH_S and not self.bar.disable:
             elapsed = now - self.started
             # Images since this process (re)started the epoch, not since a resumed epoch began.
             images = (self.bar.n - self.bar.initial) * config.global_batch_size
@@ -137,6 +141,7 @@ class EpochProgress:
                 postfix["gpu"] = gpus
             self.bar.set_postfix(postfix)
             self.last_refresh = now
+        return None
 
     def close(self) -> None:
         self.bar.close()

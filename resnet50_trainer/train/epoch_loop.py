@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.data.batch import TrainingLabelOutside
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
@@ -28,6 +29,7 @@ from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED, EpochProgress
 from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
+from resnet50_trainer.reporting.tensorboard import TensorBoardLog
 from resnet50_trainer.train.bad_records import bad_records_verdict
 from resnet50_trainer.train.batch_mixing import BatchMixing
 from resnet50_trainer.train.divergence import DivergenceWatch, divergence_report
@@ -38,6 +40,7 @@ from resnet50_trainer.train.evaluation import (
     refuse_labels_outside,
 )
 from resnet50_trainer.train.inputs import TrainInput
+from resnet50_trainer.train.labels import refuse_training_label
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +58,13 @@ class EpochResult:
 @dataclass
 class Outputs:
     """Where the first process reports the run: the run log (None on the others), the GPUs'
-    utilisation on the progress bar, the profiler (every process counts its steps)."""
+    utilisation on the progress bar, the profiler (every process counts its steps), and
+    --tensorboard's event files (None without it, and on the others)."""
 
     runlog: RunLog | None
     gpu_monitor: GpuMonitor | None
     profiler: StepProfiler
+    tensorboard: TensorBoardLog | None = None
 
 
 class EpochLoop:
@@ -112,6 +117,10 @@ class EpochLoop:
             logged = ema_accuracy if config.ema_for_test else test_accuracy
             self.rows.append(self._row(result, logged))
             stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
+            if self.outputs.tensorboard:
+                self.outputs.tensorboard.epoch(
+                    self.rows[-1], ema_accuracy.top1 if ema_accuracy else None
+                )
             log.info(
                 "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s%s, %.1f images/sec%s",
                 run.epochs_done,
@@ -150,7 +159,16 @@ class EpochLoop:
                 device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
                 images, bad = images + len(labels), bad + len(batch.bad_keys)
                 bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
-                progress.step(run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys)
+                printed = progress.step(
+                    run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys
+                )
+                if printed and self.outputs.tensorboard:
+                    self.outputs.tensorboard.step(
+                        run.iteration,
+                        *printed,
+                        self.schedule(run.iteration - 1),
+                        progress.input_wait_share,
+                    )
                 checkpoint_due = self._checkpoint_due()
                 # Where the loop reads the device anyway, and before any save: never NaN weights.
                 if checkpoint_due or run.steps_into_epoch % config.print_every == 0:
@@ -159,6 +177,8 @@ class EpochLoop:
                     self._save_mid_epoch(
                         self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
                     )
+        except TrainingLabelOutside as outside:
+            raise refuse_training_label(config, outside.key, outside.label) from None
         finally:
             progress.close()
         self._stop_if_diverged()

@@ -31,6 +31,7 @@ from resnet50_trainer.model.replica import build_replica
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.runlog import RunLog
+from resnet50_trainer.reporting.tensorboard import TensorBoardLog, event_directory
 from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.train.inputs import build_test_input, build_train_input
@@ -84,8 +85,8 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     if run.epochs_done >= config.num_epochs:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
-    outputs = _open_outputs(config, placement, device, started)
-    _log_start(config, placement, schedule, outputs.runlog)
+    outputs = _open_outputs(config, placement, device, started, lineage, run.iteration)
+    _log_start(config, placement, schedule, outputs)
     saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
     loop = EpochLoop(
         config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
@@ -97,6 +98,8 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     digest = process_group.parameters_digest_everywhere(replica.model)
     if outputs.gpu_monitor:
         outputs.gpu_monitor.stop()
+    if outputs.tensorboard:
+        outputs.tensorboard.close()
     if outputs.runlog:
         outputs.runlog.close()
         _summarise(loop, outputs.runlog.path, time.time() - started)
@@ -106,21 +109,32 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
 
 
 def _open_outputs(
-    config: Config, placement: Placement, device: torch.device, started: float
+    config: Config,
+    placement: Placement,
+    device: torch.device,
+    started: float,
+    lineage: str,
+    iteration: int,
 ) -> Outputs:
-    """The first process's new run log (if it cannot be made, all stop), its trace beside it and
-    the GPU monitor; every process counts its steps for the profiler."""
-    runlog = on_first_process(
-        lambda: RunLog(config, started),
-        placement,
-        device,
-        "the first process's report on its writes",
-    )
+    """The first process's new run log and --tensorboard's writer (if either cannot be made, all
+    stop), its trace beside it and the GPU monitor; every process counts its steps for the
+    profiler. `lineage`, `iteration`: the run's, where TensorBoard's curves go on from."""
+
+    def open_logs() -> tuple[RunLog, TensorBoardLog | None]:
+        runlog = RunLog(config, started)
+        if not config.tensorboard:
+            return runlog, None
+        return runlog, TensorBoardLog(event_directory(config, lineage), iteration)
+
+    runlog, tensorboard = on_first_process(
+        open_logs, placement, device, "the first process's report on its writes"
+    ) or (None, None)
     trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
     return Outputs(
         runlog,
         GpuMonitor(config.gpus).start() if runlog else None,
         StepProfiler(config.profile_iters, trace_path, _replica_devices(config, placement, device)),
+        tensorboard,
     )
 
 
@@ -131,7 +145,7 @@ def _replica_devices(
 
 
 def _log_start(
-    config: Config, placement: Placement, schedule: LearningRateSchedule, runlog: RunLog | None
+    config: Config, placement: Placement, schedule: LearningRateSchedule, outputs: Outputs
 ) -> None:
     passes = (
         f" in {config.iter_size} passes of {config.device_batch_size // config.iter_size}"
@@ -140,7 +154,7 @@ def _log_start(
     )
     log.info(
         "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
-        "(%s), %s, %d iterations per epoch%s",
+        "(%s), %s, %d iterations per epoch%s%s",
         config.num_layers,
         placement.world_size,
         config.device_batch_size,
@@ -150,7 +164,8 @@ def _log_start(
         config.learning_rate_origin,
         schedule.describe(),
         schedule.iterations_per_epoch,
-        f"; log {runlog.path}" if runlog else "",
+        f"; log {outputs.runlog.path}" if outputs.runlog else "",
+        f"; TensorBoard {outputs.tensorboard.directory}" if outputs.tensorboard else "",
     )
 
 

@@ -49,7 +49,7 @@ def corrupt_records() -> list[bytes]:
         b"\x8f\xff garbage \x00\x01\x02" * 4,  # bytes that are no protobuf
         tensorprotos_record(1, encoded=jpeg)[:-9],  # a TensorProtos that lost its label tensor
         datum_record(1, pixels=torch.zeros(0, 0, 3, dtype=torch.uint8).numpy()),  # zero-size image
-        datum_record(99, encoded=jpeg),  # label outside 0..num_labels-1
+        datum_record(1, encoded=b"GIF89a not an image"),  # bytes no decoder reads
     ]
 
 

@@ -133,14 +133,14 @@ def test_a_password_inside_a_redis_url_never_reaches_logs_or_checkpoints():
 def test_the_saved_settings_are_named_by_their_flags():
     """The run log's first line and a checkpoint's arguments: the original's Namespace."""
     saved = parse(["--train_data", "null", "--use_cpu", "--num_gpus", "2"]).to_dict()
-    flags = {action.dest for action in build_parser()._actions if action.dest != "help"}
+    flags = {action.dest for action in build_parser()._actions} - {"help", "version"}
     assert saved["num_gpus"] == 2 and "processes_per_machine" not in saved
     assert set(saved) == (flags - {"processes_per_machine"}) | {"num_gpus"}
 
 
 def test_each_flag_is_the_config_field_of_its_name():
     """One definition per setting: the Config is built from the parsed flags, name for name."""
-    flags = {action.dest for action in build_parser()._actions if action.dest != "help"}
+    flags = {action.dest for action in build_parser()._actions} - {"help", "version"}
     assert flags == {field.name for field in dataclasses.fields(Config)}
 
 

@@ -67,7 +67,8 @@ def add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
         choices=RECIPES,
         help="caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe "
         "(cosine LR, warm-up, label smoothing, mixup, cutmix, EMA, random-resized crops, "
-        "FixRes), said at start; flags given here override it",
+        "FixRes), its warm-up and EMA fitted to the run's epochs, batch and DB, said at "
+        "start; flags given here override it",
     )
     optimisation.add_argument(
         "--solver",

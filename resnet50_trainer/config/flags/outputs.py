@@ -66,6 +66,14 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
         "anyway; without it the log keeps the original's columns)",
     )
     output.add_argument(
+        "--tensorboard",
+        action=Switch,
+        help="also write TensorBoard event files (the log's columns per epoch; loss, accuracy, "
+        "LR and input wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps "
+        "counted in global iterations, continued by a resume; view with tensorboard --logdir "
+        "<log_dir>",
+    )
+    output.add_argument(
         "--test_only",
         action=Switch,
         help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "

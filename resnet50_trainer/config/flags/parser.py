@@ -32,6 +32,7 @@ from resnet50_trainer.config.settings import (
 from resnet50_trainer.config.values import (
     FlagHelpFormatter,
     OneLineParser,
+    add_version_flag,
 )
 from resnet50_trainer.errors import TRAINER
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "given a value, as the original's were: true or false (or 1/0, yes/no, any case).",
         formatter_class=FlagHelpFormatter,
     )
+    add_version_flag(parser)
     for add_flags in FLAG_GROUPS:
         add_flags(parser)
     return parser

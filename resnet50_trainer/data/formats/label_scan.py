@@ -13,10 +13,14 @@ field), so a check on quick labels refuses no more and no fewer DBs than one on 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.protos import message_class
+from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.errors import RecordError
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _DATUM_LABEL = 5
@@ -112,3 +116,50 @@ def quick_label(value: bytes | memoryview) -> int | None:
         return _datum_label(data)
     except _Unusual:
         return None
+
+
+@dataclass
+class LabelScan:
+    """What a bounded scan of a DB's labels found."""
+
+    checked: int  # records whose labels were read
+    complete: bool  # every record it was asked to read was read
+    outside: tuple[bytes, int] | None  # the first record (key, label) outside 0..num_labels-1
+    highest: int | None  # the highest label read
+
+
+def scan_labels(
+    items: Iterable[tuple[bytes, bytes | memoryview]],
+    num_labels: int,
+    budget_s: float,
+    limit: int | None = None,
+    past_outside: bool = False,
+) -> LabelScan:
+    """The labels of `items` (a DB's (key, value)s in key order; the first `limit` of them)
+    against 0..num_labels-1, read for at most `budget_s` seconds. A record's label comes from its
+    wire format (quick_label); only one it cannot tell, or one out of range, is parsed in full,
+    and no image is decoded. A record that does not parse is skipped (it is an unreadable record,
+    not a label). It stops at the first label outside, or with `past_outside` reads on (within
+    the budget) for the highest label, which the fix names."""
+    started = time.monotonic()
+    outside: tuple[bytes, int] | None = None
+    highest: int | None = None
+    checked = 0
+    for key, value in items:
+        if checked == limit:
+            break
+        if checked % 256 == 0 and time.monotonic() - started > budget_s:
+            return LabelScan(checked, False, outside, highest)
+        checked += 1
+        label = quick_label(value)
+        if label is None or not 0 <= label < num_labels:
+            try:
+                label = parse_record(bytes(value)).label
+            except RecordError:
+                continue
+        highest = label if highest is None else max(highest, label)
+        if outside is None and not 0 <= label < num_labels:
+            outside = (bytes(key), label)
+            if not past_outside:
+                return LabelScan(checked, False, outside, highest)
+    return LabelScan(checked, True, outside, highest)

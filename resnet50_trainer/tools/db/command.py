@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from resnet50_trainer.config.values import add_version_flag
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.db import bench, create, dump, inspect
 
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
         "Caffe2 TensorProtos image records.",
     )
+    add_version_flag(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in SUBCOMMANDS:
         subcommand.register(subparsers)

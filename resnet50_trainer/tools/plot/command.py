@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from resnet50_trainer.config.values import Number
+from resnet50_trainer.config.values import Number, add_version_flag
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Caffe2's resnet50_trainer.py); "
         "several logs overlay.",
     )
+    add_version_flag(parser)
     parser.add_argument(
         "logs",
         nargs="+",

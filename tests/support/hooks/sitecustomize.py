@@ -89,3 +89,11 @@ def _no_sync_between(first: int, count: int) -> None:
 if os.environ.get(SYNC_DEBUG_ENV):
     _first, _count = os.environ[SYNC_DEBUG_ENV].split(":")
     _no_sync_between(int(_first), int(_count))
+
+# Seconds preflight reads each DB's labels (launch/preflight.py's LABEL_SCAN_S): "0" leaves every
+# training label to training's own check as it reads the records.
+LABEL_SCAN_ENV = "RESNET50_TRAINER_TEST_LABEL_SCAN_S"
+if os.environ.get(LABEL_SCAN_ENV):
+    from resnet50_trainer.launch import preflight
+
+    preflight.LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])

@@ -1,0 +1,7 @@
+"""`python -m resnet50_trainer.tools.export`: the resnet50-export command."""
+
+from __future__ import annotations
+
+from resnet50_trainer.tools.export.command import main
+
+main()

@@ -1,0 +1,113 @@
+"""--tensorboard: event files next to the run log, read back with TensorBoard's own reader: the
+log's columns per epoch and the --print_every steps' loss, accuracy, LR and input wait, at global
+iterations; a resume continues the same curves from its checkpoint's iteration, and what the
+stopped run wrote past it is purged."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from trainer_runs import run_trainer
+
+STEPS = 4  # 32 records at a batch of 8
+EPOCH_TAGS = {
+    "epoch/loss": "loss",
+    "epoch/accuracy": "accuracy",
+    "epoch/test_accuracy": "test_accuracy",
+    "epoch/test_top5_accuracy": "top5_test_accuracy",
+    "epoch/learning_rate": "learning_rate",
+    "epoch/images_per_sec": "inputs_per_sec",
+}
+STEP_TAGS = ("train/loss", "train/accuracy", "train/learning_rate", "train/input_wait_share")
+
+
+def scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    (run,) = glob.glob(os.path.join(log_dir, "tensorboard", "resnet50_model_*"))
+    events = EventAccumulator(run)
+    events.Reload()
+    return {
+        tag: [(event.step, event.value) for event in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+    }
+
+
+def rows_of(log_dir) -> list[dict]:
+    rows = []
+    for path in sorted(glob.glob(os.path.join(log_dir, "resnet50_*.log"))):
+        with open(path) as log:
+            lines = [line for line in log if not line.startswith("#")]
+        header = lines[0].strip().split(",")
+        rows += [dict(zip(header, line.strip().split(","))) for line in lines[1:]]
+    return rows
+
+
+@pytest.fixture
+def first_run(image_db, tmp_path):
+    train = image_db("train", 32, 4)
+    logs = tmp_path / "logs"
+    common = ["--train_data", train, "--test_data", train, "--print_every", "2", "--log_top5"]
+    done = run_trainer(
+        *common,
+        "--tensorboard",
+        "--num_epochs",
+        "2",
+        "--keep_checkpoints",
+        "2",
+        "--log_dir",
+        str(logs),
+        "--checkpoint_dir",
+        str(tmp_path / "first"),
+    )
+    assert done.returncode == 0, done.stderr
+    return common, logs, tmp_path
+
+
+def test_the_event_files_hold_the_logs_columns_and_the_printed_steps(first_run):
+    _, logs, _ = first_run
+    read = scalars(logs)
+    rows = rows_of(logs)
+    for tag, column in EPOCH_TAGS.items():
+        assert [step for step, _ in read[tag]] == [STEPS, 2 * STEPS], tag
+        for (_, value), row in zip(read[tag], rows):
+            assert value == pytest.approx(float(row[column]), rel=1e-5), tag
+    for tag in STEP_TAGS:
+        assert [step for step, _ in read[tag]] == [2, 4, 6, 8], tag
+    assert read["train/learning_rate"][0][1] == pytest.approx(0.1 * 8 / 256)
+    assert all(0 <= share <= 1 for _, share in read["train/input_wait_share"])
+
+
+def test_a_resume_continues_the_curves_from_its_checkpoint(first_run):
+    """Resumed from epoch 1 of 2: epoch 2's points of the first run are replaced, not doubled."""
+    common, logs, tmp_path = first_run
+    before = scalars(logs)
+    done = run_trainer(
+        *common,
+        "--tensorboard",
+        "--num_epochs",
+        "3",
+        "--load_model_path",
+        str(tmp_path / "first" / "resnet50_model_1.pt"),
+        "--log_dir",
+        str(logs),
+        "--checkpoint_dir",
+        str(tmp_path / "second"),
+    )
+    assert done.returncode == 0, done.stderr
+    read = scalars(logs)
+    assert [step for step, _ in read["epoch/loss"]] == [STEPS, 2 * STEPS, 3 * STEPS]
+    assert [step for step, _ in read["train/loss"]] == [2, 4, 6, 8, 10, 12]
+    assert read["epoch/loss"][0] == before["epoch/loss"][0]
+    resumed_rows = rows_of(logs)[2:]  # the second run's log: epochs 2 and 3
+    for (_, value), row in zip(read["epoch/loss"][1:], resumed_rows):
+        assert value == pytest.approx(float(row["loss"]), rel=1e-5)
+
+
+def test_without_the_flag_nothing_is_written(image_db, tmp_path):
+    train = image_db("train", 16, 4)
+    done = run_trainer("--train_data", train, "--num_epochs", "1", "--log_dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert not os.path.exists(tmp_path / "tensorboard")
