@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from resnet50_trainer.data.formats.records import Record
+from resnet50_trainer.data.transforms import PlanFor
 from resnet50_trainer.errors import UserError
 
 
@@ -22,6 +24,14 @@ class Sample(NamedTuple):
     image: torch.Tensor | None  # CHW uint8; None when the record failed
     label: int
     bad_key: bytes | None
+
+
+class Fetched(NamedTuple):
+    """One record of a batch as the reader hands it to a decode strategy's `batch`."""
+
+    record: Record | None  # None: it could not be read or parsed (logged by the reader)
+    key: bytes
+    plan_for: PlanFor  # its crop, drawn from its stream position
 
 
 class Batch(NamedTuple):

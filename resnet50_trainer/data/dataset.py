@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.batch import Batch
+from resnet50_trainer.data.batch import Batch, Fetched
 from resnet50_trainer.data.formats.databases import Database, open_database
 from resnet50_trainer.data.formats.records import Record, parse_record
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
@@ -29,6 +29,8 @@ class DecodeStrategy(Protocol):
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Any: ...
 
     def failed(self, key: bytes) -> Any: ...
+
+    def batch(self, fetched: Sequence[Fetched]) -> Any: ...
 
     def collate(self, samples: Sequence[Any]) -> Any: ...
 
@@ -56,16 +58,33 @@ class ImageRecords(Dataset):
         return len(self.keys)
 
     def __getitem__(self, item):
-        # Training items are (stream position, record index): the position seeds the augmentation,
-        # so crops do not depend on which input process decodes them.
-        position, index = item if self.train else (item, item)
-        key = self.keys[index]
+        key, plan_for = self._locate(item)
         try:
-            plan_for = functools.partial(self.crop_plan, position)
             return self.decoding.sample(self.read_record(key), key, plan_for)
         except RecordError as error:
             log.debug("record %r: %s", key, error)
             return self.decoding.failed(key)
+
+    def __getitems__(self, items: Sequence) -> Any:
+        """A whole batch at once (the DataLoader's batched fetch, whose collate_fn then passes
+        the strategy's batch on): the strategy writes the records into one batch."""
+        fetched = []
+        for item in items:
+            key, plan_for = self._locate(item)
+            try:
+                record: Record | None = self.read_record(key)
+            except RecordError as error:
+                log.debug("record %r: %s", key, error)
+                record = None
+            fetched.append(Fetched(record, key, plan_for))
+        return self.decoding.batch(fetched)
+
+    def _locate(self, item) -> tuple[bytes, transforms.PlanFor]:
+        """The key of an item and its crop. Training items are (stream position, record index):
+        the position seeds the augmentation, so crops do not depend on which input process
+        decodes them."""
+        position, index = item if self.train else (item, item)
+        return self.keys[index], functools.partial(self.crop_plan, position)
 
     def read_record(self, key: bytes) -> Record:
         """The parsed record under `key`; RecordError if it cannot be used."""
