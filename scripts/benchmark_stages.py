@@ -4,7 +4,7 @@ batch, and the hand-over to the training process (the batch's way into shared me
 is the whole-frame path (full decode, a crop tensor resized and mirrored alone, torch.stack, the
 batch copied into shared memory when an input process hands it over); "after" is the trainer's
 path (data/cpu_decode.py: the box decoded alone, resized into its slot of a batch tensor allocated
-in shared memory, mirrors flipped together). Run by benchmark_input.py --stages, or alone:
+in shared memory, each mirrored one flipped in place). Run by benchmark_input.py --stages, or alone:
 python scripts/benchmark_stages.py [--images 512]
 """
 
@@ -118,9 +118,8 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
             count,
         ),
     }
-    mirrored = [i for i, p in enumerate(plans[:BATCH]) if p.crop.mirror]
-    batch = slots[:BATCH]
-    after["batch"] = per_image_us(lambda: batch[mirrored].flip(-1), BATCH)
+    mirrored = [slots[i] for i, p in enumerate(plans[:BATCH]) if p.crop.mirror]
+    after["batch"] = per_image_us(lambda: [slot.copy_(slot.flip(-1)) for slot in mirrored], BATCH)
     nbytes = BATCH * 3 * SIZE * SIZE
     after["hand-over"] = per_image_us(lambda: torch.UntypedStorage._new_shared(nbytes), BATCH)
     return before, after, plan

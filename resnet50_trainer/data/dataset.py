@@ -15,7 +15,8 @@ from torch.utils.data import Dataset
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Fetched
 from resnet50_trainer.data.formats.databases import Database, open_database
-from resnet50_trainer.data.formats.records import Record, parse_record
+from resnet50_trainer.data.formats.record_view import parse_record_view
+from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 
@@ -91,7 +92,8 @@ class ImageRecords(Dataset):
         if self._database is None:
             # Emptiness was checked by read_keys; listing the keys again here would be wasted work.
             self._database = open_database(self.path, self.db_type, allow_empty=True)
-        record = parse_record(self._database.get(key))
+        # The file bytes go from an LMDB's memory map into the decoder without a copy.
+        record = parse_record_view(self._database.view(key))
         num_labels = self.settings.num_labels
         # A test record's label goes on to evaluation, which stops the run on one out of range.
         if self.train and not 0 <= record.label < num_labels:

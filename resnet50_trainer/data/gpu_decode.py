@@ -40,7 +40,7 @@ DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with")
 
 
 class EncodedSample(NamedTuple):
-    jpeg: bytes | None  # the file's bytes; None when `image` holds a CPU crop
+    jpeg: bytes | memoryview | None  # the file's bytes; None when `image` holds a CPU crop
     plan: transforms.CropPlan | None
     image: torch.Tensor | None  # CHW uint8 crop decoded on the CPU (the fallback)
     label: int
@@ -79,7 +79,8 @@ class GpuDecode:
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
         plan = plan_for(width, height, False).crop  # nvJPEG decodes at full size
-        return EncodedSample(bytes(record.encoded), plan, None, record.label, None, key)
+        # A view of the record (no copy): collate copies the batch's files into one buffer.
+        return EncodedSample(record.encoded, plan, None, record.label, None, key)
 
     @staticmethod
     def failed(key: bytes) -> EncodedSample:
