@@ -101,7 +101,7 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     )
     stacked = torch.stack(crops[:BATCH])
     before["hand-over"] = per_image_us(lambda: stacked.clone().share_memory_(), BATCH)
-    slots = torch.empty((count, 3, SIZE, SIZE), dtype=torch.uint8)
+    slots = torch.empty((count, SIZE, SIZE, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
     after = {
         "decode": per_image_us(
             lambda: [

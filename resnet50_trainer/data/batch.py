@@ -35,7 +35,7 @@ class Fetched(NamedTuple):
 
 
 class Batch(NamedTuple):
-    images: torch.Tensor  # NCHW uint8
+    images: torch.Tensor  # NCHW uint8 (channels-last memory from CpuDecode.batch)
     labels: torch.Tensor  # N int64
     bad_keys: list  # keys of the records that failed, in batch order
 

@@ -4,9 +4,11 @@ device. JPEGs are decoded by libjpeg-turbo, only the crop's box (formats/jpeg_re
 
 A batch is made whole in the input process (`batch`, the DataLoader's batched fetch): each crop is
 resized straight into its place in one uint8 batch tensor, allocated in shared memory inside an
-input process (the memory the training process then maps: no copy on the way). `sample` and
-`collate` do the same one record at a time, for the GPU strategy's fallback and for callers that
-index the records one by one."""
+input process (the memory the training process then maps: no copy on the way). The batch is NCHW
+in channels-last memory, the layout the resize makes: a planar slot would cost a strided copy
+about a third as long as the resize (model/precision.py lays the batch out for the model on the
+device). `sample` and `collate` do the same one record at a time, for the GPU strategy's fallback
+and for callers that index the records one by one."""
 
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ class CpuDecode:
     def batch(self, fetched: Sequence[Fetched]) -> Batch:
         """The records of a batch (None for one that could not be read), decoded into one batch
         tensor, with the failed records' places filled as `collate` fills them."""
-        images = _batch_tensor((len(fetched), self.num_channels, self.image_size, self.image_size))
+        size, channels = self.image_size, self.num_channels
+        images = _batch_tensor((len(fetched), size, size, channels)).permute(0, 3, 1, 2)
         labels, failed, bad_keys = [], [], []
         for slot, (record, key, plan_for) in enumerate(fetched):
             try:
