@@ -12,8 +12,9 @@ and for callers that index the records one by one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import get_worker_info
@@ -46,6 +47,10 @@ class CpuDecode:
     def batch(self, fetched: Sequence[Fetched]) -> Batch:
         """The records of a batch (None for one that could not be read), decoded into one batch
         tensor, with the failed records' places filled as `collate` fills them."""
+        with _one_thread():
+            return self._batch(fetched)
+
+    def _batch(self, fetched: Sequence[Fetched]) -> Batch:
         size, channels = self.image_size, self.num_channels
         images = _batch_tensor((len(fetched), size, size, channels)).permute(0, 3, 1, 2)
         labels, failed, bad_keys = [], [], []
@@ -145,6 +150,22 @@ class CpuDecode:
         image = torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw
         height, width = pixels.shape[:2]
         return image, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one thread while a batch is made: its per-image operations are too small to share
+    out, and in a training process of 2 threads on a busy machine sharing them made the batches
+    of --num_workers 0 five times slower (BENCHMARKS.md). Input processes have one already."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _batch_tensor(shape: tuple[int, ...]) -> torch.Tensor:
