@@ -221,3 +221,16 @@ def test_resize_into_is_torchvisions_resize():
         left, top, right, bottom = box
         transforms.resize_into(image[:, top:bottom, left:right], out)
         assert torch.equal(out, transforms.resize_crop(image, transforms.CropPlan(box, False), 32))
+
+
+def test_a_batch_made_in_the_training_process_leaves_its_threads_as_they_were(tmp_path):
+    """--num_workers 0: the batch is made with torch on one thread, the model then gets its own
+    threads back (also when a record fails)."""
+    path, _ = photo_db(str(tmp_path / "db"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batches(records_of(path, RANDOM_RESIZED_CROP), [[(0, 0), (1, 1)]])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
