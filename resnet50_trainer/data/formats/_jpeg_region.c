@@ -2,7 +2,7 @@
  * decode only the rows and columns of a box, at 1/1, 1/2, 1/4 or 1/8 DCT scale, into a caller's
  * buffer. No Python binding on PyPI reaches jpeg_crop_scanline / jpeg_skip_scanlines (simplejpeg
  * and PyTurboJPEG call TurboJPEG's whole-frame decode; TurboJPEG 3's cropping region is not in
- * Debian 12's libturbojpeg 2.1), hence this small module (records_region.py wraps it).
+ * Debian 12's libturbojpeg 2.1), hence this small module (jpeg_region.py wraps it).
  *
  * decode_region(data, reduction, left, top, width, height, channels, out) fills `out` (writable,
  * contiguous, at least width * height * channels bytes) with the box's pixels, HWC uint8, RGB when
