@@ -94,3 +94,15 @@ def describe(folders: str) -> str:
         for name in names
     ]
     return f"{len(sizes)} JPEGs, mean {np.mean(sizes) / 1024:.0f} KB, quality {JPEG_QUALITY}"
+
+
+def leveldb_copy(lmdb_path: str) -> str:
+    """A LevelDB holding the LMDB's records (beside it, `leveldb_<count>`), made once."""
+    from resnet50_trainer.data.formats.databases import open_database
+
+    path = lmdb_path.replace("lmdb_", "leveldb_")
+    if not os.path.isdir(path):
+        with open_database(lmdb_path, "lmdb") as source, open_writer(path, "leveldb") as writer:
+            for key, value in source.items():
+                writer.put(key, bytes(value))
+    return path

@@ -1,8 +1,13 @@
 """What libjpeg-turbo's DCT scaling and fast modes buy on ImageNet-like JPEGs (bench_data's scenes,
 quality 90), one core: milliseconds a decode at each M/8 scale, and for the fast DCT / fast
 upsampling the time and the 224 px centre crop's PSNR against the accurate full decode's crop.
-The evidence behind data/records.py's choice of power-of-two scales and accurate modes.
+The evidence behind data/records.py's choice of power-of-two scales and accurate modes. With
+--regions, what decoding only a crop's box (data/formats/jpeg_region.py) costs against the whole
+frame: the entropy decoding alone (the last row's box: every row above it is only entropy-decoded),
+and the boxes of the scale crop and of random-resized crops (--image_size out), decoded in rounds
+interleaved with whole frames; --photo FILE,... adds files of one's own (e.g. real photos).
 Usage: python scripts/benchmark_jpeg_scaling.py [--sizes 500x375,1000x750] [--images 20]
+    [--regions] [--photo FILE,...]
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import random
+import statistics
 import sys
 import time
 
@@ -21,6 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
 
 from resnet50_trainer.data import transforms  # noqa: E402
+from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box  # noqa: E402
+from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO  # noqa: E402
 
 FAST_MODES = {
     "accurate": {},
@@ -77,6 +86,36 @@ def report(width: int, height: int, jpegs: list, args) -> None:
         print(f"{width}x{height} full size, {name}: {ms:.3f} ms, worst crop PSNR {quality:.1f} dB")
 
 
+def region_report(name: str, jpegs: list, args) -> None:
+    """Per-decode time of each kind of box against the whole frame, as shares of it (median of
+    rounds, each round's boxes timed right after its whole frames)."""
+    sizes = [simplejpeg.decode_jpeg_header(jpeg)[1::-1] for jpeg in jpegs]
+    boxes = {"entropy only (last row)": [(0, h - 1, w, h) for w, h in sizes]}
+    plans = []
+    for position, (width, height) in enumerate(sizes):
+        rng = random.Random(f"0:{position}")
+        plans.append(transforms.scale_plan(width, height, args.scale, args.image_size, rng, False))
+    boxes["scale crop"] = [plan.crop.box for plan in plans]
+    boxes["random-resized crops"] = [
+        transforms.random_resized_plan(
+            w, h, args.image_size, DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, random.Random(i), False
+        ).crop.box
+        for i, (w, h) in enumerate(sizes)
+    ]
+    shares: dict[str, list[float]] = {kind: [] for kind in boxes}
+    whole_ms = []
+    for _ in range(args.repeats):
+        whole = best_ms(simplejpeg.decode_jpeg, jpegs, 1)
+        whole_ms.append(whole)
+        for kind, kind_boxes in boxes.items():
+            started = time.perf_counter()
+            for jpeg, size, box in zip(jpegs, sizes, kind_boxes):
+                decode_jpeg_box(jpeg, size, 3, 1, box)
+            shares[kind].append((time.perf_counter() - started) / len(jpegs) * 1e3 / whole)
+    listed = "; ".join(f"{kind} {statistics.median(v):.2f}" for kind, v in shares.items())
+    print(f"{name}: whole frame {statistics.median(whole_ms):.2f} ms; box / whole frame: {listed}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="500x375,1000x750")
@@ -84,6 +123,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="best of, per figure")
     parser.add_argument("--scale", type=int, default=256)
     parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--regions", action="store_true", help="only the box decodes' costs")
+    parser.add_argument("--photo", default="", help="comma-separated JPEG files, with --regions")
     args = parser.parse_args()
     print(f"simplejpeg {simplejpeg.__version__}; load {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(0)
@@ -93,7 +134,13 @@ def main() -> None:
             bench_data.jpeg_bytes(bench_data.make_photo(rng, width, height))
             for _ in range(args.images)
         ]
-        report(width, height, jpegs, args)
+        if args.regions:
+            region_report(f"{width}x{height}", jpegs, args)
+        else:
+            report(width, height, jpegs, args)
+    for path in filter(None, args.photo.split(",")):
+        with open(path, "rb") as file:
+            region_report(os.path.basename(path), [file.read()], args)
 
 
 if __name__ == "__main__":

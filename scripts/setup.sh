@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: redis-server (for the multi-machine tests), a virtual environment in .venv
-# with the pinned torch/torchvision pair and this package installed editable.
+# with the pinned torch/torchvision pair and this package installed editable (its one C module built
+# in place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
+# redis-server for the multi-machine tests; a C compiler and libjpeg's headers for the region-of-
+# interest JPEG decoder that setup.py builds (optional: without it, whole frames are decoded).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+[ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
     elif command -v sudo >/dev/null 2>&1; then
-        sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null
+        sudo apt-get update -qq && sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: redis-server is missing and cannot be installed without root; the Redis tests will fail" >&2
+        echo "setup: ${missing[*]} missing and cannot be installed without root; the Redis tests" \
+            "fail without redis-server, and JPEGs are decoded whole without the others" >&2
     fi
 fi
 

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from resnet50_trainer.data.formats.records import Record
+from resnet50_trainer.data.transforms import PlanFor
 from resnet50_trainer.errors import UserError
 
 
@@ -25,8 +27,16 @@ class Sample(NamedTuple):
     outside_label: int | None = None  # a training record's label outside the model's classes
 
 
+class Fetched(NamedTuple):
+    """One record of a batch as the reader hands it to a decode strategy's `batch`."""
+
+    record: Record | None  # None: it could not be read or parsed (logged by the reader)
+    key: bytes
+    plan_for: PlanFor  # its crop, drawn from its stream position
+
+
 class Batch(NamedTuple):
-    images: torch.Tensor  # NCHW uint8
+    images: torch.Tensor  # NCHW uint8 (channels-last memory from CpuDecode.batch)
     labels: torch.Tensor  # N int64
     bad_keys: list  # keys of the records that failed, in batch order
     # (key, label) of the batch's first training record whose label is outside the classes.

@@ -13,9 +13,10 @@ import torch
 from torch.utils.data import Dataset
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.batch import Batch
+from resnet50_trainer.data.batch import Batch, Fetched
 from resnet50_trainer.data.formats.databases import Database, open_database
-from resnet50_trainer.data.formats.records import Record, parse_record
+from resnet50_trainer.data.formats.record_view import parse_record_view
+from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 
@@ -35,6 +36,8 @@ class DecodeStrategy(Protocol):
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Any: ...
 
     def failed(self, key: bytes, outside_label: int | None = None) -> Any: ...
+
+    def batch(self, fetched: Sequence[Fetched]) -> Any: ...
 
     def collate(self, samples: Sequence[Any]) -> Any: ...
 
@@ -62,12 +65,8 @@ class ImageRecords(Dataset):
         return len(self.keys)
 
     def __getitem__(self, item):
-        # Training items are (stream position, record index): the position seeds the augmentation,
-        # so crops do not depend on which input process decodes them.
-        position, index = item if self.train else (item, item)
-        key = self.keys[index]
+        key, plan_for = self._locate(item)
         try:
-            plan_for = functools.partial(self.crop_plan, position)
             return self.decoding.sample(self.read_record(key), key, plan_for)
         except _LabelOutside as outside:
             return self.decoding.failed(key, outside.label)
@@ -75,12 +74,38 @@ class ImageRecords(Dataset):
             log.debug("record %r: %s", key, error)
             return self.decoding.failed(key)
 
+    def __getitems__(self, items: Sequence) -> Any:
+        """A whole batch at once (the DataLoader's batched fetch, whose collate_fn then passes
+        the strategy's batch on): the strategy writes the records into one batch."""
+        fetched, outside = [], None
+        for item in items:
+            key, plan_for = self._locate(item)
+            try:
+                record: Record | None = self.read_record(key)
+            except _LabelOutside as error:
+                # Its place is filled as a bad record's; the batch names it (require_records).
+                record, outside = None, outside or (key, error.label)
+            except RecordError as error:
+                log.debug("record %r: %s", key, error)
+                record = None
+            fetched.append(Fetched(record, key, plan_for))
+        batch = self.decoding.batch(fetched)
+        return batch if outside is None else batch._replace(label_outside=outside)
+
+    def _locate(self, item) -> tuple[bytes, transforms.PlanFor]:
+        """The key of an item and its crop. Training items are (stream position, record index):
+        the position seeds the augmentation, so crops do not depend on which input process
+        decodes them."""
+        position, index = item if self.train else (item, item)
+        return self.keys[index], functools.partial(self.crop_plan, position)
+
     def read_record(self, key: bytes) -> Record:
         """The parsed record under `key`; RecordError if it cannot be used."""
         if self._database is None:
             # Emptiness was checked by read_keys; listing the keys again here would be wasted work.
             self._database = open_database(self.path, self.db_type, allow_empty=True)
-        record = parse_record(self._database.get(key))
+        # The file bytes go from an LMDB's memory map into the decoder without a copy.
+        record = parse_record_view(self._database.view(key))
         num_labels = self.settings.num_labels
         # A test record's label goes on to evaluation, which stops the run on one out of range;
         # a training record's stops training (the batch names it: require_records).

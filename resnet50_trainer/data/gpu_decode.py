@@ -27,20 +27,20 @@ from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 from torchvision.transforms.v2 import functional
 
 from resnet50_trainer.data import transforms
-from resnet50_trainer.data.batch import Batch, filled_order, first_label_outside
+from resnet50_trainer.data.batch import Batch, Fetched, filled_order, first_label_outside
 from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.formats.jpeg_region import ends_complete
 from resnet50_trainer.data.formats.records import Record, jpeg_header
 from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import RecordError, UserError
 
 log = logging.getLogger(__name__)
-JPEG_END = b"\xff\xd9"  # the EOI marker, where a complete file ends (give or take padding)
 # Errors of the device or of torchvision, not of one record: they stop the run.
 DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with")
 
 
 class EncodedSample(NamedTuple):
-    jpeg: bytes | None  # the file's bytes; None when `image` holds a CPU crop
+    jpeg: bytes | memoryview | None  # the file's bytes; None when `image` holds a CPU crop
     plan: transforms.CropPlan | None
     image: torch.Tensor | None  # CHW uint8 crop decoded on the CPU (the fallback)
     label: int
@@ -76,19 +76,40 @@ class GpuDecode:
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> EncodedSample:
         header = jpeg_header(record)
         # A JPEG header is only read from file bytes; a cut file is the CPU decoder's to judge.
-        if header is None or record.encoded is None or not _ends_complete(record.encoded):
+        if header is None or record.encoded is None or not ends_complete(record.encoded):
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
         width, height = header
         plan = plan_for(width, height, False).crop  # nvJPEG decodes at full size
-        return EncodedSample(bytes(record.encoded), plan, None, record.label, None, key)
+        # A view of the record (no copy): collate copies the batch's files into one buffer.
+        return EncodedSample(record.encoded, plan, None, record.label, None, key)
 
     @staticmethod
     def failed(key: bytes, outside_label: int | None = None) -> EncodedSample:
         return EncodedSample(None, None, None, -1, key, key, outside_label)
 
+    def batch(self, fetched: Sequence[Fetched]) -> EncodedBatch:
+        return self.collate(
+            [
+                self.failed(key) if record is None else self._sample_or_failed(record, key, plan)
+                for record, key, plan in fetched
+            ]
+        )
+
+    def _sample_or_failed(
+        self, record: Record, key: bytes, plan_for: transforms.PlanFor
+    ) -> EncodedSample:
+        try:
+            return self.sample(record, key, plan_for)
+        except RecordError as error:  # only the CPU fallback decodes here
+            log.debug("record %r: %s", key, error)
+            return self.failed(key)
+
     @staticmethod
-    def collate(samples: Sequence[EncodedSample]) -> EncodedBatch:
+    def collate(samples: Sequence[EncodedSample] | EncodedBatch) -> EncodedBatch:
+        """The samples as one EncodedBatch; one that `batch` already made passes through."""
+        if isinstance(samples, EncodedBatch):
+            return samples
         good = [sample for sample in samples if sample.bad_key is None]
         crops = [sample.image for sample in good if sample.image is not None]
         spans, start = [], 0
@@ -220,11 +241,6 @@ class BatchDecoder:
                 total,
             )
             self.warned = True
-
-
-def _ends_complete(encoded: bytes) -> bool:
-    """Whether the file ends with the EOI marker, allowing the zero padding some writers add."""
-    return encoded[-64:].rstrip(b"\x00").endswith(JPEG_END)
 
 
 def _no_bytes() -> torch.Tensor:

@@ -139,6 +139,16 @@ def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     return functional.horizontal_flip(resized) if plan.mirror else resized
 
 
+def resize_into(image: torch.Tensor, out: torch.Tensor) -> None:
+    """CHW uint8 CPU image -> `out` (C x size x size uint8, e.g. a batch's slot), resized whole
+    with the arithmetic of resize_crop (no mirroring): the batch's tensor is written in place of
+    a crop tensor and its copy. torchvision has no `out`; its interpolate calls this operator,
+    whose out= overload we call (tests/test_region_decode.py checks both give the same pixels)."""
+    torch.ops.aten._upsample_bilinear2d_aa.out(
+        image.unsqueeze(0), list(out.shape[1:]), False, None, None, out=out.unsqueeze(0)
+    )
+
+
 def pil_to_chw(image: Image.Image) -> torch.Tensor:
     """A Pillow image as a CHW uint8 view of one copy of its pixels (channels-last in memory,
     which is the layout PyTorch's fast uint8 resize wants)."""

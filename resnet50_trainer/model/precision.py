@@ -100,9 +100,10 @@ class Precision:
         return model.to(memory_format=torch.channels_last) if self.channels_last else model
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 NCHW on the device -> normalised, in the compute dtype and the model's layout."""
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
+        """uint8 NCHW on the device, in either memory layout (the CPU input path's batches are
+        channels-last) -> normalised, in the compute dtype and the model's layout."""
+        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        images = images.contiguous(memory_format=layout)
         return normalize(images, self.dtype or torch.float32, self.mean, self.std)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -89,7 +89,14 @@ class Database(ABC):
 
     def get(self, key: bytes) -> bytes:
         """The value stored under `key`; UserError if there is none."""
-        value = self._lookup(key)
+        return self._found(key, self._lookup(key))
+
+    def view(self, key: bytes) -> bytes | memoryview:
+        """The value stored under `key`, without a copy where the database allows it (LMDB: a
+        view of its memory map, valid until this reader closes); UserError if there is none."""
+        return self._found(key, self._lookup_view(key))
+
+    def _found(self, key: bytes, value):
         if value is None:
             raise UserError(
                 f"key {key!r} is not in database {self.path}; list keys with "
@@ -100,6 +107,9 @@ class Database(ABC):
     @abstractmethod
     def _lookup(self, key: bytes) -> bytes | None:
         """The value stored under `key`, or None."""
+
+    def _lookup_view(self, key: bytes) -> bytes | memoryview | None:
+        return self._lookup(key)
 
     @abstractmethod
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
@@ -149,6 +159,7 @@ class LmdbDatabase(Database):
                 f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
             ) from exc
         self._txn = self._env.begin(buffers=False)
+        self._view_txn: lmdb.Transaction | None = None  # begun on the first view
 
     def _read_keys(self) -> list[bytes]:
         with self._txn.cursor() as cursor:
@@ -156,6 +167,12 @@ class LmdbDatabase(Database):
 
     def _lookup(self, key: bytes) -> bytes | None:
         return self._txn.get(key)
+
+    def _lookup_view(self, key: bytes) -> bytes | memoryview | None:
+        if self._view_txn is None:
+            assert self._env is not None, "view() of a closed LMDB"
+            self._view_txn = self._env.begin(buffers=True)
+        return self._view_txn.get(key)
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
         # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
@@ -168,6 +185,9 @@ class LmdbDatabase(Database):
         if self._env is not None:
             self._txn.abort()
             del self._txn  # it holds the environment too
+            if self._view_txn is not None:
+                self._view_txn.abort()
+                self._view_txn = None
             self._env = None  # the environment closes with its last reader
 
 

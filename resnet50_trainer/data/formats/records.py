@@ -38,10 +38,11 @@ _DIRECT_COLOUR_SPACES = ("Gray", "YCbCr", "RGB")
 
 @dataclass(frozen=True, eq=False)  # eq=False: numpy arrays have no single truth value
 class Record:
-    """One image and its label. Exactly one of `encoded` (file bytes) and `pixels` is set."""
+    """One image and its label. Exactly one of `encoded` (file bytes) and `pixels` is set;
+    `encoded` may be a view into a database's memory (record_view), valid while it is open."""
 
     label: int
-    encoded: bytes | None
+    encoded: bytes | memoryview | None
     pixels: np.ndarray | None  # HxWxC uint8, RGB order, C = 1 or 3
     format: str  # DATUM or TENSORPROTOS
 
@@ -155,7 +156,7 @@ def _float_to_uint8(values: np.ndarray, chw_shape: tuple, source: str) -> np.nda
     return np.clip(np.rint(values), 0, 255).astype(np.uint8).reshape(chw_shape)
 
 
-def _file_bytes(record: Record) -> bytes:
+def _file_bytes(record: Record) -> bytes | memoryview:
     """The encoded file of a record without pixels (a Record holds exactly one of the two)."""
     assert record.encoded is not None, "a Record holds either encoded bytes or pixels"
     return record.encoded
@@ -196,7 +197,7 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
         raise RecordError(f"cannot decode the record's image bytes ({exc})") from exc
 
 
-def encoded_format(data: bytes) -> str:
+def encoded_format(data: bytes | memoryview) -> str:
     """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header."""
     try:
         file_format = Image.open(io.BytesIO(data)).format

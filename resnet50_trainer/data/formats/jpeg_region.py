@@ -1,0 +1,60 @@
+"""Decode only the part of a JPEG a crop needs: the box's rows and columns, at 1/1 to 1/8 DCT
+scale, with libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines (_jpeg_region.c).
+
+Rows below the box are never entropy-decoded, rows above it are only entropy-decoded (no inverse
+DCT, upsampling or colour conversion), and columns beside it only entropy-decoded; the box's
+pixels are the full decode's, bit for bit (one extra column each side keeps the chroma upsampling
+at the box's edges as in the full frame; tests/test_region_decode.py). Why our own module: no
+binding on PyPI reaches these calls. simplejpeg (which we keep for headers and whole frames) and
+PyTurboJPEG call TurboJPEG's whole-frame decode (PyTurboJPEG's crop is a lossless transform that
+re-encodes the crop, dearer than the decode it saves); the cropping region of TurboJPEG 3 is not
+in Debian 12's libturbojpeg (2.1); Pillow's draft mode scales but never crops.
+
+Without the compiled module (no compiler or no libjpeg headers where the package was installed)
+the same boxes come from simplejpeg's whole-frame decode: the same pixels, at the old speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from resnet50_trainer.data.formats.records import decode_jpeg_reduced
+from resnet50_trainer.errors import RecordError
+
+try:
+    from resnet50_trainer.data.formats._jpeg_region import decode_region
+except ImportError:  # setup.py builds it where a compiler and libjpeg's headers are
+    decode_region = None
+
+REGION_DECODE = decode_region is not None
+JPEG_END = b"\xff\xd9"  # the EOI marker, where a complete file ends (give or take padding)
+
+
+def ends_complete(encoded: bytes | memoryview) -> bool:
+    """Whether the file ends with the EOI marker, allowing the zero padding some writers add."""
+    return bytes(encoded[-64:]).rstrip(b"\x00").endswith(JPEG_END)
+
+
+def decode_jpeg_box(
+    data: bytes | memoryview,
+    size: tuple[int, int],
+    num_channels: int,
+    reduction: int,
+    box: tuple[int, int, int, int],
+) -> np.ndarray:
+    """HWC uint8 of `box` (left, top, right, bottom, in the pixels of the decode at 1/reduction)
+    of a JPEG that records.jpeg_header accepted, `size` being its full (width, height).
+
+    A file cut short goes to the whole-frame decode, which sees the cut wherever it is: a region
+    decode stops at the box and would never read the missing end. RecordError on anything
+    libjpeg-turbo rejects, warnings included (strict)."""
+    left, top, right, bottom = box
+    if decode_region is None or not ends_complete(data):
+        whole = decode_jpeg_reduced(bytes(data), size, num_channels, reduction)
+        return whole[top:bottom, left:right]
+    pixels = np.empty((bottom - top, right - left, num_channels), np.uint8)
+    try:
+        decode_region(data, reduction, left, top, right - left, bottom - top, num_channels, pixels)
+    except ValueError as exc:
+        raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
+    return pixels

@@ -1,0 +1,178 @@
+"""Per-image cost of each stage of the CPU input pipeline, one core, before and after decoding only
+the crop's box: DB read, record parse, JPEG header and crop plan, decode, resize of the crop, the
+batch, and the hand-over to the training process (the batch's way into shared memory). "Before"
+is the whole-frame path (full decode, a crop tensor resized and mirrored alone, torch.stack, the
+batch copied into shared memory when an input process hands it over); "after" is the trainer's
+path (data/cpu_decode.py: the box decoded alone, resized into its slot of a batch tensor allocated
+in shared memory, each mirrored one flipped in place). Run by benchmark_input.py --stages, or alone:
+python scripts/benchmark_stages.py [--images 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import simplejpeg
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_data  # noqa: E402
+
+from resnet50_trainer.data import transforms  # noqa: E402
+from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
+from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE, decode_jpeg_box  # noqa: E402
+from resnet50_trainer.data.formats.record_view import parse_record_view  # noqa: E402
+from resnet50_trainer.data.formats.records import (  # noqa: E402
+    decode_jpeg_reduced,
+    jpeg_header,
+    parse_record,
+)
+from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO  # noqa: E402
+
+BATCH = 64
+SIZE, SCALE = 224, 256
+
+
+def per_image_us(work: Callable[[], object], count: int, repeats: int = 3) -> float:
+    """Best of `repeats` runs of `work` (which handles `count` images), in microseconds an image."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return best / count * 1e6
+
+
+def plans_for(headers: list, crop: str) -> list:
+    plans = []
+    for position, (width, height) in enumerate(headers):
+        rng = random.Random(f"0:{position}")
+        if crop == "random_resized":
+            plans.append(
+                transforms.random_resized_plan(
+                    width, height, SIZE, DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, rng, True
+                )
+            )
+        else:
+            plans.append(transforms.scale_plan(width, height, SCALE, SIZE, rng, True))
+    return plans
+
+
+def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, float]:
+    """(before, after): per-image costs of the stages from the decode on; and the plan's."""
+    count = len(records)
+    plans = plans_for(headers, crop)
+    plan = per_image_us(lambda: plans_for([jpeg_header(record) for record in records], crop), count)
+    full = [
+        decode_jpeg_reduced(r.encoded, size, 3, p.reduction)
+        for r, size, p in zip(records, headers, plans)
+    ]
+    boxes = [
+        decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
+        for r, size, p in zip(records, headers, plans)
+    ]
+    before = {
+        "decode": per_image_us(
+            lambda: [
+                decode_jpeg_reduced(r.encoded, size, 3, p.reduction)
+                for r, size, p in zip(records, headers, plans)
+            ],
+            count,
+        ),
+        "resize": per_image_us(
+            lambda: [
+                transforms.resize_crop(torch.from_numpy(f).permute(2, 0, 1), p.crop, SIZE)
+                for f, p in zip(full, plans)
+            ],
+            count,
+        ),
+    }
+    crops = [
+        transforms.resize_crop(torch.from_numpy(f).permute(2, 0, 1), p.crop, SIZE)
+        for f, p in zip(full, plans)
+    ]
+    before["batch"] = per_image_us(
+        lambda: [torch.stack(crops[i : i + BATCH]) for i in range(0, count, BATCH)], count
+    )
+    stacked = torch.stack(crops[:BATCH])
+    before["hand-over"] = per_image_us(lambda: stacked.clone().share_memory_(), BATCH)
+    slots = torch.empty((count, SIZE, SIZE, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+    after = {
+        "decode": per_image_us(
+            lambda: [
+                decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
+                for r, size, p in zip(records, headers, plans)
+            ],
+            count,
+        ),
+        "resize": per_image_us(
+            lambda: [
+                transforms.resize_into(torch.from_numpy(b).permute(2, 0, 1), slots[i])
+                for i, b in enumerate(boxes)
+            ],
+            count,
+        ),
+    }
+    mirrored = [slots[i] for i, p in enumerate(plans[:BATCH]) if p.crop.mirror]
+    after["batch"] = per_image_us(lambda: [slot.copy_(slot.flip(-1)) for slot in mirrored], BATCH)
+    nbytes = BATCH * 3 * SIZE * SIZE
+    after["hand-over"] = per_image_us(lambda: torch.UntypedStorage._new_shared(nbytes), BATCH)
+    return before, after, plan
+
+
+def report(root: str, lmdb: str, images: int) -> None:
+    torch.set_num_threads(1)
+    database = open_database(lmdb, "lmdb")
+    keys = database.keys()[: images - images % BATCH]
+    values = [database.get(key) for key in keys]
+    records = [parse_record(value) for value in values]
+    headers = [jpeg_header(record) for record in records]
+    count = len(keys)
+    print(
+        f"\nper-image cost of each stage, microseconds, one core, {count} images "
+        f"(region decode {'built' if REGION_DECODE else 'NOT built: whole frames'}):"
+    )
+    views = [database.view(key) for key in keys]
+    # Before: a copy out of the database, the protobuf parse copying the file out of the record.
+    # After: a view of the LMDB's memory map, the encoded Datum's fields walked by hand.
+    read = {
+        "before": per_image_us(lambda: [database.get(key) for key in keys], count),
+        "after": per_image_us(lambda: [database.view(key) for key in keys], count),
+    }
+    parse = {
+        "before": per_image_us(lambda: [parse_record(value) for value in values], count),
+        "after": per_image_us(lambda: [parse_record_view(view) for view in views], count),
+    }
+    for crop in ("scale", "random_resized"):
+        # Measured again beside each crop's stages: the machine's load moves.
+        bare = per_image_us(lambda: [simplejpeg.decode_jpeg(r.encoded) for r in records], count)
+        before, after, plan = crop_stages(crop, records, headers)
+        print(f"  --crop {crop} (bare full-frame decode, simplejpeg: {bare:.0f}):")
+        print(f"    header + plan: {plan:.0f}")
+        stages = {"DB read": read, "parse": parse}
+        stages.update({stage: {"before": before[stage], "after": after[stage]} for stage in before})
+        for stage, cost in stages.items():
+            print(f"    {stage}: before {cost['before']:.0f}, after {cost['after']:.0f}")
+        for side in ("before", "after"):
+            total = plan + sum(cost[side] for cost in stages.values())
+            print(f"    sum {side}: {total:.0f} ({bare / total:.2f}x bare decode's rate)")
+    database.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
+    parser.add_argument("--images", type=int, default=512)
+    args = parser.parse_args()
+    root, lmdb = bench_data.build(args.out, args.images)
+    report(root, lmdb, args.images)
+
+
+if __name__ == "__main__":
+    main()
