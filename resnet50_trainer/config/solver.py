@@ -14,14 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import struct
-
-from google.protobuf.message import Message
 
 from resnet50_trainer.config.caffe_solver import read_solver
-from resnet50_trainer.config.flags.parser import build_parser
 from resnet50_trainer.config.launchers import Launched
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.config.solver_translation import Translation, decimal, enum_name
 
 # Caffe's solver types this trainer runs.
 _SOLVER_TYPES = {"SGD": "sgd", "Nesterov": "nesterov", "NESTEROV": "nesterov"}
@@ -69,54 +65,8 @@ def with_solver(
     return applied, [f"--solver {path}: {line}" for line in translation.lines]
 
 
-class _Translation:
-    def __init__(
-        self,
-        solver: Message,
-        path: str,
-        given: set[str],
-        args: argparse.Namespace,
-        launched: Launched | None,
-    ):
-        self.solver, self.path, self.given, self.args = solver, path, given, args
-        self.launched = launched
-        # The file's gamma, power, stepsize and stepvalue shape its own lr_policy only.
-        self.policy_applies = "lr_policy" not in given
-        self.values: dict[str, object] = {}
-        self.lines: list[str] = []
-        self.actions = {action.dest: action for action in build_parser()._actions}
-
-    def refuse(self, problem: str) -> UserError:
-        return UserError(f"--solver {self.path}: {problem}")
-
-    def has(self, field: str) -> bool:
-        """Whether the file sets `field` (Caffe's defaults are not settings of the file)."""
-        value = getattr(self.solver, field)
-        if isinstance(value, (str, int, float)):  # a bool too: not a repeated field
-            return self.solver.HasField(field)
-        return len(value) > 0
-
-    def set_flag(self, field: str, dest: str, value: object, suffix: str = "") -> None:
-        """`value` checked as the flag checks its own, then kept for `dest` unless given."""
-        action = self.actions[dest]
-        if callable(action.type):
-            # The flag's own reading of the value as text: a tuple as the flag's comma list.
-            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-            try:
-                value = action.type(text)
-            except argparse.ArgumentTypeError as error:
-                raise self.refuse(f"{field}: {error}") from None
-        if action.choices is not None and value not in action.choices:
-            raise self.refuse(f"{field}: {value!r} is not one of {', '.join(action.choices)}")
-        self.values[dest] = value
-        flag = action.option_strings[0]
-        line = f"{field} -> {flag} {_shown(value)}{suffix}"
-        if dest in self.given:
-            line += f", not used: the command line's {flag} {_shown(getattr(self.args, dest))} wins"
-        self.lines.append(line)
-
-    def note(self, field: str, why: str) -> None:
-        self.lines.append(f"{field}: not used: {why}")
+class _Translation(Translation):
+    """The solver file's fields read into flags."""
 
     def read_fields(self) -> None:
         solver = self.solver
@@ -124,12 +74,12 @@ class _Translation:
         self._read_policy()
         self._read_solver_type()
         if self.has("base_lr"):
-            self.set_flag("base_lr", "base_learning_rate", _decimal(solver.base_lr))
+            self.set_flag("base_lr", "base_learning_rate", decimal(solver.base_lr))
             if not {"base_learning_rate", "lr_scaling"} & self.given:
                 self.set_flag("base_lr", "lr_scaling", "none", ": Caffe's base_lr is the LR itself")
         for field in ("momentum", "weight_decay"):
             if self.has(field):
-                self.set_flag(field, field, _decimal(getattr(solver, field)))
+                self.set_flag(field, field, decimal(getattr(solver, field)))
         if self.has("iter_size"):
             self.set_flag(
                 "iter_size",
@@ -221,9 +171,9 @@ class _Translation:
                     f"lr_policy {policy} needs {field}, and the file has none: add it"
                 )
         if "gamma" in reads and policy in ("step", "multistep"):
-            self.set_flag("gamma", "lr_gamma", _decimal(solver.gamma))
+            self.set_flag("gamma", "lr_gamma", decimal(solver.gamma))
         if "power" in reads:
-            self.set_flag("power", "lr_power", _decimal(solver.power))
+            self.set_flag("power", "lr_power", decimal(solver.power))
 
     def _read_solver_type(self) -> None:
         solver = self.solver
@@ -234,7 +184,7 @@ class _Translation:
         if self.has("type"):
             kind, field = solver.type, "type"
         elif self.has("solver_type"):
-            kind = _enum_name(solver, "SolverType", solver.solver_type)
+            kind = enum_name(solver, "SolverType", solver.solver_type)
             field = "solver_type"
         else:
             kind, field = "SGD", "type (not given: Caffe's default)"
@@ -258,7 +208,7 @@ class _Translation:
                 self.set_flag("snapshot_prefix", "save_model_name", name, " (name_EPOCH.pt)")
         if self.has("random_seed") and solver.random_seed >= 0:
             self.set_flag("random_seed", "seed", solver.random_seed)
-        if _enum_name(solver, "SolverMode", solver.solver_mode) == "CPU":
+        if enum_name(solver, "SolverMode", solver.solver_mode) == "CPU":
             self.set_flag("solver_mode", "use_cpu", True)
         elif self.has("device_id"):
             if self.launched is not None:
@@ -301,7 +251,7 @@ class _Translation:
                     "give --epoch_size"
                 )
             return
-        gamma = _decimal(solver.gamma)
+        gamma = decimal(solver.gamma)
         if policy == "step":
             self.set_flag("stepsize", "lr_steps", (solver.stepsize / per_epoch,), " epochs")
         elif policy == "multistep":
@@ -321,22 +271,3 @@ class _Translation:
                 f"{per_epoch}, or give --num_epochs"
             )
         self.set_flag("max_iter", "num_epochs", max_iter // per_epoch)
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, tuple):
-        return ",".join(f"{part:g}" for part in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _decimal(value: float) -> float:
-    """A float32 field's value as written in the file: 0.1, not 0.10000000149011612."""
-    for digits in range(1, 10):
-        text = f"{value:.{digits}g}"
-        if struct.unpack("f", struct.pack("f", float(text)))[0] == value:
-            return float(text)
-    return value
-
-
-def _enum_name(solver: Message, enum: str, number: int) -> str:
-    return solver.DESCRIPTOR.enum_types_by_name[enum].values_by_number[number].name
