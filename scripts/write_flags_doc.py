@@ -15,7 +15,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
 from resnet50_trainer.config.flags.parser import build_parser  # noqa: E402
-from resnet50_trainer.config.values import HELP_DEFAULT, valid_values  # noqa: E402
+from resnet50_trainer.config.parsing import HELP_DEFAULT, valid_values  # noqa: E402
 
 PAGE = os.path.join(REPOSITORY, "docs", "flags.md")
 HEADER = """# Every flag of resnet50-trainer

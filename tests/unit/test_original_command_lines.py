@@ -8,7 +8,7 @@ import os
 import pytest
 
 from resnet50_trainer.cli import build_parser
-from resnet50_trainer.config.values import HELP_DEFAULT, FlagHelpFormatter
+from resnet50_trainer.config.parsing import HELP_DEFAULT, FlagHelpFormatter
 from resnet50_trainer.errors import UserError
 from trainer_runs import SMALL_RUN, config_of, refused_in_process
 

@@ -26,13 +26,9 @@ from resnet50_trainer.config.flags.regularisation import (
     add_regularisation_flags,
     check_regularisation,
 )
+from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
 from resnet50_trainer.config.settings import (
     Config,
-)
-from resnet50_trainer.config.values import (
-    FlagHelpFormatter,
-    OneLineParser,
-    add_version_flag,
 )
 from resnet50_trainer.errors import TRAINER
 

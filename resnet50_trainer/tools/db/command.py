@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from resnet50_trainer.config.values import add_version_flag
+from resnet50_trainer.config.parsing import add_version_flag
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.db import bench, create, dump, inspect
 

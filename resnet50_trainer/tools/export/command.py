@@ -7,12 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from resnet50_trainer.config.values import (
-    FlagHelpFormatter,
-    Number,
-    OneLineParser,
-    add_version_flag,
-)
+from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
+from resnet50_trainer.config.values import Number
 from resnet50_trainer.errors import UserError, run_command
 from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 

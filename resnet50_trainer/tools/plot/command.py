@@ -11,7 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from resnet50_trainer.config.values import Number, add_version_flag
+from resnet50_trainer.config.parsing import add_version_flag
+from resnet50_trainer.config.values import Number
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
