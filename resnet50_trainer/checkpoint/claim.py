@@ -10,7 +10,7 @@ import os
 import torch
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.checkpoint import grad_compression_entry, schema
+from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
@@ -89,8 +89,8 @@ def claim_checkpoint_names(config: Config, resumed: dict | None) -> CheckpointLo
     _check_checkpoint_names_fit(config)
     lock = lock_checkpoints(directory, name)
     try:
-        lineage = None if resumed is None else checkpoint_files.lineage_of(resumed, directory)
-        others = checkpoint_files.checkpoints_of_other_runs(directory, name, lineage)
+        lineage = None if resumed is None else ownership.lineage_of(resumed, directory)
+        others = ownership.checkpoints_of_other_runs(directory, name, lineage)
         if others:
             whose = "another run" if resumed is None else f"another run than {resumed['path']}'s"
             raise UserError(

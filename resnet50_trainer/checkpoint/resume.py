@@ -11,7 +11,7 @@ import math
 import torch.distributed as dist
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.checkpoint import grad_compression_entry, schema
+from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
@@ -70,7 +70,7 @@ def resume(
         run.iteration,
         schedule(run.iteration),
     )
-    return run, checkpoint_files.lineage_of(state, config.checkpoint_dir)
+    return run, ownership.lineage_of(state, config.checkpoint_dir)
 
 
 def _resumes_differ(state: dict | None, world_size: int) -> UserError | None:

@@ -8,7 +8,7 @@ import os
 import torch
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.checkpoint import grad_compression_entry, schema
+from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
@@ -95,7 +95,7 @@ class CheckpointSaver:
             ),
             path,
         )
-        checkpoint_files.remove_older(
+        ownership.remove_older(
             config.checkpoint_dir,
             config.save_model_name,
             config.keep_checkpoints,

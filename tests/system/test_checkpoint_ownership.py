@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.checkpoint import ownership, schema
 from resnet50_trainer.checkpoint.lock import lock_checkpoints
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
@@ -116,9 +116,9 @@ def test_retention_deletes_only_this_lineages_checkpoints(earlier, tmp_path):
         state, checkpoint_files.checkpoint_path(str(tmp_path), NAME, 5)
     )
     # The one just written (3) counts as the newest, though 4 (of a run resumed from 3) is later.
-    checkpoint_files.remove_older(str(tmp_path), NAME, 1, "ours", str(tmp_path / f"{NAME}_3.pt"))
+    ownership.remove_older(str(tmp_path), NAME, 1, "ours", str(tmp_path / f"{NAME}_3.pt"))
     assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3, 5)]
-    checkpoint_files.remove_older(str(tmp_path), NAME, 1, "", str(tmp_path / f"{NAME}_6.pt"))
+    ownership.remove_older(str(tmp_path), NAME, 1, "", str(tmp_path / f"{NAME}_6.pt"))
     assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3)]
 
 
@@ -441,10 +441,10 @@ def test_an_unmarked_checkpoint_resumed_elsewhere_does_not_adopt_that_directory_
     assert {name: files(tmp_path / "here")[name] for name in before} == before
     # Resumed in its own directory, the unmarked run continues there.
     assert (
-        checkpoint_files.lineage_of(
+        ownership.lineage_of(
             checkpoint_files.load_checkpoint(str(tmp_path / "here"), NAME), str(tmp_path / "here")
         )
-        == checkpoint_files.UNMARKED_LINEAGE
+        == ownership.UNMARKED_LINEAGE
     )
 
 

@@ -17,7 +17,7 @@ import torch
 from dbfactory import write_image_db
 from redis_server import free_port
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.checkpoint import ownership, schema
 from resnet50_trainer.checkpoint.auto_resume import resume_path
 from resnet50_trainer.config.launchers import detect_launcher
 from trainer_runs import (
@@ -95,7 +95,7 @@ def test_a_restarted_round_resumes_and_ends_as_an_uninterrupted_run(runs):
 
 def test_the_restarted_round_continued_the_runs_lineage(runs):
     _, _, restarted, _ = runs
-    lineages = {checkpoint_files.read_lineage(saved.path) for saved in checkpoint_of(restarted)}
+    lineages = {ownership.read_lineage(saved.path) for saved in checkpoint_of(restarted)}
     assert len(lineages) == 1
 
 
