@@ -1,6 +1,6 @@
 """Training precision and memory layout: autocast, the gradient scaler, TF32 and channels_last.
 
-How the original's flags map onto PyTorch (see the README, "Speed"):
+How the original's flags map onto PyTorch (docs/speed.md):
 - --dtype float16: autocast to float16 with a gradient scaler. The original kept float16 weights
   with float32 master copies; autocast keeps float32 weights and runs conv/fc in float16, which is
   the same arithmetic with the master copy being the weights themselves.

@@ -143,8 +143,8 @@ def test_a_solver_path_that_is_no_solver_file_is_one_line(capsys, tmp_path):
     )
 
 
-def test_the_readmes_solver_example_becomes_what_the_readme_says(tmp_path):
-    readme = (Path(REPOSITORY) / "README.md").read_text()
+def test_the_manuals_solver_example_becomes_what_the_manual_says(tmp_path):
+    readme = (Path(REPOSITORY) / "docs" / "from-caffe.md").read_text()
     start = readme.index("    # solver.prototxt: ResNet-50")
     block = readme[start : readme.index("\n\n", start)]
     path = solver_file(tmp_path, "\n".join(line[4:] for line in block.splitlines()))
