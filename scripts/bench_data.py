@@ -16,8 +16,8 @@ import os
 import numpy as np
 from PIL import Image
 
-from resnet50_trainer.data.formats.databases import open_writer
 from resnet50_trainer.data.formats.records import DATUM, Record, serialize_record
+from resnet50_trainer.data.formats.writers import open_writer
 
 JPEG_QUALITY = 90
 NUM_CLASSES = 10

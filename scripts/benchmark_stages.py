@@ -26,13 +26,10 @@ import bench_data  # noqa: E402
 
 from resnet50_trainer.data import transforms  # noqa: E402
 from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
+from resnet50_trainer.data.formats.images import decode_jpeg_reduced, jpeg_header
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE, decode_jpeg_box  # noqa: E402
 from resnet50_trainer.data.formats.record_view import parse_record_view  # noqa: E402
-from resnet50_trainer.data.formats.records import (  # noqa: E402
-    decode_jpeg_reduced,
-    jpeg_header,
-    parse_record,
-)
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO  # noqa: E402
 
 BATCH = 64

@@ -18,8 +18,9 @@ import io
 import numpy as np
 from PIL import Image
 
-from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB, open_writer
+from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS, Record, serialize_record
+from resnet50_trainer.data.formats.writers import open_writer
 
 DISTINCT_IMAGES = 16
 _COMMENT_MARKER = b"\xff\xfe"

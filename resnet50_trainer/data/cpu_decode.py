@@ -21,8 +21,9 @@ from torch.utils.data import get_worker_info
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Fetched, Sample, filled_order, first_label_outside
+from resnet50_trainer.data.formats.images import decode_image, jpeg_header
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box
-from resnet50_trainer.data.formats.records import Record, decode_image, jpeg_header
+from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import SCALE_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 

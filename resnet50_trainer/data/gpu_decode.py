@@ -29,8 +29,9 @@ from torchvision.transforms.v2 import functional
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Fetched, filled_order, first_label_outside
 from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.formats.images import jpeg_header
 from resnet50_trainer.data.formats.jpeg_region import ends_complete
-from resnet50_trainer.data.formats.records import Record, jpeg_header
+from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import RecordError, UserError
 

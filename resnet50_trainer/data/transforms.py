@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional
 
-from resnet50_trainer.data.formats.records import jpeg_reduction
+from resnet50_trainer.data.formats.images import jpeg_reduction
 
 # torchvision's RandomResizedCrop: boxes drawn this many times before the centre fallback.
 RANDOM_RESIZED_ATTEMPTS = 10

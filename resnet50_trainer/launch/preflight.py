@@ -19,9 +19,10 @@ from resnet50_trainer.checkpoint.initial_weights import read_init_model
 from resnet50_trainer.checkpoint.lock import CheckpointLock
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import scan_labels
-from resnet50_trainer.data.formats.records import decode_image, parse_record
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.train.evaluation import test_label_refusal

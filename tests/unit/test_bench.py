@@ -22,7 +22,8 @@ from dbfactory import (
 from image_records import records_of
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.formats.records import DATUM, Record, jpeg_header
+from resnet50_trainer.data.formats.images import jpeg_header
+from resnet50_trainer.data.formats.records import DATUM, Record
 from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP

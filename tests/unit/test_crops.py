@@ -17,7 +17,7 @@ from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
-from resnet50_trainer.data.formats.records import decode_jpeg_reduced
+from resnet50_trainer.data.formats.images import decode_jpeg_reduced
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import (
     DEFAULT_CROP_AREA,

@@ -8,7 +8,8 @@ import pytest
 
 from dbfactory import write_db
 from file_digests import _file_digests
-from resnet50_trainer.data.formats.databases import DB_TYPES, open_database, open_writer
+from resnet50_trainer.data.formats.databases import DB_TYPES, open_database
+from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import UserError
 
 RECORDS = [(b"%03d" % index, b"value-%d" % index) for index in (5, 1, 3, 0, 2, 4)]

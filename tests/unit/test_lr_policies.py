@@ -33,7 +33,8 @@ def test_the_default_is_the_originals_step_policy():
 def test_step_and_multistep_drop_at_their_epochs():
     step = schedule_of("--lr_steps", "1.5", "--lr_gamma", "0.5")
     assert [step(i) for i in (14, 15, 29, 30)] == [0.1, 0.05, 0.05, 0.025]
-    # floor(e / step) of the manual's table (docs/recipes.md), with a step of 0.25 epochs = 2.5 iterations.
+    # floor(e / step) of the manual's table (docs/recipes.md), with a step of 0.25 epochs = 2.5
+    # iterations.
     quarter = schedule_of("--lr_steps", "0.25", "--lr_gamma", "0.5")
     assert [round(math.log2(0.1 / quarter(i))) for i in range(8)] == [0, 0, 0, 1, 1, 2, 2, 2]
     multi = schedule_of("--lr_policy", "multistep", "--lr_steps", "1", "3", "--lr_gamma", "0.2")

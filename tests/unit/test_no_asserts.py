@@ -20,8 +20,8 @@ INTERNAL_INVARIANTS = {
     # keep their size (data/batch.py fills an unreadable record's place).
     ("train/epoch_loop.py", "_train_step"),
     # A Record holds encoded bytes or pixels: built so by the parsers in this module alone.
-    ("data/formats/records.py", "_file_bytes"),
-    ("data/formats/records.py", "_pixels"),
+    ("data/formats/images.py", "_file_bytes"),
+    ("data/formats/records.py", "record_pixels"),
     # items() or view() of a database this package closed: a bug of ours, not of the DB.
     ("data/formats/databases.py", "items"),
     ("data/formats/databases.py", "_lookup_view"),

@@ -1,5 +1,6 @@
 """--recipe: caffe2 (the default) sets nothing; modern sets torchvision's ResNet-50 v2 values
-beneath the command line's, says so at start, and the manual's table (docs/recipes.md) says what it sets."""
+beneath the command line's, says so at start, and the manual's table (docs/recipes.md) says what
+it sets."""
 
 from __future__ import annotations
 

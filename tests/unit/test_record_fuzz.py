@@ -18,13 +18,13 @@ from dbfactory import (
 )
 from record_mutations import MUTATIONS, SEED, seed_values
 from resnet50_trainer.data.formats import protos
-from resnet50_trainer.data.formats.records import (
+from resnet50_trainer.data.formats.images import (
     decode_image,
     decode_jpeg_reduced,
     jpeg_header,
     jpeg_reduction,
-    parse_record,
 )
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 
 MUTATIONS_PER_SEED_VALUE = 500

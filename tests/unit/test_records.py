@@ -9,15 +9,17 @@ import pytest
 from PIL import Image
 
 from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, tensorprotos_record
-from resnet50_trainer.data.formats.records import (
-    DATUM,
-    TENSORPROTOS,
-    Record,
+from resnet50_trainer.data.formats.images import (
     decode_image,
     decode_jpeg_reduced,
     decode_native,
     jpeg_header,
     jpeg_reduction,
+)
+from resnet50_trainer.data.formats.records import (
+    DATUM,
+    TENSORPROTOS,
+    Record,
     parse_record,
     serialize_record,
 )

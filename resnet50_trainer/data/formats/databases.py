@@ -10,7 +10,6 @@ database want to open an empty one; a trainer never does).
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing.util
 import os
 import shutil
@@ -269,99 +268,3 @@ def read_keys(path: str, db_type: str) -> KeyStore:
     """All keys of a DB in key order, read once by each training process; UserError if empty."""
     with open_database(path, db_type) as database:
         return KeyStore.pack(database.keys())
-
-
-class DatabaseWriter(ABC):
-    """Buffers `put`s and commits them in batches; `close()` commits the rest and finishes."""
-
-    def __init__(self, path: str, batch_size: int) -> None:
-        self.path = path
-        self._batch_size = batch_size
-        self._batch: list[tuple[bytes, bytes]] = []
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self._batch.append((key, value))
-        if len(self._batch) >= self._batch_size:
-            self._commit_batch()
-
-    def _commit_batch(self) -> None:
-        if self._batch:
-            self._commit(self._batch)
-            self._batch = []
-
-    @abstractmethod
-    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
-        """Write `batch` durably in one transaction."""
-
-    @abstractmethod
-    def _finish(self) -> None:
-        """Close the database, leaving it compact and ready to ship."""
-
-    def close(self) -> None:
-        self._commit_batch()
-        self._finish()
-
-    def __enter__(self) -> DatabaseWriter:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-
-class LmdbWriter(DatabaseWriter):
-    """Starts with a small map and doubles it whenever a batch does not fit, so no terabyte
-    reservation is needed; lock=False because only this writer touches the new environment."""
-
-    _INITIAL_MAP_SIZE = 16 << 20
-
-    def __init__(self, path: str, batch_size: int) -> None:
-        super().__init__(path, batch_size)
-        self._env = lmdb.open(path, map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False)
-        self._last_key: bytes | None = None
-
-    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
-        while True:
-            try:
-                with self._env.begin(write=True) as txn:
-                    last_key = self._last_key
-                    for key, value in batch:
-                        # Appending keys in increasing order fills pages completely; inserting
-                        # leaves them half full after splits (the file gets up to twice as big).
-                        txn.put(key, value, append=last_key is None or key > last_key)
-                        last_key = key if last_key is None else max(last_key, key)
-                self._last_key = last_key
-                return
-            except lmdb.MapFullError:
-                self._env.set_mapsize(self._env.info()["map_size"] * 2)
-
-    def _finish(self) -> None:
-        self._env.close()
-
-
-class LevelDbWriter(DatabaseWriter):
-    def __init__(self, path: str, batch_size: int) -> None:
-        super().__init__(path, batch_size)
-        self._db = plyvel.DB(path, create_if_missing=True, error_if_exists=True)
-
-    def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
-        with self._db.write_batch() as write_batch:
-            for key, value in batch:
-                write_batch.put(key, value)
-
-    def _finish(self) -> None:
-        # Compacting flushes the memtable into tables, so no record is left pending in the log.
-        self._db.compact_range()
-        self._db.close()
-        # LevelDB's info logs hold timestamps and are of no use in a finished database.
-        for name in ("LOG", "LOG.old"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(self.path, name))
-
-
-def open_writer(path: str, db_type: str, batch_size: int = 1000) -> DatabaseWriter:
-    """A writer creating a new database at `path` (which must not exist yet)."""
-    if db_type not in DB_TYPES:
-        raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
-    if os.path.exists(path):
-        raise UserError(f"{path} already exists; choose a new path for the database")
-    return LmdbWriter(path, batch_size) if db_type == LMDB else LevelDbWriter(path, batch_size)

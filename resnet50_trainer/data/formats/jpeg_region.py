@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from resnet50_trainer.data.formats.records import decode_jpeg_reduced
+from resnet50_trainer.data.formats.images import decode_jpeg_reduced
 from resnet50_trainer.errors import RecordError
 
 try:

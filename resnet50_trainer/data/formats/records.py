@@ -14,13 +14,10 @@ Layouts (as the original tools write them):
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 
 import numpy as np
-import simplejpeg
-from PIL import Image, UnidentifiedImageError
 
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.errors import RecordError
@@ -32,8 +29,6 @@ RECORD_FORMATS = (DATUM, TENSORPROTOS)
 # Serializers write fields in number order, so a TensorProtos starts with the tag of field 1 as a
 # length-delimited message (0x0A); a Datum never does (its field 1 is a varint, tag 0x08).
 _TENSORPROTOS_FIRST_BYTE = 0x0A
-# libjpeg-turbo's names of the JPEG colour spaces of 1 and 3 components (not CMYK, YCCK).
-_DIRECT_COLOUR_SPACES = ("Gray", "YCbCr", "RGB")
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: numpy arrays have no single truth value
@@ -82,7 +77,7 @@ def _parse_datum(datum) -> Record:
     else:
         raise RecordError("Datum holds neither image bytes nor float_data (zero-size record)")
     return Record(
-        label=datum.label, encoded=None, pixels=_bgr_to_rgb(chw.transpose(1, 2, 0)), format=DATUM
+        label=datum.label, encoded=None, pixels=bgr_to_rgb(chw.transpose(1, 2, 0)), format=DATUM
     )
 
 
@@ -120,7 +115,7 @@ def _parse_tensorprotos(tensors) -> Record:
             f"TensorProtos image has data_type {image.data_type}; "
             "expected STRING, BYTE, UINT8 or FLOAT"
         )
-    return Record(label=label, encoded=None, pixels=_bgr_to_rgb(hwc), format=TENSORPROTOS)
+    return Record(label=label, encoded=None, pixels=bgr_to_rgb(hwc), format=TENSORPROTOS)
 
 
 def _int32_pixels(values) -> bytes:
@@ -156,142 +151,6 @@ def _float_to_uint8(values: np.ndarray, chw_shape: tuple, source: str) -> np.nda
     return np.clip(np.rint(values), 0, 255).astype(np.uint8).reshape(chw_shape)
 
 
-def _file_bytes(record: Record) -> bytes | memoryview:
-    """The encoded file of a record without pixels (a Record holds exactly one of the two)."""
-    assert record.encoded is not None, "a Record holds either encoded bytes or pixels"
-    return record.encoded
-
-
-def _pixels(record: Record) -> np.ndarray:
-    """The pixels of a record without encoded bytes (a Record holds exactly one of the two)."""
-    assert record.pixels is not None, "a Record holds either encoded bytes or pixels"
-    return record.pixels
-
-
-def _bgr_to_rgb(hwc: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(hwc[:, :, ::-1] if hwc.shape[2] == 3 else hwc)
-
-
-def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> Image.Image:
-    """The record's image, fully loaded, in mode "L" if stored gray, else "RGB".
-
-    draft_size (width, height): for JPEG, let libjpeg scale down by 1/2, 1/4 or 1/8 while both sides
-    stay at least this large (much cheaper than decoding at full size and resizing).
-    """
-    if record.pixels is not None:
-        pixels = record.pixels
-        return (
-            Image.fromarray(pixels[:, :, 0], "L")
-            if pixels.shape[2] == 1
-            else Image.fromarray(pixels, "RGB")
-        )
-    try:
-        image = Image.open(io.BytesIO(_file_bytes(record)))
-        if draft_size is not None and image.format == "JPEG":
-            image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
-        image.load()  # decode now, so a truncated file fails here and not in a later transform
-        return _to_8_bits(image)
-    except UnidentifiedImageError as exc:
-        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise RecordError(f"cannot decode the record's image bytes ({exc})") from exc
-
-
-def encoded_format(data: bytes | memoryview) -> str:
-    """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header."""
-    try:
-        file_format = Image.open(io.BytesIO(data)).format
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
-    # Pillow names the format of every file it opens (None is for images it made itself).
-    if file_format is None:
-        raise RecordError("the record's image bytes are in no format Pillow can read")
-    return file_format
-
-
-def jpeg_header(record: Record) -> tuple[int, int] | None:
-    """(width, height) of a record holding a JPEG of 1 or 3 components (gray or colour: what
-    libjpeg-turbo and nvJPEG decode as they are), read from its header by libjpeg-turbo; None for
-    anything else (CMYK, another format, a header cut short), which Pillow then gets to judge, and
-    for frames over Pillow's decompression-bomb limit (Pillow then refuses them, before any pixel
-    buffer is allocated)."""
-    if record.encoded is None:
-        return None
-    try:
-        height, width, colour_space, _ = simplejpeg.decode_jpeg_header(record.encoded)
-    except ValueError:
-        return None
-    usable = colour_space in _DIRECT_COLOUR_SPACES and not _over_pixel_limit(width, height)
-    return (width, height) if usable else None
-
-
-def _over_pixel_limit(width: int, height: int) -> bool:
-    """What Pillow refuses as a decompression bomb (it only warns up to twice its limit)."""
-    return Image.MAX_IMAGE_PIXELS is not None and width * height > 2 * Image.MAX_IMAGE_PIXELS
-
-
-def jpeg_reduction(shorter_side: int, min_side: int) -> int:
-    """The largest of 8, 4 and 2 that leaves `shorter_side` / it at least `min_side`, else 1: the
-    JPEG decode's reduction for an image (or a crop's box) that must keep that many pixels.
-
-    Only powers of two: libjpeg-turbo's scaled IDCTs for 3/8, 5/8, 6/8 and 7/8 have no SIMD code
-    and cost more than a full-size decode (BENCHMARKS.md, "JPEG DCT scaling")."""
-    return next((factor for factor in (8, 4, 2) if shorter_side >= factor * min_side), 1)
-
-
-def decode_jpeg_reduced(
-    data: bytes, size: tuple[int, int], num_channels: int, reduction: int
-) -> np.ndarray:
-    """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
-    `size` being its (width, height), decoded by libjpeg-turbo at 1/`reduction` scale (1, 2, 4
-    or 8; see jpeg_reduction): ceil(width / reduction) x ceil(height / reduction) pixels.
-
-    Accurate DCT and fancy upsampling (the defaults): the fast variants save under 7% of a decode
-    and change the pixels. RecordError on anything libjpeg-turbo rejects, warnings included
-    (strict).
-    """
-    width, height = size
-    try:
-        # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
-        return simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB" if num_channels == 3 else "GRAY",
-            min_height=-(-height // reduction),
-            min_width=-(-width // reduction),
-        )
-    except ValueError as exc:
-        raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
-
-
-def _to_8_bits(image: Image.Image) -> Image.Image:
-    """The image in "L" or "RGB", converted as OpenCV's imread (convert_imageset's reader) does
-    without IMREAD_ANYDEPTH: 16-bit samples keep their high byte (value >> 8, libpng's strip_16;
-    Pillow itself does so for 16-bit colour PNGs, but clips 16-bit gray ones to 255), alpha is
-    dropped, palettes are expanded, CMYK and YCbCr become RGB."""
-    if image.mode in ("L", "RGB"):
-        return image
-    if image.mode.startswith("I"):  # I;16 variants, and I: what Pillow < 10.4 makes of them
-        high_bytes = np.clip(np.asarray(image).astype(np.int64) >> 8, 0, 255)
-        return Image.fromarray(high_bytes.astype(np.uint8), "L")
-    if image.mode == "F":
-        raise RecordError(
-            "the record's image has floating-point samples; convert_imageset's "
-            "OpenCV cannot read those as 8 bits either: store 8- or 16-bit images"
-        )
-    return image.convert("L" if image.mode in ("1", "LA", "La") else "RGB")
-
-
-def decode_image(
-    record: Record, num_channels: int, draft_size: tuple[int, int] | None = None
-) -> Image.Image:
-    """The record's image in mode "RGB" (num_channels 3) or "L" (num_channels 1)."""
-    if num_channels not in (1, 3):
-        raise RecordError(f"num_channels is {num_channels}; use 1 (gray) or 3 (colour)")
-    image = decode_native(record, draft_size)
-    wanted = "RGB" if num_channels == 3 else "L"
-    return image if image.mode == wanted else image.convert(wanted)
-
-
 def serialize_record(record: Record) -> bytes:
     """The database value for `record`, laid out exactly as convert_imageset / make_image_db do."""
     if record.format == DATUM:
@@ -304,7 +163,7 @@ def serialize_record(record: Record) -> bytes:
 def _datum_message(record: Record):
     if record.encoded is not None:  # convert_imageset sets only data, label and encoded here
         return protos.Datum(data=record.encoded, label=record.label, encoded=True)
-    bgr = _bgr_to_rgb(_pixels(record))  # the swap is its own inverse
+    bgr = bgr_to_rgb(record_pixels(record))  # the swap is its own inverse
     height, width, channels = bgr.shape
     return protos.Datum(
         channels=channels,
@@ -323,7 +182,7 @@ def _tensorprotos_message(record: Record):
         image.dims.append(1)
         image.string_data.append(record.encoded)
     else:
-        bgr = _bgr_to_rgb(_pixels(record))
+        bgr = bgr_to_rgb(record_pixels(record))
         height, width, channels = bgr.shape
         image.data_type = protos.BYTE
         image.dims.extend([height, width, channels] if channels == 3 else [height, width])
@@ -333,3 +192,13 @@ def _tensorprotos_message(record: Record):
     label.dims.append(1)
     label.int32_data.append(record.label)
     return message
+
+
+def record_pixels(record: Record) -> np.ndarray:
+    """The pixels of a record without encoded bytes (a Record holds exactly one of the two)."""
+    assert record.pixels is not None, "a Record holds either encoded bytes or pixels"
+    return record.pixels
+
+
+def bgr_to_rgb(hwc: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(hwc[:, :, ::-1] if hwc.shape[2] == 3 else hwc)

@@ -27,8 +27,9 @@ import lmdb
 import plyvel
 from tqdm import tqdm
 
-from resnet50_trainer.data.formats.databases import detect_db_type, open_writer
+from resnet50_trainer.data.formats.databases import detect_db_type
 from resnet50_trainer.data.formats.records import serialize_record
+from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.sources import (
     CreateOptions,

@@ -6,8 +6,9 @@ import argparse
 from collections.abc import Sequence
 
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.formats.records import decode_image, parse_record
+from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 

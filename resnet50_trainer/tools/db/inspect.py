@@ -16,14 +16,9 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageOps
 
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.images import decode_image, decode_native, encoded_format
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.formats.records import (
-    Record,
-    decode_image,
-    decode_native,
-    encoded_format,
-    parse_record,
-)
+from resnet50_trainer.data.formats.records import Record, parse_record
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 

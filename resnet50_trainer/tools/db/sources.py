@@ -14,7 +14,8 @@ import numpy as np
 from PIL import Image
 
 from resnet50_trainer.data.formats.databases import LMDB
-from resnet50_trainer.data.formats.records import DATUM, Record, decode_native, encoded_format
+from resnet50_trainer.data.formats.images import decode_native, encoded_format
+from resnet50_trainer.data.formats.records import DATUM, Record
 from resnet50_trainer.errors import UserError
 
 # Pillow's format names for --encode_type
