@@ -24,28 +24,6 @@ COUNT_FROM_1 = Number(int, 1)
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("logs and checkpoints")
     output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
-    output.add_argument("--checkpoint_dir", help="directory of checkpoints (default: --log_dir)")
-    output.add_argument("--save_model_name", default="resnet50_model", help="checkpoint name stem")
-    output.add_argument("--load_model_path", help="checkpoint to continue training from")
-    output.add_argument(
-        "--auto_resume",
-        action=Switch,
-        help="continue from the newest usable checkpoint of this --checkpoint_dir and "
-        "--save_model_name when there is one, else start as the other flags say (for "
-        "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
-    )
-    output.add_argument(
-        "--keep_checkpoints",
-        type=COUNT_FROM_1,
-        default=1,
-        help="how many of the newest checkpoints to keep",
-    )
-    output.add_argument(
-        "--checkpoint_every_iters",
-        type=COUNT_FROM_0,
-        default=0,
-        help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
-    )
     output.add_argument(
         "--profile_iters",
         type=COUNT_FROM_0,
@@ -73,13 +51,44 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
         "counted in global iterations, continued by a resume; view with tensorboard --logdir "
         "<log_dir>",
     )
-    output.add_argument(
+    _add_checkpoint_flags(output)
+
+
+def _add_checkpoint_flags(checkpoints: argparse._ArgumentGroup) -> None:
+    """Where checkpoints go, how many stay, how often; what a run starts from or scores."""
+    checkpoints.add_argument(
+        "--checkpoint_dir", help="directory of checkpoints (default: --log_dir)"
+    )
+    checkpoints.add_argument(
+        "--save_model_name", default="resnet50_model", help="checkpoint name stem"
+    )
+    checkpoints.add_argument("--load_model_path", help="checkpoint to continue training from")
+    checkpoints.add_argument(
+        "--auto_resume",
+        action=Switch,
+        help="continue from the newest usable checkpoint of this --checkpoint_dir and "
+        "--save_model_name when there is one, else start as the other flags say (for "
+        "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
+    )
+    checkpoints.add_argument(
+        "--keep_checkpoints",
+        type=COUNT_FROM_1,
+        default=1,
+        help="how many of the newest checkpoints to keep",
+    )
+    checkpoints.add_argument(
+        "--checkpoint_every_iters",
+        type=COUNT_FROM_0,
+        default=0,
+        help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
+    )
+    checkpoints.add_argument(
         "--test_only",
         action=Switch,
         help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "
         "its test accuracy, and stop: nothing is trained or written",
     )
-    output.add_argument(
+    checkpoints.add_argument(
         "--init_model",
         metavar="PATH",
         help="start a fresh run from these weights (Caffe's --weights): one of our "
