@@ -21,7 +21,7 @@ from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.formats.label_scan import scan_labels
+from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
 from resnet50_trainer.errors import RecordError, UserError
@@ -112,13 +112,7 @@ def _check_test_labels(config: Config, test_data: str, budget_s: float) -> None:
     if scan.outside is not None:
         key, label = scan.outside
         raise test_label_refusal(f"--test_data {test_data}", label, config.num_labels, key)
-    if not scan.complete:
-        log.info(
-            "Test labels: those of the first %d records checked in %.1f s; the first test "
-            "checks the rest as it reads them",
-            scan.checked,
-            time.monotonic() - started,
-        )
+    _say_if_partial(scan, started, "Test labels", "the first test checks")
 
 
 def _check_training_labels(config: Config, budget_s: float) -> None:
@@ -128,10 +122,16 @@ def _check_training_labels(config: Config, budget_s: float) -> None:
     scan = scan_training_labels(config, budget_s)
     if scan.outside is not None:
         raise training_label_refusal(config, *scan.outside, scan)
+    _say_if_partial(scan, started, "Training labels", "training checks")
+
+
+def _say_if_partial(scan: LabelScan, started: float, labels: str, checked_later_by: str) -> None:
+    """A scan that its time ran out for says how far it got and who checks the rest."""
     if not scan.complete:
         log.info(
-            "Training labels: those of the first %d records checked in %.1f s; training checks "
-            "the rest as it reads them",
+            "%s: those of the first %d records checked in %.1f s; %s the rest as it reads them",
+            labels,
             scan.checked,
             time.monotonic() - started,
+            checked_later_by,
         )

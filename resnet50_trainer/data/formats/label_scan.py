@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.protos import message_class
+from resnet50_trainer.data.formats.record_view import read_varint
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 
@@ -34,17 +35,10 @@ class _Unusual(Exception):
 
 
 def _varint(data: memoryview, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 70:
-        if position >= len(data):
-            raise _Unusual
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-    raise _Unusual
+    value, position = read_varint(data, position)
+    if position < 0:
+        raise _Unusual
+    return value, position
 
 
 def _fields(data: memoryview) -> Iterator[tuple[int, int, int, int]]:

@@ -35,16 +35,16 @@ def _encoded_datum(view: memoryview) -> tuple[int, int, int] | None:
     size, position = len(view), 0
     label, data, encoded = 0, None, False
     while position < size:
-        tag, position = _varint(view, position)
+        tag, position = read_varint(view, position)
         number, wire_type = tag >> 3, tag & 7
         if wire_type == _VARINT and number in _VARINT_FIELDS:
-            number_value, position = _varint(view, position)
+            number_value, position = read_varint(view, position)
             if number == _LABEL:
                 label = number_value
             elif number == _ENCODED:
                 encoded = number_value != 0
         elif wire_type == _LENGTH_DELIMITED and number == _DATA:
-            length, position = _varint(view, position)
+            length, position = read_varint(view, position)
             if position + length > size:
                 return None
             data, position = (position, position + length), position + length
@@ -58,7 +58,7 @@ def _encoded_datum(view: memoryview) -> tuple[int, int, int] | None:
     return (label - (1 << 32) if label >= 1 << 31 else label), data[0], data[1]
 
 
-def _varint(view: memoryview, position: int) -> tuple[int, int]:
+def read_varint(view: memoryview, position: int) -> tuple[int, int]:
     """(value, position after it); position -1 if the varint runs past the end or 10 bytes."""
     value, shift = 0, 0
     while position < len(view) and shift < 70:
