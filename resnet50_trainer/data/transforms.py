@@ -143,7 +143,8 @@ def resize_into(image: torch.Tensor, out: torch.Tensor) -> None:
     """CHW uint8 CPU image -> `out` (C x size x size uint8, e.g. a batch's slot), resized whole
     with the arithmetic of resize_crop (no mirroring): the batch's tensor is written in place of
     a crop tensor and its copy. torchvision has no `out`; its interpolate calls this operator,
-    whose out= overload we call (tests/system/test_region_decode.py checks both give the same pixels)."""
+    whose out= overload we call (tests/system/test_region_decode.py checks both give the same
+    pixels)."""
     torch.ops.aten._upsample_bilinear2d_aa.out(
         image.unsqueeze(0), list(out.shape[1:]), False, None, None, out=out.unsqueeze(0)
     )
