@@ -212,10 +212,11 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, s
 
 RUN_ONE_PROCESS = """
 import sys
-from resnet50_trainer import cli, launch
+from resnet50_trainer import cli
+from resnet50_trainer.launch import processes
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
-launch._run_spawned(rank, config, "127.0.0.1", port)
+processes._run_spawned(rank, config, "127.0.0.1", port)
 """
 # What a survivor says, wherever it waited on the lost peer: a collective of the step, the
 # all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses);
