@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: redis-server (for the multi-machine tests), a virtual environment in .venv
-# with the pinned torch/torchvision pair and this package installed editable (its one C module built
-# in place).
+# Set up a fresh machine: the system packages the tests run (redis-server, Open MPI's mpirun), a
+# virtual environment in .venv with the pinned torch/torchvision pair and this package installed
+# editable (its one C module built in place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# redis-server for the multi-machine tests; a C compiler and libjpeg's headers for the region-of-
-# interest JPEG decoder that setup.py builds (optional: without it, whole frames are decoded).
+# redis-server and mpirun for the multi-machine tests; a C compiler and libjpeg's headers for the
+# region-of-interest JPEG decoder that setup.py builds (optional: without it, whole frames are
+# decoded).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -17,8 +19,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     elif command -v sudo >/dev/null 2>&1; then
         sudo apt-get update -qq && sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: ${missing[*]} missing and cannot be installed without root; the Redis tests" \
-            "fail without redis-server, and JPEGs are decoded whole without the others" >&2
+        echo "setup: ${missing[*]} missing and cannot be installed without root; the Redis and" \
+            "mpirun tests fail or skip without them, and JPEGs are decoded whole without the" \
+            "compiler and headers" >&2
     fi
 fi
 
