@@ -5,22 +5,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# redis-server and mpirun for the multi-machine tests; a C compiler and libjpeg's headers for the
-# region-of-interest JPEG decoder that setup.py builds (optional: without it, whole frames are
-# decoded).
+# redis-server, mpirun and a one-machine Slurm (with munge) for the multi-machine tests; a C
+# compiler and libjpeg's headers for the region-of-interest JPEG decoder that setup.py builds
+# (optional: without it, whole frames are decoded).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || missing+=(slurm-client)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     elif command -v sudo >/dev/null 2>&1; then
-        sudo apt-get update -qq && sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+        sudo apt-get update -qq \
+            && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
         echo "setup: ${missing[*]} missing and cannot be installed without root; the Redis and" \
-            "mpirun tests fail or skip without them, and JPEGs are decoded whole without the" \
+            "mpirun and Slurm tests fail or skip without them, and JPEGs are decoded whole without the" \
             "compiler and headers" >&2
     fi
 fi
