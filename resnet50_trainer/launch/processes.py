@@ -5,6 +5,8 @@ one rank per machine (the original's way) starts them as a run without a launche
 from __future__ import annotations
 
 import logging
+import multiprocessing.connection
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -19,10 +21,13 @@ from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group, transport
 from resnet50_trainer.distributed.devices import claim_device
+from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
     ONE_LINE_ERRORS,
+    PREEMPT_SIGNALS,
+    PREEMPTED_EXIT_STATUS,
     TRAINER,
     USAGE_EXIT_STATUS,
     PeerLost,
@@ -30,6 +35,7 @@ from resnet50_trainer.errors import (
     error_line,
     exit_status,
     leave,
+    preempt_signals_blocked,
     report,
 )
 from resnet50_trainer.launch import preflight
@@ -61,6 +67,7 @@ def _run(config: Config, launched: Launched | None) -> int:
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _interrupt_once()
     if launched is not None and not _one_rank_per_machine(config, launched):
+        record_stop_signals()
         _run_launched(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
@@ -79,22 +86,26 @@ def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
+        record_stop_signals()
         run_process(0, config, store_host, store_port)
         return 0
-    # One line from this machine: its processes mostly fail for one reason (a lost peer, a store
-    # out of reach), and the first to report it speaks for all.
-    reported = mp.get_context("spawn").Value("b", 0)
-    # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-    context = mp.start_processes(
-        _run_spawned,
-        args=(config, store_host, store_port, reported),
-        nprocs=config.processes_per_machine,
-        join=False,
-        start_method="spawn",
-    )
+    # Blocked while the children start (they unblock them once ready), and while multiprocessing
+    # starts its resource tracker, which SIGUSR1 to the process group would otherwise kill.
+    with preempt_signals_blocked():
+        # One line from this machine: its processes mostly fail for one reason (a lost peer, a
+        # store out of reach), and the first to report it speaks for all.
+        reported = mp.get_context("spawn").Value("b", 0)
+        # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
+        context = mp.start_processes(
+            _run_spawned,
+            args=(config, store_host, store_port, reported),
+            nprocs=config.processes_per_machine,
+            join=False,
+            start_method="spawn",
+        )
+        _forward_stop_signals(context.processes)
     try:
-        while not context.join(grace_period=GRACE_PERIOD_S):
-            pass
+        _wait_for(context)
     except KeyboardInterrupt:
         _stop_all(context.processes)
         raise
@@ -102,11 +113,42 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         if failure.signal_name:  # no last words from a killed process: name it here
             print(error_line(TRAINER, _killed(config, failure, context.processes)), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
-        return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
+        passed_on = (USAGE_EXIT_STATUS, PREEMPTED_EXIT_STATUS)
+        return failure.exit_code if failure.exit_code in passed_on else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
         return 1
     return 0
+
+
+def _forward_stop_signals(processes) -> None:
+    """A stop signal to this process alone reaches its training processes, which save the run's
+    position and stop; sent to the process group, they get it twice, which changes nothing."""
+
+    def forward(signum, frame):
+        for process in processes:
+            if process.exitcode is None:
+                os.kill(process.pid, signum)
+
+    for signum in PREEMPT_SIGNALS:
+        signal.signal(signum, forward)
+
+
+def _wait_for(context) -> None:
+    """Until every process has ended, or one has failed and the others have had GRACE_PERIOD_S
+    to end by themselves (after a stop signal they save and leave with its status; after a lost
+    peer they report it); torch's join then raises the first failure and ends any left. Not its
+    join alone: that SIGTERMs the others at once, and logs each."""
+    processes = context.processes
+    while not any(process.exitcode for process in processes):
+        running = [process.sentinel for process in processes if process.exitcode is None]
+        if not running:
+            break
+        multiprocessing.connection.wait(running)
+    for process in processes:
+        process.join(GRACE_PERIOD_S)
+    while not context.join(grace_period=GRACE_PERIOD_S):
+        pass
 
 
 def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
@@ -203,12 +245,13 @@ def _run_spawned(
     reported: Synchronized | None = None,
 ) -> NoReturn:
     """A spawned process reports its failure in one line, unless another process of this machine
-    did (`reported`), and exits 2 (user error) or 1; the launcher passes that on. SIGTERM, from
-    the launcher or from outside, stops it like Ctrl-C. It leaves as the command does
-    (errors.leave), never through the interpreter's teardown; only a bug's traceback goes back to
-    the launcher through torch's spawn."""
+    did (`reported`), and exits 2 (user error), 3 (preempted) or 1; the launcher passes that on.
+    A stop signal is recorded (distributed/preemption.py); SIGINT stops it as Ctrl-C does. It
+    leaves as the command does (errors.leave), never through the interpreter's teardown; only a
+    bug's traceback goes back to the launcher through torch's spawn."""
     # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
     _interrupt_once()
+    record_stop_signals()
     try:
         run_process(local_index, config, store_host, store_port)
         status = 0
@@ -230,11 +273,11 @@ def _first_to_report(reported: Synchronized | None) -> bool:
 
 
 def _interrupt_once() -> None:
-    """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
-    is abandoned (its temporary file removed) and the last complete one stays. Only the first
-    SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
-    sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
-    handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
+    """Ctrl-C: KeyboardInterrupt unwinds the run, so a checkpoint being written is abandoned (its
+    temporary file removed) and the last complete one stays. Only the first SIGINT interrupts:
+    a second would break into the unwinding (or, past torch's handler, print a traceback). A
+    process that does not end is SIGKILLed by the launcher. Stop signals (SIGTERM, SIGUSR1) save
+    and stop instead (record_stop_signals)."""
     interrupted: list[int] = []
 
     def interrupt(signum, frame):
@@ -244,14 +287,13 @@ def _interrupt_once() -> None:
             raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _stop_all(processes) -> None:
-    """Ctrl-C or SIGTERM on the launcher: SIGTERM each training process, then SIGKILL stragglers."""
+    """Ctrl-C on the launcher: SIGINT each training process, then SIGKILL stragglers."""
     for process in processes:
         if process.is_alive():
-            process.terminate()
+            os.kill(process.pid, signal.SIGINT)
     for process in processes:
         process.join(GRACE_PERIOD_S)
         if process.is_alive():
