@@ -8,12 +8,13 @@ known optimizer step by tests/hooks/sitecustomize.py, never at a time.
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
 from dbfactory import write_image_db
 from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
-from trainer_runs import HOOKS, REPOSITORY, run_trainer
+from trainer_runs import HOOKS, REPOSITORY, RUN_TIMEOUT_S, trainer_command, trainer_env
 
 RECORDS = 32
 DIGEST = re.compile(r"Parameters identical on all (\d) processes \(sha256 ([0-9a-f]{64})\)")
@@ -37,10 +38,17 @@ def signalled(steps: int, name: str, index: int, target: str) -> dict:
 
 
 def two_epochs(database: str, out, processes: int, *args: str, **env: str):
-    return run_trainer(
-        *("--train_data", database, "--num_gpus", str(processes), "--num_epochs", "2"),
-        *("--log_dir", str(out), "--num_workers", "1", *args),
-        **env,
+    """A run in a process group of its own (as a job's), which a signal to the group reaches."""
+    return subprocess.run(
+        trainer_command(
+            *("--train_data", database, "--num_gpus", str(processes), "--num_epochs", "2"),
+            *("--log_dir", str(out), "--num_workers", "1", *args),
+        ),
+        env=trainer_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        start_new_session=True,
     )
 
 
