@@ -9,6 +9,7 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.sharedctypes import Synchronized
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
 GRACE_PERIOD_S = 3.0
+# Seconds the others get to end by themselves once one has ended with a failure: a survivor of a
+# lost peer names it after its roll call (3 s, heartbeats.py), then leaves; killed sooner, the
+# run's one line would be missing.
+SURVIVORS_GRACE_S = 10.0
 
 
 def launch(config: Config, launched: Launched | None = None) -> int:
@@ -65,6 +70,7 @@ def launch(config: Config, launched: Launched | None = None) -> int:
 
 def _run(config: Config, launched: Launched | None) -> int:
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
+    _quiet_resource_tracker()
     _interrupt_once()
     if launched is not None and not _one_rank_per_machine(config, launched):
         record_stop_signals()
@@ -76,6 +82,13 @@ def _run(config: Config, launched: Launched | None) -> int:
         return _run_processes(config, meeting.host, meeting.port)
     finally:
         meeting.close()
+
+
+def _quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker (started later, with this interpreter's -W options)
+    cleans up the semaphores of an input or training process that was killed, and would warn
+    of each such "leak" at the end of the run: after a kill -9 the run's line is the report."""
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
 
 
 def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
@@ -135,20 +148,29 @@ def _forward_stop_signals(processes) -> None:
 
 
 def _wait_for(context) -> None:
-    """Until every process has ended, or one has failed and the others have had GRACE_PERIOD_S
+    """Until every process has ended, or one has failed and the others have had SURVIVORS_GRACE_S
     to end by themselves (after a stop signal they save and leave with its status; after a lost
-    peer they report it); torch's join then raises the first failure and ends any left. Not its
-    join alone: that SIGTERMs the others at once, and logs each."""
+    peer they report it) before they are killed; then torch's join raises the first failure.
+    Not its join alone: that SIGTERMs the others at once, logging each, and may name a later
+    failure than the first."""
     processes = context.processes
-    while not any(process.exitcode for process in processes):
+    first_failed = None
+    while first_failed is None:
         running = [process.sentinel for process in processes if process.exitcode is None]
         if not running:
-            break
+            return
         multiprocessing.connection.wait(running)
+        first_failed = next((i for i, process in enumerate(processes) if process.exitcode), None)
+    deadline = time.monotonic() + SURVIVORS_GRACE_S
     for process in processes:
-        process.join(GRACE_PERIOD_S)
-    while not context.join(grace_period=GRACE_PERIOD_S):
-        pass
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+    # The first failure alone left for the join to raise (with its traceback, if it raised one).
+    context.sentinels = {processes[first_failed].sentinel: first_failed}
+    context.join()
 
 
 def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
