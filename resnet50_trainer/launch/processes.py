@@ -160,7 +160,9 @@ def _wait_for(context) -> None:
         if not running:
             return
         multiprocessing.connection.wait(running)
-        first_failed = next((i for i, process in enumerate(processes) if process.exitcode), None)
+        failed = [index for index, process in enumerate(processes) if process.exitcode]
+        # Seen ended together: one killed by a signal is the cause, the others its survivors.
+        first_failed = min(failed, key=lambda index: processes[index].exitcode, default=None)
     deadline = time.monotonic() + SURVIVORS_GRACE_S
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
