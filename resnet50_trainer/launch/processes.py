@@ -22,7 +22,7 @@ from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group, transport
 from resnet50_trainer.distributed.devices import claim_device
-from resnet50_trainer.distributed.preemption import record_stop_signals
+from resnet50_trainer.distributed.preemption import record_stop_signals, stop_signal
 from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
@@ -71,9 +71,9 @@ def launch(config: Config, launched: Launched | None = None) -> int:
 def _run(config: Config, launched: Launched | None) -> int:
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _quiet_resource_tracker()
+    record_stop_signals()  # from here on a stop signal is never this process's death
     _interrupt_once()
     if launched is not None and not _one_rank_per_machine(config, launched):
-        record_stop_signals()
         _run_launched(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
@@ -99,7 +99,6 @@ def _one_rank_per_machine(config: Config, launched: Launched) -> bool:
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
-        record_stop_signals()
         run_process(0, config, store_host, store_port)
         return 0
     # Blocked while the children start (they unblock them once ready), and while multiprocessing
@@ -145,6 +144,9 @@ def _forward_stop_signals(processes) -> None:
 
     for signum in PREEMPT_SIGNALS:
         signal.signal(signum, forward)
+    received = stop_signal()
+    if received is not None:  # before they were started
+        forward(received, None)
 
 
 def _wait_for(context) -> None:
