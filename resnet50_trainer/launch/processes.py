@@ -5,11 +5,9 @@ one rank per machine (the original's way) starts them as a run without a launche
 from __future__ import annotations
 
 import logging
-import multiprocessing.connection
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.sharedctypes import Synchronized
@@ -22,12 +20,11 @@ from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group, transport
 from resnet50_trainer.distributed.devices import claim_device
-from resnet50_trainer.distributed.preemption import record_stop_signals, stop_signal
+from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
     ONE_LINE_ERRORS,
-    PREEMPT_SIGNALS,
     PREEMPTED_EXIT_STATUS,
     TRAINER,
     USAGE_EXIT_STATUS,
@@ -40,16 +37,13 @@ from resnet50_trainer.errors import (
     report,
 )
 from resnet50_trainer.launch import preflight
+from resnet50_trainer.launch.children import forward_stop_signals, wait_for
 from resnet50_trainer.train.run import train
 
 log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
 GRACE_PERIOD_S = 3.0
-# Seconds the others get to end by themselves once one has ended with a failure: a survivor of a
-# lost peer names it after its roll call (3 s, heartbeats.py), then leaves; killed sooner, the
-# run's one line would be missing.
-SURVIVORS_GRACE_S = 10.0
 
 
 def launch(config: Config, launched: Launched | None = None) -> int:
@@ -115,9 +109,9 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
             join=False,
             start_method="spawn",
         )
-        _forward_stop_signals(context.processes)
+        forward_stop_signals(context.processes)
     try:
-        _wait_for(context)
+        wait_for(context)
     except KeyboardInterrupt:
         _stop_all(context.processes)
         raise
@@ -131,50 +125,6 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         print(failure, file=sys.stderr)
         return 1
     return 0
-
-
-def _forward_stop_signals(processes) -> None:
-    """A stop signal to this process alone reaches its training processes, which save the run's
-    position and stop; sent to the process group, they get it twice, which changes nothing."""
-
-    def forward(signum, frame):
-        for process in processes:
-            if process.exitcode is None:
-                os.kill(process.pid, signum)
-
-    for signum in PREEMPT_SIGNALS:
-        signal.signal(signum, forward)
-    received = stop_signal()
-    if received is not None:  # before they were started
-        forward(received, None)
-
-
-def _wait_for(context) -> None:
-    """Until every process has ended, or one has failed and the others have had SURVIVORS_GRACE_S
-    to end by themselves (after a stop signal they save and leave with its status; after a lost
-    peer they report it) before they are killed; then torch's join raises the first failure.
-    Not its join alone: that SIGTERMs the others at once, logging each, and may name a later
-    failure than the first."""
-    processes = context.processes
-    first_failed = None
-    while first_failed is None:
-        running = [process.sentinel for process in processes if process.exitcode is None]
-        if not running:
-            return
-        multiprocessing.connection.wait(running)
-        failed = [index for index, process in enumerate(processes) if process.exitcode]
-        # Seen ended together: one killed by a signal is the cause, the others its survivors.
-        first_failed = min(failed, key=lambda index: processes[index].exitcode, default=None)
-    deadline = time.monotonic() + SURVIVORS_GRACE_S
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-    # The first failure alone left for the join to raise (with its traceback, if it raised one).
-    context.sentinels = {processes[first_failed].sentinel: first_failed}
-    context.join()
 
 
 def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
