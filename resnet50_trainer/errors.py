@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 TRAINER = "resnet50-trainer"  # the trainer's name in its one-line reports
 FAILURE_EXIT_STATUS = 1
 USAGE_EXIT_STATUS = 2
 INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+# A signal made the run save its exact position and stop: a job script requeues on it and
+# restarts with --auto_resume. Distinct from success, a failed run and bad input.
+PREEMPTED_EXIT_STATUS = 3
+# What a scheduler sends before it kills a job (Slurm's scancel and preemption, Kubernetes'
+# eviction: SIGTERM; Slurm's --signal=USR1@N early warning): the run saves and stops on either.
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class UserError(Exception):
@@ -41,6 +49,11 @@ class RunFailed(Exception):
     """The run lost a training process's peer or its input processes; the message is one line."""
 
 
+class Preempted(Exception):
+    """A signal stopped the run at a step boundary, after its position was saved; the message is
+    one line naming the checkpoint and how to resume."""
+
+
 # The errors a command ends on in one line, and its exit status for each: bad input (the flags,
 # the data) is 2, as argparse's refusals; a run that started and could not go on is 1.
 EXIT_STATUS: dict[type[Exception], int] = {
@@ -49,8 +62,21 @@ EXIT_STATUS: dict[type[Exception], int] = {
     Diverged: FAILURE_EXIT_STATUS,
     PeerLost: FAILURE_EXIT_STATUS,
     RunFailed: FAILURE_EXIT_STATUS,
+    Preempted: PREEMPTED_EXIT_STATUS,
 }
 ONE_LINE_ERRORS = tuple(EXIT_STATUS)
+
+
+@contextmanager
+def preempt_signals_blocked() -> Iterator[None]:
+    """Stop signals held pending while processes are started: a child inherits the mask (across
+    exec too) and unblocks them once it has set what they do to it, so a signal to the whole
+    process group in between neither kills it nor is lost."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def error_line(prog: str, message: object) -> str:
@@ -87,7 +113,22 @@ def leave(status: int) -> NoReturn:
     freeing a finished collective then, which takes the GIL; during teardown the interpreter ends
     that thread inside a C++ destructor and the process aborts ("terminate called without an
     active exception", SIGABRT) after the run has reported its outcome (pytorch/pytorch#179291)."""
-    atexit._run_exitfuncs()  # multiprocessing's (input processes), logging's, tqdm's
+    _end_input_processes()
+    atexit._run_exitfuncs()  # multiprocessing's, logging's, tqdm's
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _end_input_processes() -> None:
+    """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
+    SIGTERM them and then wait forever. Their parent ends them; torch's SIGCHLD handler, which
+    would report them as lost input processes, is set aside first."""
+    import multiprocessing  # torch-free, and only on the way out
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    daemons = [child for child in multiprocessing.active_children() if child.daemon]
+    for child in daemons:
+        child.kill()
+    for child in daemons:
+        child.join()

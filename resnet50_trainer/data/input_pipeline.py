@@ -3,6 +3,7 @@ the prefetcher that hands the training process device Batches."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 
 import torch
@@ -13,6 +14,7 @@ from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.errors import PREEMPT_SIGNALS
 
 
 def decode_strategy(settings: InputSettings) -> DecodeStrategy:
@@ -30,7 +32,17 @@ def make_loader(
         collate_fn=records.decoding.collate,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
+        worker_init_fn=ignore_stop_signals,
     )
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """An input process ignores a scheduler's stop signal, sent to the whole process group: its
+    training process saves the run's position and then ends it (DevicePrefetcher starts it with
+    the signals blocked, so none kills it before this runs)."""
+    for signum in PREEMPT_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPT_SIGNALS)
 
 
 def device_batches(

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
+from resnet50_trainer.errors import preempt_signals_blocked
 
 
 class DevicePrefetcher:
@@ -37,14 +38,15 @@ class DevicePrefetcher:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
+        with preempt_signals_blocked():  # input processes start here (see ignore_stop_signals)
+            iterator = iter(self.batches)
         if self.device.type != "cuda":
-            return (self._staged(batch) for batch in self.batches)
-        return self._overlapped()
+            return (self._staged(batch) for batch in iterator)
+        return self._overlapped(iterator)
 
-    def _overlapped(self) -> Iterator[Batch]:
+    def _overlapped(self, iterator: Iterator) -> Iterator[Batch]:
         side = torch.cuda.Stream(self.device)
         compute = torch.cuda.current_stream(self.device)
-        iterator = iter(self.batches)
         ready = self._load(iterator, side)
         while ready is not None:
             compute.wait_stream(side)

@@ -5,6 +5,7 @@ one rank per machine (the original's way) starts them as a run without a launche
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -19,10 +20,12 @@ from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group, transport
 from resnet50_trainer.distributed.devices import claim_device
+from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
     ONE_LINE_ERRORS,
+    PREEMPTED_EXIT_STATUS,
     TRAINER,
     USAGE_EXIT_STATUS,
     PeerLost,
@@ -30,9 +33,11 @@ from resnet50_trainer.errors import (
     error_line,
     exit_status,
     leave,
+    preempt_signals_blocked,
     report,
 )
 from resnet50_trainer.launch import preflight
+from resnet50_trainer.launch.children import forward_stop_signals, wait_for
 from resnet50_trainer.train.run import train
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,8 @@ def launch(
 
 def _run(config: Config, launched: Launched | None) -> int:
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
+    _quiet_resource_tracker()
+    record_stop_signals()  # from here on a stop signal is never this process's death
     _interrupt_once()
     if launched is not None and not _runs_as_without_launcher(config, launched):
         _run_launched(launched, config)
@@ -76,6 +83,13 @@ def _run(config: Config, launched: Launched | None) -> int:
         return _run_processes(config, meeting.host, meeting.port)
     finally:
         meeting.close()
+
+
+def _quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker (started later, with this interpreter's -W options)
+    cleans up the semaphores of an input or training process that was killed, and would warn
+    of each such "leak" at the end of the run: after a kill -9 the run's line is the report."""
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
 
 
 def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
@@ -90,20 +104,23 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
         run_process(0, config, store_host, store_port)
         return 0
-    # One line from this machine: its processes mostly fail for one reason (a lost peer, a store
-    # out of reach), and the first to report it speaks for all.
-    reported = mp.get_context("spawn").Value("b", 0)
-    # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
-    context = mp.start_processes(
-        _run_spawned,
-        args=(config, store_host, store_port, reported),
-        nprocs=config.processes_per_machine,
-        join=False,
-        start_method="spawn",
-    )
+    # Blocked while the children start (they unblock them once ready), and while multiprocessing
+    # starts its resource tracker, which SIGUSR1 to the process group would otherwise kill.
+    with preempt_signals_blocked():
+        # One line from this machine: its processes mostly fail for one reason (a lost peer, a
+        # store out of reach), and the first to report it speaks for all.
+        reported = mp.get_context("spawn").Value("b", 0)
+        # spawn, not fork: CUDA cannot be used in a forked child, and spawn starts clean.
+        context = mp.start_processes(
+            _run_spawned,
+            args=(config, store_host, store_port, reported),
+            nprocs=config.processes_per_machine,
+            join=False,
+            start_method="spawn",
+        )
+        forward_stop_signals(context.processes)
     try:
-        while not context.join(grace_period=GRACE_PERIOD_S):
-            pass
+        wait_for(context)
     except KeyboardInterrupt:
         _stop_all(context.processes)
         raise
@@ -111,7 +128,8 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         if failure.signal_name:  # no last words from a killed process: name it here
             print(error_line(TRAINER, _killed(config, failure, context.processes)), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
-        return USAGE_EXIT_STATUS if failure.exit_code == USAGE_EXIT_STATUS else 1
+        passed_on = (USAGE_EXIT_STATUS, PREEMPTED_EXIT_STATUS)
+        return failure.exit_code if failure.exit_code in passed_on else 1
     except mp.ProcessRaisedException as failure:
         print(failure, file=sys.stderr)
         return 1
@@ -212,12 +230,13 @@ def _run_spawned(
     reported: Synchronized | None = None,
 ) -> NoReturn:
     """A spawned process reports its failure in one line, unless another process of this machine
-    did (`reported`), and exits 2 (user error) or 1; the launcher passes that on. SIGTERM, from
-    the launcher or from outside, stops it like Ctrl-C. It leaves as the command does
-    (errors.leave), never through the interpreter's teardown; only a bug's traceback goes back to
-    the launcher through torch's spawn."""
+    did (`reported`), and exits 2 (user error), 3 (preempted) or 1; the launcher passes that on.
+    A stop signal is recorded (distributed/preemption.py); SIGINT stops it as Ctrl-C does. It
+    leaves as the command does (errors.leave), never through the interpreter's teardown; only a
+    bug's traceback goes back to the launcher through torch's spawn."""
     # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
     _interrupt_once()
+    record_stop_signals()
     try:
         run_process(local_index, config, store_host, store_port)
         status = 0
@@ -239,11 +258,11 @@ def _first_to_report(reported: Synchronized | None) -> bool:
 
 
 def _interrupt_once() -> None:
-    """SIGTERM takes Ctrl-C's way: KeyboardInterrupt unwinds the run, so a checkpoint being written
-    is abandoned (its temporary file removed) and the last complete one stays. Only the first
-    SIGINT or SIGTERM interrupts: Ctrl-C reaches every process of the group and the launcher then
-    sends SIGTERM too, and a second interrupt would break into the unwinding (or, past torch's
-    handler, print a traceback). A process that does not end is SIGKILLed by the launcher."""
+    """Ctrl-C: KeyboardInterrupt unwinds the run, so a checkpoint being written is abandoned (its
+    temporary file removed) and the last complete one stays. Only the first SIGINT interrupts:
+    a second would break into the unwinding (or, past torch's handler, print a traceback). A
+    process that does not end is SIGKILLed by the launcher. Stop signals (SIGTERM, SIGUSR1) save
+    and stop instead (record_stop_signals)."""
     interrupted: list[int] = []
 
     def interrupt(signum, frame):
@@ -256,7 +275,6 @@ def _interrupt_once() -> None:
             raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _in_finaliser(frame) -> bool:
@@ -268,10 +286,10 @@ def _in_finaliser(frame) -> bool:
 
 
 def _stop_all(processes) -> None:
-    """Ctrl-C or SIGTERM on the launcher: SIGTERM each training process, then SIGKILL stragglers."""
+    """Ctrl-C on the launcher: SIGINT each training process, then SIGKILL stragglers."""
     for process in processes:
         if process.is_alive():
-            process.terminate()
+            os.kill(process.pid, signal.SIGINT)
     for process in processes:
         process.join(GRACE_PERIOD_S)
         if process.is_alive():

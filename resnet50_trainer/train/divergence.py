@@ -33,19 +33,25 @@ class DivergenceWatch:
         bad_here = torch.where(loss.detach().isfinite(), NO_BAD_LOSS, iteration)
         torch.minimum(self.first_bad_loss, bad_here, out=self.first_bad_loss)
 
-    def check(self) -> tuple[int | None, bool]:
+    def check(self, stop_signalled: bool = False) -> tuple[int | None, bool, bool]:
         """(the first global iteration whose loss was not finite on any process, or None; whether
-        every weight is finite). One small all-reduce and one read."""
+        every weight is finite; whether a stop signal reached any process, `stop_signalled` here).
+        One small all-reduce and one read."""
         verdict = torch.stack(
             [
                 self.first_bad_loss.to(self.device),
                 self.weights_finite().to(self.device, torch.int64),
+                torch.full((), 0 if stop_signalled else 1, dtype=torch.int64, device=self.device),
             ]
         )
         with process_group.waiting_for_peers("the divergence check"):
             dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
-            first_bad_loss, weights_finite = verdict.tolist()  # NCCL: the wait is here
-        return (None if first_bad_loss == NO_BAD_LOSS else first_bad_loss), bool(weights_finite)
+            first_bad_loss, weights_finite, none_signalled = verdict.tolist()  # NCCL: waits here
+        return (
+            None if first_bad_loss == NO_BAD_LOSS else first_bad_loss,
+            bool(weights_finite),
+            not none_signalled,
+        )
 
     def weights_finite(self) -> torch.Tensor:
         """The 2-norm of each weight (the clip_grad_norm_ kernel), not the max-abs one: a NaN or

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -19,9 +20,17 @@ from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.batch import TrainingLabelOutside
 from resnet50_trainer.distributed import process_group
+from resnet50_trainer.distributed.preemption import signal_name, stop_signal
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
-from resnet50_trainer.errors import EXIT_STATUS, Diverged, UserError, exit_status
+from resnet50_trainer.errors import (
+    EXIT_STATUS,
+    PREEMPTED_EXIT_STATUS,
+    Diverged,
+    Preempted,
+    UserError,
+    exit_status,
+)
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.optim import set_learning_rate
 from resnet50_trainer.model.replica import Replica
@@ -43,6 +52,12 @@ from resnet50_trainer.train.inputs import TrainInput
 from resnet50_trainer.train.labels import refuse_training_label
 
 log = logging.getLogger(__name__)
+# Every process learns of a stop signal in the divergence check's all-reduce, which the loop
+# already reads every --print_every iterations: it runs at least this often too, so a signalled
+# run stops within this many steps (seconds on a GPU, inside Slurm's and Kubernetes' 30 s grace)
+# at the same step everywhere. A read each step would stall a GPU's queue every step; one in 20
+# drains it once in 20 steps, and on the CPU it is a small all-reduce.
+STOP_CHECK_EVERY_ITERS = 20
 
 
 @dataclass
@@ -91,6 +106,7 @@ class EpochLoop:
         self.timeout_shortened = False
         self.rows: list[EpochRow] = []
         self.last_saved: str | None = None
+        self.stop_signalled = False  # agreed by every process at the last check
 
     def run_epochs(self) -> None:
         config, run = self.config, self.run
@@ -121,6 +137,8 @@ class EpochLoop:
                 self.outputs.tensorboard.epoch(
                     self.rows[-1], ema_accuracy.top1 if ema_accuracy else None
                 )
+            if self.stop_signalled and run.epochs_done < config.num_epochs:
+                self._stop_preempted()  # at the epoch's end, saved above
             log.info(
                 "Epoch %d: loss %.4f, accuracy %.4f, test accuracy %s%s, %.1f images/sec%s",
                 run.epochs_done,
@@ -171,17 +189,20 @@ class EpochLoop:
                     )
                 checkpoint_due = self._checkpoint_due()
                 # Where the loop reads the device anyway, and before any save: never NaN weights.
-                if checkpoint_due or run.steps_into_epoch % config.print_every == 0:
-                    self._stop_if_diverged()
-                if checkpoint_due:
+                if checkpoint_due or self._check_due():
+                    self._check()
+                mid_epoch = run.steps_into_epoch < steps
+                if checkpoint_due or (self.stop_signalled and mid_epoch):
                     self._save_mid_epoch(
                         self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
                     )
+                if self.stop_signalled and mid_epoch:
+                    self._stop_preempted()
         except TrainingLabelOutside as outside:
             raise refuse_training_label(config, outside.key, outside.label) from None
         finally:
             progress.close()
-        self._stop_if_diverged()
+        self._check()
         totals = self._epoch_sums(device_sums, images, bad)
         with process_group.waiting_for_peers("the all-reduce of the epoch's totals"):
             dist.all_reduce(totals)
@@ -249,11 +270,27 @@ class EpochLoop:
                 precision.backward(loss)
         return loss.detach(), (logits.argmax(1) == dominant_labels).sum()
 
-    def _stop_if_diverged(self) -> None:
+    def _check_due(self) -> bool:
+        return (
+            self.run.steps_into_epoch % self.config.print_every == 0
+            or self.run.iteration % STOP_CHECK_EVERY_ITERS == 0
+        )
+
+    def _check(self) -> None:
         """A loss or weight that is no longer finite stops the run on every process, before
-        anything is saved; the first process names the iteration."""
-        first_bad_loss, weights_finite = self.watch.check()
+        anything is saved; the first process names the iteration. Otherwise notes whether a stop
+        signal reached any process (stop_signalled)."""
+        first_bad_loss, weights_finite, signalled = self.watch.check(stop_signal() is not None)
         if first_bad_loss is None and weights_finite:
+            newly, self.stop_signalled = signalled and not self.stop_signalled, signalled
+            if newly and self.placement.is_main:
+                log.info(
+                    "A stop signal came: saving the run's position at iteration %d in %s; should "
+                    "the save be cut short, the last complete checkpoint (%s) stays intact",
+                    self.run.iteration,
+                    self.config.checkpoint_dir,
+                    self.last_saved or "none yet",
+                )
             return
         report = (
             divergence_report(
@@ -292,7 +329,20 @@ class EpochLoop:
         """The checkpoint holds the epoch's global sums so far."""
         with process_group.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
             dist.all_reduce(epoch_sums)
-        self.saver.save(self.run, epoch_sums, seconds)
+        self.last_saved = self.saver.save(self.run, epoch_sums, seconds)
+
+    def _stop_preempted(self) -> NoReturn:
+        """Every process stops together once the signalled position is saved; the first reports
+        where (errors.PREEMPTED_EXIT_STATUS)."""
+        received = stop_signal()
+        what = signal_name(received) if received else "a stop signal to another process"
+        run, steps = self.run, self.input.steps_per_epoch
+        report = Preempted(
+            f"stopped by {what} at iteration {run.iteration} (epoch {run.epochs_done + 1}, "
+            f"step {run.steps_into_epoch} of {steps}), saved in {self.last_saved}: "
+            "restart with the same flags and --auto_resume to go on from there"
+        )
+        stop_run(report if self.placement.is_main else None, PREEMPTED_EXIT_STATUS)
 
     def _row(self, result: EpochResult, test: TestAccuracy | None) -> EpochRow:
         run = self.run

@@ -97,3 +97,39 @@ if os.environ.get(LABEL_SCAN_ENV):
     from resnet50_trainer.launch import preflight
 
     preflight.LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])
+
+# "STEPS:SIGNAL:INDEX:TARGET": this machine's training process of that INDEX (0: the only one, or
+# the first spawned) sends SIGNAL (a name: SIGTERM, SIGUSR1) after its STEPS-th optimizer step
+# to TARGET: "self", "group" (its whole process group, as Slurm does) or "launcher" (the process
+# that spawned it). A signal at a known step, not at a known time.
+SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS"
+
+
+def _training_process_index() -> int | None:
+    import multiprocessing
+
+    name = multiprocessing.current_process().name
+    if name == "MainProcess":
+        return 0
+    prefix = "SpawnProcess-"
+    return int(name[len(prefix) :]) - 1 if name.startswith(prefix) else None
+
+
+def _signal_after_steps(steps: int, signum: int, index: int, target: str) -> None:
+    def send(step: int) -> None:
+        # Known only once training: a spawned process is named after sitecustomize has run.
+        if step != steps or _training_process_index() != index:
+            return
+        if target == "group":
+            os.killpg(os.getpgid(0), signum)
+        else:
+            os.kill(os.getppid() if target == "launcher" else os.getpid(), signum)
+
+    _after_each_optimizer_step(send)
+
+
+if os.environ.get(SIGNAL_ENV):
+    import signal as _signal
+
+    _steps, _name, _index, _target = os.environ[SIGNAL_ENV].split(":")
+    _signal_after_steps(int(_steps), _signal.Signals[_name], int(_index), _target)

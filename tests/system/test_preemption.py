@@ -1,0 +1,127 @@
+"""A scheduler's stop signal (SIGTERM, SIGUSR1), for real on CPU: the run saves its exact position
+at a step every process agrees on, exits 3 with one line, and --auto_resume then ends with the
+weights of an uninterrupted run, bit for bit (the digest the run prints). The signal is sent at a
+known optimizer step by tests/support/hooks/sitecustomize.py, never at a time.
+
+32 records, global batch 8: 4 steps an epoch, 2 epochs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from dbfactory import write_image_db
+from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
+from trainer_runs import HOOKS, REPOSITORY, RUN_TIMEOUT_S, trainer_command, trainer_env
+
+RECORDS = 32
+DIGEST = re.compile(r"Parameters identical on all (\d) processes \(sha256 ([0-9a-f]{64})\)")
+# Every line a run prints up to its stop; anything else (another library's last words, a
+# traceback) fails the test.
+OUR_LINES = re.compile(
+    r"ResNet-18, \d processes x .*"
+    r"|Finished iteration \d+/4 of epoch \d .*"
+    r"|Training loss: .*"
+    r"|Epoch \d: loss .*"
+    r"|A stop signal came: saving the run's position at iteration \d+ in .*; should the save be "
+    r"cut short, the last complete checkpoint \(.*\) stays intact"
+)
+
+
+def signalled(steps: int, name: str, index: int, target: str) -> dict:
+    return {
+        "PYTHONPATH": f"{REPOSITORY}:{HOOKS}",
+        "RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS": f"{steps}:{name}:{index}:{target}",
+    }
+
+
+def two_epochs(database: str, out, processes: int, *args: str, **env: str):
+    """A run in a process group of its own (as a job's), which a signal to the group reaches."""
+    return subprocess.run(
+        trainer_command(
+            *("--train_data", database, "--num_gpus", str(processes), "--num_epochs", "2"),
+            *("--log_dir", str(out), "--num_workers", "1", *args),
+        ),
+        env=trainer_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        start_new_session=True,
+    )
+
+
+def digest(done, processes: int) -> str:
+    assert done.returncode == 0, done.stderr
+    found = DIGEST.search(done.stderr)
+    assert found and found.group(1) == str(processes), done.stderr
+    return found.group(2)
+
+
+@pytest.fixture(scope="module")
+def database(module_tmp_path):
+    return write_image_db(str(module_tmp_path / "db"), RECORDS, 4)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(database, module_tmp_path):
+    """processes -> the final digest of the run in one go; each run once, when first asked."""
+    digests: dict[int, str] = {}
+
+    def run(processes: int) -> str:
+        if processes not in digests:
+            out = module_tmp_path / f"uninterrupted_{processes}"
+            digests[processes] = digest(two_epochs(database, out, processes), processes)
+        return digests[processes]
+
+    return run
+
+
+def assert_preempted(done, stop_line: str) -> None:
+    """Exit 3; the output is our lines, then the stop's one line, and nothing else."""
+    assert done.returncode == PREEMPTED_EXIT_STATUS, done.stderr
+    *lines, last = done.stderr.strip().splitlines()
+    assert re.fullmatch(stop_line, last), done.stderr
+    assert all(OUR_LINES.fullmatch(line) for line in lines), done.stderr
+    assert sum(line.startswith("A stop signal came") for line in lines) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    "processes, name, target",
+    [(2, "SIGTERM", "group"), (2, "SIGUSR1", "self"), (1, "SIGTERM", "self")],
+)
+def test_signal_saves_the_step_and_auto_resume_ends_bitwise_equal(
+    database, uninterrupted, tmp_path, processes, name, target
+):
+    # After step 5 (epoch 2, step 1); every process learns of it at the next check, step 3 of
+    # epoch 2 (--print_every 3), and stops there; input processes ignore a signal to the group.
+    done = two_epochs(
+        database, tmp_path, processes, "--print_every", "3", **signalled(5, name, 0, target)
+    )
+    saved = tmp_path / "resnet50_model_1_step3.pt"
+    assert_preempted(
+        done,
+        rf"resnet50-trainer: error: stopped by {name} at iteration 7 \(epoch 2, step 3 of 4\), "
+        rf"saved in {re.escape(str(saved))}: restart with the same flags and --auto_resume to go "
+        "on from there",
+    )
+    assert saved.exists()
+    resumed = two_epochs(database, tmp_path, processes, "--print_every", "3", "--auto_resume")
+    assert "iteration 7" in resumed.stderr, resumed.stderr
+    assert digest(resumed, processes) == uninterrupted(processes)
+
+
+def test_signal_to_the_launcher_alone_reaches_every_process(database, uninterrupted, tmp_path):
+    # Forwarded by the launcher: the step it lands on depends on when, but wherever the run
+    # stopped, its resumption ends where the uninterrupted run did.
+    done = two_epochs(
+        database, tmp_path, 2, "--print_every", "1", **signalled(2, "SIGTERM", 1, "launcher")
+    )
+    assert_preempted(
+        done,
+        r"resnet50-trainer: error: stopped by SIGTERM at iteration \d \(epoch \d, step \d of 4\), "
+        r"saved in .*: restart with the same flags and --auto_resume to go on from there",
+    )
+    resumed = two_epochs(database, tmp_path, 2, "--print_every", "1", "--auto_resume")
+    assert digest(resumed, 2) == uninterrupted(2)
