@@ -12,26 +12,16 @@ from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schem
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import stop_together
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.model.finite import non_finite_tensors
-from resnet50_trainer.model.lr_schedule import LearningRateSchedule
-from resnet50_trainer.model.replica import Replica
+from resnet50_trainer.model.replica import Learner
 
 
 class CheckpointSaver:
-    def __init__(
-        self,
-        config: Config,
-        placement: Placement,
-        device: torch.device,
-        replica: Replica,
-        schedule: LearningRateSchedule,
-        lineage: str,
-    ):
-        self.config, self.placement, self.device = config, placement, device
-        self.replica, self.schedule = replica, schedule
+    def __init__(self, config: Config, learner: Learner, lineage: str):
+        self.config, self.placement, self.device = config, learner.placement, learner.device
+        self.replica, self.schedule = learner.replica, learner.schedule
         self.lineage = lineage  # of this run's checkpoints: retention deletes only those
 
     def save(

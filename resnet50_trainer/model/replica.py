@@ -25,7 +25,9 @@ from resnet50_trainer.distributed.grad_compression import (
     GradCompression,
     register,
 )
+from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.model.ema import WeightsEma, build_ema
+from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
 from resnet50_trainer.model.precision import Precision, PrecisionSettings
 from resnet50_trainer.model.resnet import (
@@ -72,6 +74,17 @@ class Replica:
         if isinstance(self.train_module, DistributedDataParallel):
             return self.train_module.no_sync()
         return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Learner:
+    """This process's part of the run, as the epoch loop and the checkpoint saver share it: where
+    it sits (placement, device), what it trains (replica) and at what rate (schedule)."""
+
+    placement: Placement
+    device: torch.device
+    replica: Replica
+    schedule: LearningRateSchedule
 
 
 def build_replica(

@@ -5,7 +5,6 @@ it stops the run with them (distributed/stopping.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ from typing import NoReturn
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
@@ -21,35 +19,39 @@ from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.batch import TrainingLabelOutside
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.preemption import signal_name, stop_signal
-from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
 from resnet50_trainer.errors import (
     EXIT_STATUS,
     PREEMPTED_EXIT_STATUS,
     Diverged,
     Preempted,
-    UserError,
     exit_status,
 )
-from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.optim import set_learning_rate
-from resnet50_trainer.model.replica import Replica
+from resnet50_trainer.model.replica import Learner
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED, EpochProgress
-from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
+from resnet50_trainer.reporting.runlog import EpochRow, RunLog
 from resnet50_trainer.reporting.tensorboard import TensorBoardLog
 from resnet50_trainer.train.bad_records import bad_records_verdict
 from resnet50_trainer.train.batch_mixing import BatchMixing
 from resnet50_trainer.train.divergence import DivergenceWatch, divergence_report
+from resnet50_trainer.train.epoch_report import (
+    EpochResult,
+    epoch_row,
+    peak_memory,
+    test_accuracy_text,
+    write_row,
+)
 from resnet50_trainer.train.evaluation import (
-    TestAccuracy,
     evaluate,
     evaluate_ema,
     refuse_labels_outside,
 )
 from resnet50_trainer.train.inputs import TrainInput
 from resnet50_trainer.train.labels import refuse_training_label
+from resnet50_trainer.train.step import forward_backward
 
 log = logging.getLogger(__name__)
 # Every process learns of a stop signal in the divergence check's all-reduce, which the loop
@@ -58,16 +60,6 @@ log = logging.getLogger(__name__)
 # at the same step everywhere. A read each step would stall a GPU's queue every step; one in 20
 # drains it once in 20 steps, and on the CPU it is a small all-reduce.
 STOP_CHECK_EVERY_ITERS = 20
-
-
-@dataclass
-class EpochResult:
-    loss: float
-    accuracy: float
-    images: int  # global
-    seconds: float
-    bad_records: int  # global
-    bad_keys: list  # this process's first BAD_KEYS_NAMED
 
 
 @dataclass
@@ -86,20 +78,19 @@ class EpochLoop:
     def __init__(
         self,
         config: Config,
-        placement: Placement,
-        device: torch.device,
-        replica: Replica,
-        schedule: LearningRateSchedule,
+        learner: Learner,
         train_input: TrainInput,
         test_batches,
         run: RunState,
         saver: CheckpointSaver,
         outputs: Outputs,
     ):
-        self.config, self.placement, self.device = config, placement, device
-        self.replica, self.schedule, self.saver, self.outputs = replica, schedule, saver, outputs
+        placement, replica = learner.placement, learner.replica
+        self.config, self.placement, self.device = config, placement, learner.device
+        self.replica, self.schedule = replica, learner.schedule
+        self.saver, self.outputs = saver, outputs
         self.input, self.test_batches, self.run = train_input, test_batches, run
-        self.watch = DivergenceWatch(replica.model, replica.output_device, device)
+        self.watch = DivergenceWatch(replica.model, replica.output_device, learner.device)
         self.mixing = BatchMixing(
             config.mixup_alpha, config.cutmix_alpha, config.num_labels, config.seed, placement.rank
         )
@@ -131,8 +122,10 @@ class EpochLoop:
             refuse_labels_outside(test_accuracy, config, is_main)
             ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
             logged = ema_accuracy if config.ema_for_test else test_accuracy
-            self.rows.append(self._row(result, logged))
-            stop_together(_write_row(self.outputs.runlog, self.rows[-1]), self.device)
+            self.rows.append(
+                epoch_row(result, self.run, self.schedule(self.run.iteration - 1), logged)
+            )
+            stop_together(write_row(self.outputs.runlog, self.rows[-1]), self.device)
             if self.outputs.tensorboard:
                 self.outputs.tensorboard.epoch(
                     self.rows[-1], ema_accuracy.top1 if ema_accuracy else None
@@ -144,10 +137,10 @@ class EpochLoop:
                 run.epochs_done,
                 result.loss,
                 result.accuracy,
-                _test_accuracy_text(test_accuracy),
-                f"; EMA test accuracy {_test_accuracy_text(ema_accuracy)}" if ema_accuracy else "",
+                test_accuracy_text(test_accuracy),
+                f"; EMA test accuracy {test_accuracy_text(ema_accuracy)}" if ema_accuracy else "",
                 result.images / result.seconds,
-                _peak_memory(self.device),
+                peak_memory(self.device),
             )
 
     def train_epoch(self) -> EpochResult:
@@ -226,8 +219,12 @@ class EpochLoop:
         # A batch cut into fewer passes would skip the last pass's all-reduce on this process.
         assert all(len(part) == passes for part in passes_of), "a batch short of --iter_size"
         for index, (images, targets, dominant_labels) in enumerate(zip(*passes_of)):
-            pass_loss, pass_correct = self._forward_backward(
-                images, targets, dominant_labels, passes, last=index == passes - 1
+            pass_loss, pass_correct = forward_backward(
+                self.replica,
+                (images, targets, dominant_labels),
+                passes,
+                last=index == passes - 1,
+                label_smoothing=self.config.label_smoothing,
             )
             loss, correct = loss + pass_loss, correct + pass_correct
         replica.precision.step(replica.optimizer)
@@ -241,34 +238,6 @@ class EpochLoop:
         if self.outputs.profiler.step():
             stop_together(self.outputs.profiler.failure, self.device)
         return loss, correct, labels
-
-    def _forward_backward(
-        self,
-        images: torch.Tensor,
-        targets: torch.Tensor,
-        dominant_labels: torch.Tensor,
-        passes: int,
-        last: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One pass of a step's `passes`: its share of the loss (the step's mean) and its correct
-        predictions (with mixed targets, a prediction is right when it is the label of the larger
-        share). Gradients add up over the passes; DDP all-reduces them in the last."""
-        replica, precision = self.replica, self.replica.precision
-        with contextlib.ExitStack() as passes_before_the_last:
-            if not last:
-                passes_before_the_last.enter_context(replica.no_sync())
-            with (
-                process_group.waiting_for_peers("the step's buffer broadcast"),
-                precision.autocast(),
-            ):
-                logits = replica.train_model(precision.inputs(images))
-                loss = (
-                    F.cross_entropy(logits, targets, label_smoothing=self.config.label_smoothing)
-                    / passes
-                )
-            with process_group.waiting_for_peers("the step's gradient all-reduce"):
-                precision.backward(loss)
-        return loss.detach(), (logits.argmax(1) == dominant_labels).sum()
 
     def _check_due(self) -> bool:
         return (
@@ -343,42 +312,3 @@ class EpochLoop:
             "restart with the same flags and --auto_resume to go on from there"
         )
         stop_run(report if self.placement.is_main else None, PREEMPTED_EXIT_STATUS)
-
-    def _row(self, result: EpochResult, test: TestAccuracy | None) -> EpochRow:
-        run = self.run
-        return EpochRow(
-            time_spent=round(result.seconds, 3),
-            cumulative_time_spent=round(run.total_seconds, 3),
-            input_count=result.images,
-            cumulative_input_count=run.total_images,
-            cumulative_batch_count=run.iteration,
-            inputs_per_sec=round(result.images / result.seconds, 2),
-            accuracy=round(result.accuracy, 6),
-            epoch=run.epochs_done,
-            learning_rate=self.schedule(run.iteration - 1),
-            loss=round(result.loss, 6),
-            test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top1, 6),
-            top5_test_accuracy=NO_TEST_ACCURACY if test is None else round(test.top5, 6),
-        )
-
-
-def _write_row(runlog: RunLog | None, row: EpochRow) -> UserError | None:
-    """The row appended to the log (first process); the failure to write it, if any."""
-    try:
-        if runlog:
-            runlog.write(row)
-    except UserError as failure:
-        return failure
-    return None
-
-
-def _test_accuracy_text(test: TestAccuracy | None) -> str:
-    if test is None:
-        return str(NO_TEST_ACCURACY)
-    return f"{test.top1:.4f}, test top-5 {test.top5:.4f} over {test.images} images"
-
-
-def _peak_memory(device: torch.device) -> str:
-    if device.type != "cuda":
-        return ""
-    return f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"

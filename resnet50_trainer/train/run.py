@@ -27,7 +27,7 @@ from resnet50_trainer.distributed.stopping import (
     wait_for_first_process_to_exit,
 )
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
-from resnet50_trainer.model.replica import build_replica
+from resnet50_trainer.model.replica import Learner, build_replica
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.runlog import RunLog
@@ -87,10 +87,9 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
         return
     outputs = _open_outputs(config, placement, device, started, lineage, run.iteration)
     _log_start(config, placement, schedule, outputs)
-    saver = CheckpointSaver(config, placement, device, replica, schedule, lineage)
-    loop = EpochLoop(
-        config, placement, device, replica, schedule, train_input, test_batches, run, saver, outputs
-    )
+    learner = Learner(placement, device, replica, schedule)
+    saver = CheckpointSaver(config, learner, lineage)
+    loop = EpochLoop(config, learner, train_input, test_batches, run, saver, outputs)
     with logging_redirect_tqdm():
         loop.run_epochs()
     if outputs.profiler.close():  # the run was shorter than the profile

@@ -27,7 +27,7 @@ from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
-from resnet50_trainer.model.replica import build_replica
+from resnet50_trainer.model.replica import Learner, build_replica
 from trainer_runs import (
     SMALL_RUN,
     config_of,
@@ -322,14 +322,13 @@ def saver(tmp_path):
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         device = torch.device("cpu")
-        yield CheckpointSaver(
-            config,
+        learner = Learner(
             process_group.placement_for(config, 0),
             device,
             build_replica(config, 0, device),
             LearningRateSchedule(0.1, 1, 0),
-            schema.new_lineage(),
         )
+        yield CheckpointSaver(config, learner, schema.new_lineage())
     finally:
         dist.destroy_process_group()
 
