@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.distributed import process_group, transport
+from resnet50_trainer.distributed import joining, process_group, transport
 from resnet50_trainer.distributed.devices import claim_device
 from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.distributed.rendezvous.meeting import first_line
@@ -78,7 +78,7 @@ def _run(config: Config, launched: Launched | None) -> int:
         _run_launched(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
-    meeting = process_group.meet_shards(config, launched.master if launched else None)
+    meeting = joining.meet_shards(config, launched.master if launched else None)
     try:
         return _run_processes(config, meeting.host, meeting.port)
     finally:
@@ -164,7 +164,7 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
     placement = process_group.placement_for(config, local_index)
     device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
-        process_group.join_process_group(config, placement, store_host, store_port)
+        joining.join_process_group(config, placement, store_host, store_port)
         train(config, placement, device)
 
 
@@ -175,7 +175,7 @@ def _run_launched(launched: Launched, config: Config) -> None:
     )
     device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
-        meeting = process_group.join_under_launcher(config, launched)  # held for the run
+        meeting = joining.join_under_launcher(config, launched)  # held for the run
         try:
             train(config, placement, device)
         finally:
