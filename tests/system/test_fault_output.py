@@ -1,8 +1,8 @@
-"""Nobody else's noise after a fault: a peer killed with kill -9 leaves on the survivor's output
-only our lines (no DataLoader, logging, torch spawn or resource tracker last words), and the
+"""Nobody else's noise after a fault: a peer killed with kill -9, or a full disk, leaves on the
+output only our lines (no DataLoader, logging, torch spawn or resource tracker last words), and the
 survivor's documented `rank 0 stopped: ...` line every time. Each try runs with an input process
 per training process, where the noise came from; repeated, as it came only some of the time.
-(A stop signal's whole output is asserted in tests/test_preemption.py.)"""
+(A stop signal's whole output is asserted in tests/system/test_preemption.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from dbfactory import write_image_db
-from trainer_runs import start_long_run, training_processes
+from trainer_runs import run_trainer, start_long_run, training_processes
 
 TRIES = 3
 PROGRESS = re.compile(
@@ -48,3 +48,32 @@ def test_a_killed_peer_leaves_our_two_lines_and_nothing_else(small_db, tmp_path,
         f"resnet50-trainer: error: training process of rank 1 (pid {killed}) was killed by "
         f"SIGKILL; the run stopped: {resume}"
     ), stderr
+
+
+# What a resumed 2-process run says before its checkpoint write fails, besides the progress.
+RESUMED = re.compile(r"Resumed from .*")
+
+
+@pytest.mark.parametrize("attempt", range(TRIES))
+def test_a_full_disk_leaves_our_one_line_and_nothing_else(small_db, tmpfs, attempt):
+    """The second epoch's checkpoint does not fit on a 130 MB disk (one ResNet-18 checkpoint
+    does): the run's line names the write, and nothing of the input processes or of torch's
+    spawn follows it."""
+    disk = tmpfs("disk", "130m")
+    two_processes = ("--train_data", small_db, "--num_gpus", "2", "--num_workers", "1")
+    first = run_trainer(*two_processes, "--num_epochs", "1", "--log_dir", disk)
+    assert first.returncode == 0, first.stderr
+    second = run_trainer(
+        *two_processes, "--num_epochs", "2", "--log_dir", disk, "--load_model_path", disk
+    )
+    assert second.returncode == 2, second.stderr
+    ours = [
+        line
+        for line in second.stderr.splitlines()
+        if not (PROGRESS.fullmatch(line) or RESUMED.fullmatch(line))
+    ]
+    assert ours == [
+        f"resnet50-trainer: error: writing checkpoint {disk}/resnet50_model_2.pt failed (No space "
+        "left on device): make --checkpoint_dir writable, with room for a checkpoint, or choose "
+        "another; the checkpoints already there are intact"
+    ], second.stderr
