@@ -15,7 +15,7 @@ import torchvision
 from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
-from trainer_runs import log_rows, refused_in_process, run_trainer
+from trainer_runs import config_of, log_rows, refused_in_process, run_trainer
 
 # 32 records, global batch 8: 4 steps an epoch; PowerSGD from iteration 2, a checkpoint every 3
 # iterations: iteration 9 is step 1 of epoch 3, 7 steps into compression.
@@ -127,7 +127,6 @@ def test_an_altered_powersgd_state_is_refused_in_one_line(uninterrupted, tmp_pat
 @pytest.mark.parametrize(
     "flags, named",
     [
-        (["--grad_compression", "powersgd", "--dtype", "float16"], "inf gradients would stay"),
         (["--powersgd_rank", "4"], "add --grad_compression powersgd or leave --powersgd_rank out"),
         (["--grad_compression", "fp16", "--powersgd_start_iter", "10"], "--powersgd_start_iter"),
         (["--grad_compression", "powersgd", "--powersgd_start_iter", "1"], "from 2"),
@@ -137,6 +136,15 @@ def test_an_altered_powersgd_state_is_refused_in_one_line(uninterrupted, tmp_pat
 def test_settings_that_cannot_work_are_refused_in_one_line(capsys, flags, named):
     line = refused_in_process(capsys, "--train_data", "null", *flags)
     assert named in line
+
+
+@pytest.mark.parametrize("precision", [["--dtype", "float16"], ["--float16_compute"]])
+def test_powersgd_with_float16_training_is_refused_on_a_gpu_machine(precision):
+    # On the CPU float16 is refused first; the GPU machine's config reaches this check.
+    flags = ["--train_data", "null", "--grad_compression", "powersgd", *precision]
+    with pytest.raises(UserError, match="inf gradients would stay in PowerSGD's error feedback"):
+        config_of(*flags, gpus_present=1)
+    assert config_of(*flags[: -len(precision)], "--dtype", "bfloat16", gpus_present=1)
 
 
 def test_a_powersgd_state_of_another_model_is_refused_before_the_run(

@@ -94,7 +94,10 @@ REFUSED_SOLVER = 'base_lr: 0.1 momentum: 0 max_iter: 4 test_interval: 2 type: "N
 @pytest.mark.parametrize(
     "flags, reason",
     [
-        (("--recipe", "modern", "--num_epochs", "3"), "--warmup_epochs 5 leaves nothing"),
+        (
+            ("--recipe", "modern", "--num_epochs", "3", "--warmup_epochs", "5"),
+            "--warmup_epochs 5 leaves",
+        ),
         (("--recipe", "modern", "--num_epochs", "9", "--train_data", "/nonexistent"), "exist"),
         (("--solver", "SOLVER"), "--optimizer nesterov needs momentum"),
         (("--solver", "SOLVER", "--train_data", "/nonexistent"), "exist"),
