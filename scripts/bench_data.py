@@ -1,9 +1,17 @@
-"""ImageNet-like JPEGs for the benchmarks: about 500x375 (some portrait), quality 90, rich content.
+"""ImageNet-like JPEGs for the benchmarks: about 500x375 (some portrait), quality 90, rich content;
+or (`--photos DIR`) cut from real photographs.
 
 Flat colours decode unrealistically fast, so each image is a scene of textured shapes: a lit
 background of low-frequency waves, 30 ellipses and boxes with their own colours, stripes and
 grain, and sensor-like noise, which compresses to about 90 KB a file (ImageNet averages about
 110 KB).
+Synthetic scenes are entropy-heavy: the Huffman decoding is about three quarters of their decode,
+against about half for photographs, so what a decoder saves by skipping pixels is understated on
+them. `build(photos=DIR)` makes the set from the photographs in DIR instead (fetch_photos.sh
+gathers eight from the scikit-image and scikit-learn wheels): each image a random window of one
+photo (55-100% of each side), downscaled with Lanczos as ImageNet's were, to 360-460 x 270-345
+(mean about 410x308, as the ImageNet-like photos of the issue that set our input goals; a fifth
+portrait), quality 90.
 The same images are written as files in class folders (what torchvision's ImageFolder reads) and
 as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
 """
@@ -12,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
@@ -61,20 +70,49 @@ def jpeg_bytes(pixels: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def build(out_dir: str, count: int, seed: int = 0) -> tuple[str, str]:
-    """(folder root, LMDB path) holding `count` images; reused if already built with that count."""
-    folders = os.path.join(out_dir, f"files_{count}")
-    lmdb_path = os.path.join(out_dir, f"lmdb_{count}")
+def photo_window(rng: np.random.Generator, photo: Image.Image) -> np.ndarray:
+    """HxWx3 uint8: a random window of `photo` downscaled to about 410x308 (a fifth portrait)."""
+    width = int(rng.integers(360, 461))
+    height = int(round(width * rng.uniform(0.7, 0.8)))
+    if rng.random() < 0.2:
+        width, height = height, width
+    scale = min(photo.width / width, photo.height / height) * rng.uniform(0.55, 1.0)
+    box_w, box_h = min(photo.width, width * scale), min(photo.height, height * scale)
+    left, top = rng.uniform(0, photo.width - box_w), rng.uniform(0, photo.height - box_h)
+    window = photo.resize((width, height), Image.LANCZOS, (left, top, left + box_w, top + box_h))
+    return np.asarray(window)
+
+
+def photo_source(folder: str) -> Callable[[np.random.Generator, int], np.ndarray]:
+    """The images of a set cut from the photographs in `folder`, taken in turn."""
+    names = sorted(os.listdir(folder))
+    photos = [Image.open(os.path.join(folder, name)).convert("RGB") for name in names]
+    if not photos:
+        raise SystemExit(f"bench_data: no photographs in {folder} (scripts/fetch_photos.sh)")
+    return lambda rng, index: photo_window(rng, photos[index % len(photos)])
+
+
+def scene_source(rng: np.random.Generator, index: int) -> np.ndarray:
+    width, height = int(rng.integers(470, 520)), int(rng.integers(340, 390))
+    if rng.random() < 0.2:
+        width, height = height, width
+    return make_photo(rng, width, height)
+
+
+def build(out_dir: str, count: int, seed: int = 0, photos: str = "") -> tuple[str, str]:
+    """(folder root, LMDB path) holding `count` images, synthetic scenes or (`photos`, a folder)
+    windows of photographs; reused if already built with that count and source."""
+    name = f"photos_{count}" if photos else str(count)
+    folders = os.path.join(out_dir, f"files_{name}")
+    lmdb_path = os.path.join(out_dir, f"lmdb_{name}")
     if os.path.isdir(folders) and os.path.isdir(lmdb_path):
         return folders, lmdb_path
     rng = np.random.default_rng(seed)
+    source = photo_source(photos) if photos else scene_source
     files = []
     for index in range(count):
-        width, height = int(rng.integers(470, 520)), int(rng.integers(340, 390))
-        if rng.random() < 0.2:
-            width, height = height, width
         label = index % NUM_CLASSES
-        data = jpeg_bytes(make_photo(rng, width, height))
+        data = jpeg_bytes(source(rng, index))
         folder = os.path.join(folders, f"class_{label}")
         os.makedirs(folder, exist_ok=True)
         name = f"img_{index:06d}.jpg"
@@ -88,19 +126,22 @@ def build(out_dir: str, count: int, seed: int = 0) -> tuple[str, str]:
 
 
 def describe(folders: str) -> str:
-    sizes = [
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(folders)
-        for name in names
-    ]
-    return f"{len(sizes)} JPEGs, mean {np.mean(sizes) / 1024:.0f} KB, quality {JPEG_QUALITY}"
+    paths = [os.path.join(root, name) for root, _, names in os.walk(folders) for name in names]
+    sizes = [os.path.getsize(path) for path in paths]
+    shapes = np.array([Image.open(path).size for path in paths])
+    width, height = shapes.mean(axis=0)
+    return (
+        f"{len(sizes)} JPEGs, mean {width:.0f}x{height:.0f}, {np.mean(sizes) / 1024:.0f} KB,"
+        f" quality {JPEG_QUALITY}"
+    )
 
 
 def leveldb_copy(lmdb_path: str) -> str:
     """A LevelDB holding the LMDB's records (beside it, `leveldb_<count>`), made once."""
     from resnet50_trainer.data.formats.databases import open_database
 
-    path = lmdb_path.replace("lmdb_", "leveldb_")
+    folder, name = os.path.split(lmdb_path)
+    path = os.path.join(folder, name.replace("lmdb_", "leveldb_", 1))
     if not os.path.isdir(path):
         with open_database(lmdb_path, "lmdb") as source, open_writer(path, "leveldb") as writer:
             for key, value in source.items():

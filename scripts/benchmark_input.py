@@ -231,13 +231,16 @@ def main() -> None:
         help="also LevelDB and --decode_device gpu's CPU side, 0 workers",
     )
     parser.add_argument("--stages", action="store_true", help="per-image stage costs first")
+    parser.add_argument(
+        "--photos", default="", help="cut the JPEGs from the photographs in this folder"
+    )
     args = parser.parse_args()
     if args.child:
         print(f"rate {child(json.loads(args.child)):.3f}")
         return
     if args.images < (args.batches + 1) * args.batch_size:
         parser.error("--images must hold the warm-up batch and --batches batches")
-    root, lmdb = bench_data.build(args.out, args.images)
+    root, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
     print(f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; uptime: {_uptime()}")
     if args.stages:
         import benchmark_stages

@@ -166,8 +166,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
     parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--photos", default="", help="cut the JPEGs from these photographs")
     args = parser.parse_args()
-    root, lmdb = bench_data.build(args.out, args.images)
+    root, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
     report(root, lmdb, args.images)
 
 
