@@ -120,6 +120,19 @@ def leave(status: int) -> NoReturn:
     os._exit(status)
 
 
+def end_input_processes_at_exit() -> None:
+    """However this process ends (a return from main, an exception, a test session's end), its
+    input processes are ended before multiprocessing's exit handler, which would SIGTERM them (they
+    ignore it) and wait for them forever. atexit runs the last registered first."""
+    global _ENDING_REGISTERED
+    if not _ENDING_REGISTERED:
+        atexit.register(_end_input_processes)
+        _ENDING_REGISTERED = True
+
+
+_ENDING_REGISTERED = False
+
+
 def _end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
     SIGTERM them and then wait forever. Their parent ends them; torch's SIGCHLD handler, which

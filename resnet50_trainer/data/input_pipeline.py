@@ -14,7 +14,7 @@ from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.errors import PREEMPT_SIGNALS
+from resnet50_trainer.errors import PREEMPT_SIGNALS, end_input_processes_at_exit
 
 
 def decode_strategy(settings: InputSettings) -> DecodeStrategy:
@@ -25,6 +25,8 @@ def make_loader(
     records: ImageRecords, batch_sampler, num_workers: int, pin_memory: bool
 ) -> DataLoader:
     """Batches of `records` in `batch_sampler`'s order, collated as their strategy says."""
+    if num_workers > 0:
+        end_input_processes_at_exit()
     return DataLoader(
         records,
         batch_sampler=batch_sampler,

@@ -16,6 +16,7 @@ from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db import bench
+from trainer_runs import run_python
 
 CPU = torch.device("cpu")
 
@@ -27,6 +28,29 @@ def test_bench_prints_images_per_second_last(image_db, capsys):
     )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert status == 0 and last.startswith("images/sec: ") and float(last.split()[-1]) > 0
+
+
+# A process that ends with its input processes still running (a loader it never closed): they
+# ignore stop signals, so multiprocessing's exit, which SIGTERMs them and joins, would wait forever.
+LEFT_RUNNING = """
+import sys
+from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.input_pipeline import make_loader
+from resnet50_trainer.data.settings import InputSettings
+db = sys.argv[1]
+settings = InputSettings(2**31 - 1, 3, 36, 32, 0, 2, False)
+records = ImageRecords(db, "lmdb", read_keys(db, "lmdb"), settings, True, CpuDecode(settings))
+batches = iter(make_loader(records, [[(0, 0), (1, 1)], [(2, 2), (3, 3)]], 2, pin_memory=False))
+next(batches)
+print("one batch of two", flush=True)
+"""
+
+
+def test_a_process_ending_with_its_input_processes_running_ends(image_db):
+    done = run_python(LEFT_RUNNING.replace("sys.argv[1]", repr(image_db("left", 8, 4))))
+    assert done.returncode == 0 and done.stdout == "one batch of two\n", done.stderr
 
 
 def test_prefetcher_yields_the_plain_loaders_batches(image_db):
