@@ -122,26 +122,46 @@ def leave(status: int) -> NoReturn:
 
 def end_input_processes_at_exit() -> None:
     """However this process ends (a return from main, an exception, a test session's end), its
-    input processes are ended before multiprocessing's exit handler, which would SIGTERM them (they
-    ignore it) and wait for them forever. atexit runs the last registered first."""
-    global _ENDING_REGISTERED
-    if not _ENDING_REGISTERED:
-        atexit.register(_end_input_processes)
-        _ENDING_REGISTERED = True
+    input processes are ended first: multiprocessing's exit would SIGTERM them (they ignore it)
+    and wait for them forever. A finalizer of multiprocessing's own, not an atexit handler: its
+    exit runs these before it SIGTERMs its daemonic children, whatever the atexit order, and in
+    a process that multiprocessing started too (which runs that exit without atexit)."""
+    global _ENDING_REGISTERED_IN
+    if _ENDING_REGISTERED_IN != os.getpid():  # a forked child inherits the flag, not the finalizer
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, _end_input_processes, exitpriority=_ENDING_PRIORITY)
+        _ENDING_REGISTERED_IN = os.getpid()
 
 
-_ENDING_REGISTERED = False
+_ENDING_REGISTERED_IN: int | None = None
+_ENDING_PRIORITY = 100  # before the finalizers of priority 0 (the LevelDB snapshots)
+# What the process that started an input process sends it to end it now, cleanly: its exit
+# finalizers run (its LevelDB snapshot is removed). Not a stop signal any scheduler sends.
+END_SIGNAL = signal.SIGUSR2
+END_GRACE_S = 3.0  # then SIGKILL: an input process stuck in its exit must not hold this one
 
 
 def _end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
-    SIGTERM them and then wait forever. Their parent ends them; torch's SIGCHLD handler, which
-    would report them as lost input processes, is set aside first."""
+    SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, and SIGKILL after
+    END_GRACE_S; torch's SIGCHLD handler, which would report them as lost input processes, is set
+    aside first."""
     import multiprocessing  # torch-free, and only on the way out
+    import time
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     daemons = [child for child in multiprocessing.active_children() if child.daemon]
     for child in daemons:
-        child.kill()
+        if child.pid is not None:
+            try:
+                os.kill(child.pid, END_SIGNAL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + END_GRACE_S
     for child in daemons:
-        child.join()
+        child.join(max(0.0, deadline - time.monotonic()))
+    for child in daemons:
+        if child.is_alive():
+            child.kill()
+            child.join()

@@ -9,9 +9,10 @@ Synthetic scenes are entropy-heavy: the Huffman decoding is about three quarters
 against about half for photographs, so what a decoder saves by skipping pixels is understated on
 them. `build(photos=DIR)` makes the set from the photographs in DIR instead (fetch_photos.sh
 gathers eight from the scikit-image and scikit-learn wheels): each image a random window of one
-photo (55-100% of each side), downscaled with Lanczos as ImageNet's were, to 360-460 x 270-345
-(mean about 410x308, as the ImageNet-like photos of the issue that set our input goals; a fifth
-portrait), quality 90.
+photo (55-100% of the largest window of its shape), resized with Lanczos to 360-460 pixels wide
+and 0.7-0.8 of that high (a fifth portrait; mean about 389x329, near the 410x308 photos that set
+the input goals), quality 90. Most windows shrink; those of the smaller photos grow, which smooths
+them. The set is kept in --out by its count: remove it to cut one from other photographs.
 The same images are written as files in class folders (what torchvision's ImageFolder reads) and
 as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
 """
@@ -71,7 +72,7 @@ def jpeg_bytes(pixels: np.ndarray) -> bytes:
 
 
 def photo_window(rng: np.random.Generator, photo: Image.Image) -> np.ndarray:
-    """HxWx3 uint8: a random window of `photo` downscaled to about 410x308 (a fifth portrait)."""
+    """HxWx3 uint8: a random window of `photo` resized to about 410x308 (a fifth portrait)."""
     width = int(rng.integers(360, 461))
     height = int(round(width * rng.uniform(0.7, 0.8)))
     if rng.random() < 0.2:

@@ -14,7 +14,7 @@
 enum { ONE_ROW, ALL_ROWS, BLOCKS, FAST_BLOCKS, WAYS };
 static const char *NAMES[WAYS] = {"one row a call", "all rows in one call", "16-row blocks",
                                   "16-row blocks, fast IDCT + merged upsampling"};
-enum { BLOCK_ROWS = 16, MAX_ROWS = 8192 };
+enum { BLOCK_ROWS = 16, MAX_ROWS = 8192, MAX_COLUMNS = 8192 };
 
 static double seconds(void) {
     struct timespec now;
@@ -35,6 +35,11 @@ static void decode(const unsigned char *data, unsigned long size, int way, unsig
         info.do_fancy_upsampling = FALSE;
     }
     jpeg_start_decompress(&info);
+    if (info.output_height > MAX_ROWS || info.output_width > MAX_COLUMNS) {
+        fprintf(stderr, "a %ux%u image is larger than this benchmark's buffers\n",
+                info.output_width, info.output_height);
+        exit(2);
+    }
     size_t row_bytes = (size_t)info.output_width * 3;
     JSAMPROW rows[MAX_ROWS];
     if (way == ALL_ROWS) {
@@ -68,7 +73,7 @@ int main(int argc, char **argv) {
     int count = argc - 1;
     unsigned char **files = malloc((size_t)count * sizeof(*files));
     unsigned long *sizes = malloc((size_t)count * sizeof(*sizes));
-    unsigned char *out = malloc((size_t)MAX_ROWS * 4096 * 3);
+    unsigned char *out = malloc((size_t)MAX_ROWS * MAX_COLUMNS * 3);
     for (int i = 0; i < count; i++) {
         FILE *file = fopen(argv[i + 1], "rb");
         if (file == NULL) {

@@ -14,7 +14,7 @@ from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.errors import PREEMPT_SIGNALS, end_input_processes_at_exit
+from resnet50_trainer.errors import END_SIGNAL, PREEMPT_SIGNALS, end_input_processes_at_exit
 
 
 def decode_strategy(settings: InputSettings) -> DecodeStrategy:
@@ -40,11 +40,19 @@ def make_loader(
 
 def ignore_stop_signals(worker_id: int) -> None:
     """An input process ignores a scheduler's stop signal, sent to the whole process group: its
-    training process saves the run's position and then ends it (DevicePrefetcher starts it with
-    the signals blocked, so none kills it before this runs)."""
+    training process saves the run's position and then ends it with END_SIGNAL (errors.py), on
+    which it exits as if its work were done, its exit finalizers run (DevicePrefetcher starts it
+    with the stop signals blocked, so none kills it before this runs)."""
     for signum in PREEMPT_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    signal.signal(END_SIGNAL, _end_now)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPT_SIGNALS)
+
+
+def _end_now(signum: int, frame: object) -> None:
+    # SystemExit, not KeyboardInterrupt: torch's worker loop swallows the latter, and the process
+    # exits on the former silently, through multiprocessing's exit and its finalizers.
+    raise SystemExit(0)
 
 
 def device_batches(

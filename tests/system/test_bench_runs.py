@@ -3,6 +3,9 @@ input processes, a run whose batch holds only bad records."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -16,7 +19,7 @@ from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db import bench
-from trainer_runs import run_python
+from trainer_runs import trainer_env
 
 CPU = torch.device("cpu")
 
@@ -39,18 +42,43 @@ from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import InputSettings
-db = sys.argv[1]
+db, db_type = sys.argv[1:]
 settings = InputSettings(2**31 - 1, 3, 36, 32, 0, 2, False)
-records = ImageRecords(db, "lmdb", read_keys(db, "lmdb"), settings, True, CpuDecode(settings))
+records = ImageRecords(db, db_type, read_keys(db, db_type), settings, True, CpuDecode(settings))
 batches = iter(make_loader(records, [[(0, 0), (1, 1)], [(2, 2), (3, 3)]], 2, pin_memory=False))
 next(batches)
-print("one batch of two", flush=True)
+print(*(worker.pid for worker in batches._workers), flush=True)
 """
 
 
-def test_a_process_ending_with_its_input_processes_running_ends(image_db):
-    done = run_python(LEFT_RUNNING.replace("sys.argv[1]", repr(image_db("left", 8, 4))))
-    assert done.returncode == 0 and done.stdout == "one batch of two\n", done.stderr
+@pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
+def test_a_process_ending_with_its_input_processes_running_ends_them_cleanly(
+    image_db, tmp_path, db_type
+):
+    """They end before it does, through their own exit: each one's LevelDB snapshot is removed."""
+    db = image_db("left", 8, 4, db_type=db_type)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", LEFT_RUNNING, db, db_type],
+        capture_output=True,
+        text=True,
+        env=trainer_env(TMPDIR=str(scratch)),
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    workers = [int(pid) for pid in done.stdout.split()]
+    assert len(workers) == 2 and not [pid for pid in workers if _running(pid)]
+    assert list(scratch.iterdir()) == []  # no resnet50-leveldb-* snapshot left behind
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie awaiting its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_prefetcher_yields_the_plain_loaders_batches(image_db):

@@ -45,9 +45,9 @@ typedef struct {
     int reduction, left, top, width, height, channels;
 } Box;
 
-/* Rows asked of libjpeg at a time: a row at a time costs a fifth more than the whole frame's rows
- * in one call (fancy upsampling makes two rows at once; one of them would be thrown away or kept
- * aside); 16 rows cost what the whole frame does (BENCHMARKS.md). */
+/* Rows asked of libjpeg at a time: a row at a time costs 4-20% more than the whole frame's rows in
+ * one call (fancy upsampling makes two rows at once; one of them is kept aside); 16 rows cost what
+ * the whole frame does (BENCHMARKS.md, scripts/libjpeg_rows.c). */
 enum { BLOCK_ROWS = 16 };
 
 /* 0 on success, else errors->message says why. Runs without the GIL: touches no Python object. */
