@@ -1,9 +1,12 @@
 """--test_only: a checkpoint's test accuracy on the whole test DB, scored by every process with
-the evaluation that follows each training epoch; nothing is trained and nothing is written."""
+the evaluation that follows each training epoch; nothing is trained and nothing is written. A
+stop signal (a scheduler's preemption) ends it before its next batch, exit 3 as a preempted
+training run: with no position to save there is nothing to wait for."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -11,9 +14,10 @@ from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import schema
 from resnet50_trainer.checkpoint.claim import check_checkpoint
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.distributed.preemption import signal_name, stop_signal
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import on_first_process
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import Preempted, UserError
 from resnet50_trainer.model.replica import build_replica
 from resnet50_trainer.train.evaluation import evaluate, refuse_labels_outside
 from resnet50_trainer.train.inputs import build_test_input
@@ -31,7 +35,8 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
         device,
         "the first process's reading of the weights",
     )
-    test_batches = build_test_input(config, placement, device)
+    prefetcher = build_test_input(config, placement, device)
+    test_batches = None if prefetcher is None else _until_a_stop_signal(prefetcher, config)
     weights = None
     if state is not None:  # --ema_for_test: the checkpoint's average of the weights
         weights = schema.ema_weights(state) if config.ema_for_test else state["model"]
@@ -53,6 +58,21 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
         score.top5,
         f" (unreadable records left out: {score.bad_records})" if score.bad_records else "",
     )
+
+
+def _until_a_stop_signal(batches: Iterable, config: Config) -> Iterator:
+    """The batches, until this process has received a stop signal: then Preempted. Each process
+    stops on its own signal (a scheduler signals them all); one left scoring finds its peers
+    gone at the all-reduce of the counts and says so."""
+    for batch in batches:
+        received = stop_signal()
+        if received is not None:
+            raise Preempted(
+                f"stopped by {signal_name(received)} before the evaluation of "
+                f"{config.load_model_path} ended: nothing was written; run the same command "
+                "again to score it"
+            )
+        yield batch
 
 
 def _read_checkpoint(config: Config) -> dict:

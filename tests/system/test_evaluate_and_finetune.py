@@ -14,12 +14,18 @@ from torchvision import models
 
 from dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
 from resnet50_trainer.checkpoint.lock import lock_checkpoints
+from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
 from trainer_runs import (
+    HOOKS,
+    REPOSITORY,
+    RUN_TIMEOUT_S,
     SMALL_RUN,
     files,
+    one_error_line,
     read_log,
     refused_in_process,
     run_trainer,
+    start_trainer,
 )
 
 ACCURACY_LINE = re.compile(r"Test accuracy (\S+) of (\S+) .*: (\d+) records of --test_data")
@@ -105,6 +111,31 @@ def test_test_only_scores_the_files_weights_on_every_process(trained, tmp_path):
     accuracy, _, records = ACCURACY_LINE.search(done.stderr).groups()
     assert float(accuracy) == round(TEST_LABELS.count(3) / len(TEST_LABELS), 6)
     assert records == "12" and os.listdir(tmp_path) == ["always_three.pt"]
+
+
+def test_a_stop_signal_ends_test_only_at_the_next_batch(trained, tmp_path):
+    """SIGTERM to the run's process group (as Slurm preempts a job) after the first process's
+    first test batch of 6: every process stops before its next batch, exit 3 with one line
+    naming the signal, nothing written; without the stop, the whole DB would be scored."""
+    _, _, out = trained
+    test = labelled_test_db(str(tmp_path / "test"), TEST_LABELS * 4)
+    before = files(out)
+    run = start_trainer(
+        "--train_data", str(tmp_path / "no_training_db"), "--test_data", test, "--test_only",
+        "--num_gpus", "2", "--batch_size", "8", "--load_model_path", str(out),
+        "--log_dir", str(tmp_path / "log"),
+        PYTHONPATH=f"{REPOSITORY}:{HOOKS}",
+        RESNET50_TRAINER_TEST_SIGNAL_AFTER_TEST_BATCHES="1:SIGTERM:0:group",
+    )  # fmt: skip
+    _, stderr = run.communicate(timeout=RUN_TIMEOUT_S)
+    assert run.returncode == PREEMPTED_EXIT_STATUS, stderr
+    assert re.search(
+        r"error: stopped by SIGTERM before the evaluation of \S+ ended: nothing was written; "
+        "run the same command again to score it$",
+        one_error_line(stderr),
+    )
+    assert not ACCURACY_LINE.search(stderr)
+    assert files(out) == before and os.listdir(tmp_path) == ["test"]
 
 
 def test_init_model_with_new_labels_starts_from_the_files_weights(image_db, tmp_path):

@@ -103,6 +103,8 @@ if os.environ.get(LABEL_SCAN_ENV):
 # to TARGET: "self", "group" (its whole process group, as Slurm does) or "launcher" (the process
 # that spawned it). A signal at a known step, not at a known time.
 SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS"
+# The same, after the STEPS-th batch the model scores in evaluation mode (--test_only's steps).
+TEST_SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_TEST_BATCHES"
 
 
 def _training_process_index() -> int | None:
@@ -115,7 +117,9 @@ def _training_process_index() -> int | None:
     return int(name[len(prefix) :]) - 1 if name.startswith(prefix) else None
 
 
-def _signal_after_steps(steps: int, signum: int, index: int, target: str) -> None:
+def _signal_at(steps: int, signum: int, index: int, target: str):
+    """send(n): the signal, when n is STEPS in the training process of that index."""
+
     def send(step: int) -> None:
         # Known only once training: a spawned process is named after sitecustomize has run.
         if step != steps or _training_process_index() != index:
@@ -125,11 +129,28 @@ def _signal_after_steps(steps: int, signum: int, index: int, target: str) -> Non
         else:
             os.kill(os.getppid() if target == "launcher" else os.getpid(), signum)
 
-    _after_each_optimizer_step(send)
+    return send
 
 
-if os.environ.get(SIGNAL_ENV):
-    import signal as _signal
+def _after_each_test_batch(act) -> None:
+    """act(n) once the model (torchvision's ResNet, in eval mode) has scored its n-th batch."""
+    from torch.nn.modules.module import register_module_forward_hook
 
-    _steps, _name, _index, _target = os.environ[SIGNAL_ENV].split(":")
-    _signal_after_steps(int(_steps), _signal.Signals[_name], int(_index), _target)
+    done = itertools.count(1)
+
+    def scored(module, args, output) -> None:
+        if type(module).__name__ == "ResNet" and not module.training:
+            act(next(done))
+
+    register_module_forward_hook(scored)
+
+
+for _env, _trigger in (
+    (SIGNAL_ENV, _after_each_optimizer_step),
+    (TEST_SIGNAL_ENV, _after_each_test_batch),
+):
+    if os.environ.get(_env):
+        import signal as _signal
+
+        _steps, _name, _index, _target = os.environ[_env].split(":")
+        _trigger(_signal_at(int(_steps), _signal.Signals[_name], int(_index), _target))
