@@ -7,10 +7,10 @@ figures) and pytest.txt (pytest -m gpu's summary line)."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -90,7 +90,16 @@ def table(parts: Path) -> str:
     return "\n".join([*lines, "", *ratios(results)]) + "\n"
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("parts_dir", type=Path, help="the folder gpu_check.sh's parts wrote into")
+    parser.add_argument("out", type=Path, help="the markdown file to write")
+    args = parser.parse_args()
+    if not args.parts_dir.is_dir():
+        parser.error(f"{args.parts_dir} is not a folder")
+    args.out.write_text(table(args.parts_dir))
+    print(args.out.read_text(), end="")
+
+
 if __name__ == "__main__":
-    parts_dir, out_path = Path(sys.argv[1]), Path(sys.argv[2])
-    out_path.write_text(table(parts_dir))
-    print(out_path.read_text(), end="")
+    main()
