@@ -112,8 +112,8 @@ def leave(status: int) -> NoReturn:
     but the interpreter is not torn down. A thread of torch's Gloo process group may still be
     freeing a finished collective then, which takes the GIL; during teardown the interpreter ends
     that thread inside a C++ destructor and the process aborts ("terminate called without an
-    active exception", SIGABRT) after the run has reported its outcome (pytorch/pytorch#179291)."""
-    _end_input_processes()
+    active exception", SIGABRT) after the run has reported its outcome (pytorch/pytorch#179291).
+    Input processes are ended by multiprocessing's exit handler (end_input_processes_at_exit)."""
     atexit._run_exitfuncs()  # multiprocessing's, logging's, tqdm's
     sys.stdout.flush()
     sys.stderr.flush()

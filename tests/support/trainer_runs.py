@@ -117,12 +117,22 @@ def training_processes(launcher_pid: int) -> list[int]:
                     spawned.append(pid)
         except FileNotFoundError:
             continue
-    return sorted(spawned, key=_start_time)
+    return sorted(spawned, key=lambda pid: int(process_stat(pid)[19]))
 
 
-def _start_time(pid: int) -> int:
+def process_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (proc(5)'s fields 3 on: [0] is the
+    state, R/S/T/Z..., [19] the start time); FileNotFoundError once the process is gone."""
     with open(f"/proc/{pid}/stat") as file:
-        return int(file.read().rsplit(")", 1)[1].split()[19])
+        return file.read().rsplit(")", 1)[1].split()
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie awaiting its reaper)."""
+    try:
+        return process_stat(pid)[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -184,13 +194,14 @@ def one_error_line(stderr: str) -> str:
     return errors[0]
 
 
-def run_python(source: str) -> subprocess.CompletedProcess:
-    """`python -c source` in a fresh interpreter that imports this repository's package."""
+def run_python(source: str, *argv: str, **env: str) -> subprocess.CompletedProcess:
+    """`python -c source argv...` in a fresh interpreter that imports this repository's package,
+    with `env` added to the environment."""
     return subprocess.run(
-        [sys.executable, "-c", source],
+        [sys.executable, "-c", source, *argv],
         capture_output=True,
         text=True,
-        env=trainer_env(),
+        env=trainer_env(**env),
         timeout=60,
     )
 

@@ -3,9 +3,6 @@ input processes, a run whose batch holds only bad records."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -19,7 +16,7 @@ from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db import bench
-from trainer_runs import trainer_env
+from trainer_runs import run_python, running
 
 CPU = torch.device("cpu")
 
@@ -59,26 +56,11 @@ def test_a_process_ending_with_its_input_processes_running_ends_them_cleanly(
     db = image_db("left", 8, 4, db_type=db_type)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", LEFT_RUNNING, db, db_type],
-        capture_output=True,
-        text=True,
-        env=trainer_env(TMPDIR=str(scratch)),
-        timeout=60,
-    )
+    done = run_python(LEFT_RUNNING, db, db_type, TMPDIR=str(scratch))
     assert done.returncode == 0 and done.stderr == "", done.stderr
     workers = [int(pid) for pid in done.stdout.split()]
-    assert len(workers) == 2 and not [pid for pid in workers if _running(pid)]
+    assert len(workers) == 2 and not [pid for pid in workers if running(pid)]
     assert list(scratch.iterdir()) == []  # no resnet50-leveldb-* snapshot left behind
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process (not gone, not a zombie awaiting its reaper)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_prefetcher_yields_the_plain_loaders_batches(image_db):

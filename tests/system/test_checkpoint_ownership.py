@@ -34,6 +34,7 @@ from trainer_runs import (
     files,
     one_error_line,
     pause_before_rename,
+    process_stat,
     refused_in_process,
     run_trainer,
     start_long_run,
@@ -122,11 +123,6 @@ def test_retention_deletes_only_this_lineages_checkpoints(earlier, tmp_path):
     assert sorted(os.listdir(tmp_path)) == [f"{NAME}_{n}.pt" for n in (0, 2, 3)]
 
 
-def stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as file:
-        return file.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, earlier, tmp_path):
     """The first run is stopped (SIGSTOP) while it writes a checkpoint, so the second starts
     while the first is certainly alive and mid-write; nothing of the first's is touched."""
@@ -142,7 +138,8 @@ def test_a_second_run_on_the_same_names_refuses_and_the_first_finishes(capsys, e
             "the first run's checkpoint write",
         )
         os.killpg(first.pid, signal.SIGSTOP)
-        wait_for(lambda: stopped(first.pid), 30, "the first run to stop")  # signals are not instant
+        # Signals are not instant: T is the stopped state.
+        wait_for(lambda: process_stat(first.pid)[0] == "T", 30, "the first run to stop")
         writing = files(tmp_path)
         line = refused_in_process(capsys, "--train_data", database, "--log_dir", str(tmp_path))
         assert files(tmp_path) == writing
