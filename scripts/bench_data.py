@@ -15,6 +15,8 @@ the input goals), quality 90. Most windows shrink; those of the smaller photos g
 them. The set is kept in --out by its count: remove it to cut one from other photographs.
 The same images are written as files in class folders (what torchvision's ImageFolder reads) and
 as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
+`with_restart_markers` copies a set with every JPEG given a restart marker after every MCU, as
+`resnet50-db create --restart_markers` writes them (the same pixels).
 """
 
 from __future__ import annotations
@@ -124,6 +126,33 @@ def build(out_dir: str, count: int, seed: int = 0, photos: str = "") -> tuple[st
         for key, label, data in files:
             writer.put(key, serialize_record(Record(label, data, None, DATUM)))
     return folders, lmdb_path
+
+
+def with_restart_markers(folders: str, lmdb_path: str) -> tuple[str, str]:
+    """(folder root, LMDB path) of the set's copy (`<name>_markers`, beside it, made once) whose
+    JPEGs carry a restart marker after every MCU, losslessly."""
+    from resnet50_trainer.data.formats.databases import open_database
+    from resnet50_trainer.data.formats.jpeg_region import with_restart_markers as rewrite
+    from resnet50_trainer.data.formats.records import parse_record
+
+    marked_folders, marked_lmdb = f"{folders}_markers", f"{lmdb_path}_markers"
+    if os.path.isdir(marked_folders) and os.path.isdir(marked_lmdb):
+        return marked_folders, marked_lmdb
+    for root, _, names in os.walk(folders):
+        target = os.path.join(marked_folders, os.path.relpath(root, folders))
+        os.makedirs(target, exist_ok=True)
+        for name in names:
+            with open(os.path.join(root, name), "rb") as file:
+                data = rewrite(file.read())
+            with open(os.path.join(target, name), "wb") as file:
+                file.write(data)
+    with open_database(lmdb_path, "lmdb") as source, open_writer(marked_lmdb, "lmdb") as writer:
+        for key, value in source.items():
+            record = parse_record(bytes(value))
+            assert record.encoded is not None  # build() writes encoded records only
+            marked = Record(record.label, rewrite(record.encoded), None, DATUM)
+            writer.put(key, serialize_record(marked))
+    return marked_folders, marked_lmdb
 
 
 def describe(folders: str) -> str:

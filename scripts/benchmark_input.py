@@ -12,6 +12,8 @@ thread (one core per decoding process, as in DataLoader workers): one warm-up ba
 rounds (every one once a round, --rounds rounds) and each ratio is taken within a round;
 `--trees name=DIR,...` measures ours in other checkouts too (e.g. the previous commit, exported),
 in the same rounds. `--stages` first prints the per-image cost of each stage (benchmark_stages.py).
+`--restart_markers` also times ours on a copy of the set whose JPEGs have a restart marker after
+every MCU (`resnet50-db create --restart_markers`), against bare decoding of both sets' files.
 Usage: python scripts/benchmark_input.py [--workers 0,2] [--crops scale,random_resized]
 """
 
@@ -30,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_data  # noqa: E402
 
+MARKED = "markers"  # the set whose JPEGs have restart markers (--restart_markers)
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
@@ -164,23 +167,30 @@ def measure(spec: dict, tree: str) -> float:
     return float(output.split()[-1])
 
 
-def configurations(args, root: str, lmdb: str) -> list[tuple[str, str, dict]]:
-    """(name, tree, spec) of every figure a round takes."""
+def configurations(
+    args, root: str, lmdb: str, marked: tuple[str, str] | None
+) -> list[tuple[str, str, dict]]:
+    """(name, tree, spec) of every figure a round takes; `marked`: the set with restart markers."""
     common = {"batch_size": args.batch_size, "batches": args.batches, "images": args.images}
     trees = dict(part.split("=", 1) for part in args.trees.split(","))
     crops = args.crops.split(",")
     workers_list = [int(part) for part in args.workers.split(",")]
     configs = [("bare decode", ".", dict(common, kind="bare", root=root))]
+    databases = [("lmdb", lmdb)]
+    if marked is not None:
+        configs.append((f"bare decode {MARKED}", ".", dict(common, kind="bare", root=marked[0])))
+        databases.append((f"lmdb {MARKED}", marked[1]))
     for workers in workers_list:
         spec = dict(common, kind="baseline", root=root, workers=workers)
         configs.append((f"baseline w{workers}", ".", spec))
     for name, tree in trees.items():
         for workers in workers_list:
             for crop in crops:
-                spec = dict(
-                    common, kind="ours", db=lmdb, db_type="lmdb", workers=workers, crop=crop
-                )
-                configs.append((f"{name} lmdb {crop} w{workers}", tree, spec))
+                for db_name, db in databases:
+                    spec = dict(
+                        common, kind="ours", db=db, db_type="lmdb", workers=workers, crop=crop
+                    )
+                    configs.append((f"{name} {db_name} {crop} w{workers}", tree, spec))
         if args.extra_modes:
             leveldb = bench_data.leveldb_copy(lmdb)
             for crop in crops:
@@ -205,6 +215,8 @@ def report(figures: dict[str, list[float]], args) -> None:
             continue
         workers = name.rsplit(" w", 1)[1]
         against = ["bare decode"] if workers == "0" else []
+        if workers == "0" and MARKED in name:
+            against.append(f"bare decode {MARKED}")
         against.append(f"baseline w{workers}")
         for reference in against:
             ratios = [ours / base for ours, base in zip(figures[name], figures[reference])]
@@ -234,6 +246,11 @@ def main() -> None:
     parser.add_argument(
         "--photos", default="", help="cut the JPEGs from the photographs in this folder"
     )
+    parser.add_argument(
+        "--restart_markers",
+        action="store_true",
+        help="also ours on the set's copy with restart markers (resnet50-db create's)",
+    )
     args = parser.parse_args()
     if args.child:
         print(f"rate {child(json.loads(args.child)):.3f}")
@@ -246,7 +263,8 @@ def main() -> None:
         import benchmark_stages
 
         benchmark_stages.report(root, lmdb, args.images)
-    configs = configurations(args, root, lmdb)
+    marked = bench_data.with_restart_markers(root, lmdb) if args.restart_markers else None
+    configs = configurations(args, root, lmdb, marked)
     figures: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     for round_number in range(args.rounds):
         print(f"round {round_number + 1} (load {os.getloadavg()[0]:.1f}):", flush=True)

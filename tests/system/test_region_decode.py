@@ -21,6 +21,7 @@ from resnet50_trainer.data.formats import jpeg_region
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, SCALE_CROP, InputSettings
+from resnet50_trainer.errors import RecordError
 
 # A crop decoded at 1/2 to 1/8 scale against the full-size decode's crop, both resized to the
 # output: libjpeg's scaled IDCT drops the high frequencies the resize would have filtered, a
@@ -54,17 +55,48 @@ def test_the_region_decoder_is_built():
     )
 
 
+def with_markers(data: bytes, markers: str) -> bytes:
+    """`data` as is (""), rewritten with a restart marker after every MCU ("every MCU", as
+    resnet50-db create --restart_markers writes them), or encoded by Pillow with one every 2
+    MCUs or every MCU row (as some cameras write them; "2 MCUs", "rows")."""
+    if not markers:
+        return data
+    if markers == "every MCU":
+        marked = jpeg_region.with_restart_markers(data)
+        assert np.array_equal(simplejpeg.decode_jpeg(marked), simplejpeg.decode_jpeg(data))
+        return marked
+    buffer = io.BytesIO()
+    interval = {"restart_marker_blocks": 2} if markers == "2 MCUs" else {"restart_marker_rows": 1}
+    Image.open(io.BytesIO(data)).save(buffer, "JPEG", quality=90, **interval)
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
-    "subsampling, gray, progressive",
-    [(0, False, False), (1, False, False), (2, False, False), (2, True, False), (1, False, True)],
+    "subsampling, gray, progressive, markers",
+    [
+        (0, False, False, ""),
+        (1, False, False, ""),
+        (2, False, False, ""),
+        (2, True, False, ""),
+        (1, False, True, ""),
+        (0, False, False, "every MCU"),
+        (1, False, False, "every MCU"),
+        (2, False, False, "every MCU"),
+        (2, True, False, "every MCU"),
+        (1, False, True, "every MCU"),
+        (2, False, False, "2 MCUs"),
+        (2, False, False, "rows"),
+    ],
     ids=str,
 )
-def test_a_box_decodes_to_the_whole_frames_pixels(subsampling, gray, progressive):
+def test_a_box_decodes_to_the_whole_frames_pixels(subsampling, gray, progressive, markers):
     """Any box, at every scale, in gray or colour out: the whole frame's pixels, bit for bit,
-    including the box's edge columns (where chroma upsampling needs the columns beside them)."""
+    including the box's edge columns (where chroma upsampling needs the columns beside them);
+    with restart markers too, where only the MCUs round the box are decoded, and a file
+    rewritten with them decodes to the original's pixels."""
     rng = np.random.default_rng(subsampling)
     for seed, (width, height) in enumerate([(173, 131), (64, 48), (301, 97), (17, 9)]):
-        data = photo(width, height, seed, subsampling, gray, progressive)
+        data = with_markers(photo(width, height, seed, subsampling, gray, progressive), markers)
         for reduction in (1, 2, 4, 8):
             for channels in (1, 3):
                 colour = "RGB" if channels == 3 else "GRAY"
@@ -108,6 +140,55 @@ def test_the_region_decoder_refuses_what_it_cannot_do():
     for damaged in (b"", b"\xff\xd8", b"not a jpeg at all", data[: len(data) // 2]):
         with pytest.raises(ValueError):
             decode(damaged, 1, 0, 0, 8, 8, 3, out)
+
+
+def test_damaged_files_with_restart_markers_decode_or_are_refused():
+    """The window cut from a file's restart intervals trusts nothing in it: bytes changed, cut
+    or inserted anywhere (headers, markers, data), each random box decodes or raises ValueError,
+    and none crashes (scripts/fuzz_region_decode.py does the same at length)."""
+    rng = np.random.default_rng(7)
+    files = [
+        jpeg_region.with_restart_markers(photo(w, h, seed))
+        for seed, (w, h) in enumerate([(173, 131), (301, 97), (64, 48)])
+    ]
+    decode = jpeg_region.decode_region
+    assert decode is not None
+    outcomes = {"decoded": 0, "refused": 0}
+    for trial in range(600):
+        data = bytearray(files[trial % len(files)])
+        at = int(rng.integers(0, len(data)))
+        kind = trial % 3
+        if kind == 0:
+            data[at] = int(rng.integers(0, 256))
+        elif kind == 1:
+            del data[at:]
+        else:
+            data[at:at] = bytes([0xFF, int(rng.integers(0xC0, 0x100))])
+        left, top = int(rng.integers(0, 40)), int(rng.integers(0, 40))
+        width, height = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        out = np.empty((height, width, 3), np.uint8)
+        try:
+            decode(bytes(data), 1, left, top, width, height, 3, out)
+            outcomes["decoded"] += 1
+        except ValueError:
+            outcomes["refused"] += 1
+    assert min(outcomes.values()) > 50, outcomes  # both ways were exercised
+
+
+def test_rewriting_with_restart_markers_keeps_the_files_markers_and_refuses_damage():
+    """EXIF (its orientation) and the ICC profile survive; a damaged file is a RecordError."""
+    image = Image.open(io.BytesIO(photo(64, 48, 3)))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=90, exif=exif, icc_profile=b"an ICC profile, in truth")
+    marked = Image.open(io.BytesIO(jpeg_region.with_restart_markers(buffer.getvalue())))
+    assert marked.getexif()[0x0112] == 6
+    assert marked.info["icc_profile"] == b"an ICC profile, in truth"
+    data = buffer.getvalue()
+    for damaged in (data[: len(data) // 2], b"not a jpeg", b""):
+        with pytest.raises(RecordError):
+            jpeg_region.with_restart_markers(damaged)
 
 
 def photo_db(path: str, db_type: str = "lmdb") -> tuple[str, list[bytes]]:
@@ -203,6 +284,26 @@ def test_every_path_makes_the_same_batches(tmp_path, crop, monkeypatch):
         b"00000002_cut",
         b"00000003_junk",
     }
+
+
+@pytest.mark.parametrize("crop", [RANDOM_RESIZED_CROP, SCALE_CROP])
+def test_a_database_with_restart_markers_gives_the_same_batches(tmp_path, crop):
+    """Its records rewritten as resnet50-db create --restart_markers writes them: the crops,
+    decoded from the MCUs round each box, are the plain database's, bit for bit."""
+    plain, files = photo_db(str(tmp_path / "plain"))
+    marked = write_db(
+        str(tmp_path / "marked"),
+        "lmdb",
+        [
+            (b"%08d" % i, datum_record(i % 3, encoded=jpeg_region.with_restart_markers(data)))
+            for i, data in enumerate(files)
+        ],
+    )
+    items = [[(position, position % len(files)) for position in range(b, b + 12)] for b in (0, 12)]
+    for mine, theirs in zip(
+        batches(records_of(marked, crop), items), batches(records_of(plain, crop), items)
+    ):
+        assert torch.equal(mine.images, theirs.images) and torch.equal(mine.labels, theirs.labels)
 
 
 def test_a_leveldb_gives_the_lmdbs_batches(tmp_path):

@@ -119,6 +119,40 @@ def test_encoded_datum_keeps_the_file_bytes_as_convert_imageset_does(tmp_path):
     assert (tmp_path / "db.labels.txt").read_text() == "0 class_0\n"
 
 
+def test_restart_markers_rewrite_jpegs_losslessly_and_only_jpegs(tmp_path, capsys):
+    """--restart_markers: every JPEG, kept or re-encoded, gets a restart marker after every MCU
+    (DRI of 1) and decodes to the source's pixels; a PNG is stored as it is. With --raw or PNG
+    output it is refused in one line."""
+    images = tmp_path / "images"
+    write_class_folders(str(images), 1, 2, size=40)
+    Image.fromarray(smooth_pixels(24, 30, 3, 5)).save(images / "class_0" / "img_2.png")
+    for flags in ([], ["--shorter_side", "24"]):
+        db = str(tmp_path / f"db{len(flags)}")
+        assert main(["create", str(images), db, "--restart_markers", *flags]) == 0
+        names = ["img_0.jpg", "img_1.jpg", "img_2.png"]
+        for name, (_, value) in zip(names, _stored_values(db, "lmdb")):
+            stored = parse_record(value).encoded
+            source = (images / "class_0" / name).read_bytes()
+            if name.endswith(".png"):
+                assert stored == source
+                continue
+            assert b"\xff\xdd\x00\x04\x00\x01" in stored  # DRI: an interval of 1 MCU
+            expected = Image.open(io.BytesIO(source)).convert("RGB")
+            if flags:  # re-encoded at the new size, then rewritten: Pillow's own re-encode
+                expected = np.asarray(Image.open(io.BytesIO(stored)))
+                assert min(expected.shape[:2]) == 24
+            np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(stored))), expected)
+    capsys.readouterr()
+    for refused, expected in [
+        (["--raw"], "--raw stores none"),
+        (["--encode_type", "png"], "--encode_type png makes none"),
+    ]:
+        with pytest.raises(SystemExit) as caught:
+            main(["create", str(images), str(tmp_path / "no"), "--restart_markers", *refused])
+        assert caught.value.code == 2 and expected in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
 def test_resize_gray_and_reencoding(tmp_path):
     write_class_folders(str(tmp_path / "images"), 1, 2, size=32)
     db = str(tmp_path / "db")

@@ -10,6 +10,11 @@ PyTurboJPEG call TurboJPEG's whole-frame decode (PyTurboJPEG's crop is a lossles
 re-encodes the crop, dearer than the decode it saves); the cropping region of TurboJPEG 3 is not
 in Debian 12's libturbojpeg (2.1); Pillow's draft mode scales but never crops.
 
+A JPEG with a restart marker after every MCU (`resnet50-db create --restart_markers`,
+`with_restart_markers`) is cut down to the MCUs round the box first, so the rows above the box and
+the columns beside it are not even entropy-decoded: the box costs its own area, about 0.6 of a
+whole decode for a random-resized crop instead of 0.8 (BENCHMARKS.md). Same pixels, bit for bit.
+
 Without the compiled module (no compiler or no libjpeg headers where the package was installed)
 the same boxes come from simplejpeg's whole-frame decode: the same pixels, at the old speed.
 """
@@ -22,9 +27,9 @@ from resnet50_trainer.data.formats.images import decode_jpeg_reduced
 from resnet50_trainer.errors import RecordError
 
 try:
-    from resnet50_trainer.data.formats._jpeg_region import decode_region
+    from resnet50_trainer.data.formats._jpeg_region import add_restart_markers, decode_region
 except ImportError:  # setup.py builds it where a compiler and libjpeg's headers are
-    decode_region = None
+    add_restart_markers = decode_region = None
 
 REGION_DECODE = decode_region is not None
 JPEG_END = b"\xff\xd9"  # the EOI marker, where a complete file ends (give or take padding)
@@ -58,3 +63,16 @@ def decode_jpeg_box(
     except ValueError as exc:
         raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
     return pixels
+
+
+def with_restart_markers(jpeg: bytes | memoryview) -> bytes:
+    """The JPEG rewritten losslessly (its DCT coefficients copied, Huffman tables fitted) with a
+    restart marker after every MCU; its EXIF, ICC and comment markers kept. Any decoder makes the
+    same pixels of it. RecordError where libjpeg-turbo finds the file damaged; RuntimeError
+    without the compiled module (REGION_DECODE false)."""
+    if add_restart_markers is None:
+        raise RuntimeError("restart markers need the compiled _jpeg_region module")
+    try:
+        return add_restart_markers(jpeg)
+    except ValueError as exc:
+        raise RecordError(f"cannot rewrite the JPEG ({exc})") from exc

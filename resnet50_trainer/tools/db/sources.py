@@ -15,8 +15,9 @@ from PIL import Image
 
 from resnet50_trainer.data.formats.databases import LMDB
 from resnet50_trainer.data.formats.images import decode_native, encoded_format
+from resnet50_trainer.data.formats.jpeg_region import with_restart_markers
 from resnet50_trainer.data.formats.records import DATUM, Record
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import RecordError, UserError
 
 # Pillow's format names for --encode_type
 _ENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG"}
@@ -61,6 +62,7 @@ class CreateOptions:
     seed: int = 0
     num_workers: int = 1
     overwrite: bool = False
+    restart_markers: bool = False  # JPEGs rewritten losslessly with one after every MCU
     batch_size: int = 1000  # records per commit, as both original tools
 
 
@@ -207,6 +209,21 @@ def _target_size(size: tuple[int, int], options: CreateOptions) -> tuple[int, in
 
 
 def build_record(data: bytes, label: int, options: CreateOptions) -> Record:
+    """The record of one image file's bytes (_build_record), its JPEG given a restart marker after
+    every MCU with --restart_markers: losslessly, so the pixels are the same. A JPEG libjpeg-turbo
+    finds damaged (one Pillow still reads) is kept as it is, which the trainer decodes whole."""
+    record = _build_record(data, label, options)
+    if not options.restart_markers or record.encoded is None:
+        return record
+    if encoded_format(record.encoded) != "JPEG":
+        return record
+    try:
+        return replace(record, encoded=with_restart_markers(record.encoded))
+    except RecordError:
+        return record
+
+
+def _build_record(data: bytes, label: int, options: CreateOptions) -> Record:
     """The record `create` stores for one image file's bytes; RecordError if it is no image.
 
     Pixels are what OpenCV's imread (convert_imageset's reader) gives: 8 bits (records.decode_native
