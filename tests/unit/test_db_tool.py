@@ -16,6 +16,7 @@ from PIL import Image, ImageOps
 from dbfactory import (
     caffe_key,
     datum_record,
+    encode_image,
     make_jpeg,
     random_pixels,
     smooth_pixels,
@@ -151,6 +152,53 @@ def test_restart_markers_rewrite_jpegs_losslessly_and_only_jpegs(tmp_path, capsy
             main(["create", str(images), str(tmp_path / "no"), "--restart_markers", *refused])
         assert caught.value.code == 2 and expected in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_copy_rewrites_only_the_jpegs_and_keeps_every_other_byte(tmp_path, capsys):
+    """copy --restart_markers (to LevelDB here): the same keys in the same order; a Datum's and
+    a TensorProtos' JPEG get restart markers and decode to the same pixels; a PNG, raw pixels
+    and a value that is no record are copied byte for byte."""
+    jpeg, png = make_jpeg(40, 56, seed=1), encode_image(smooth_pixels(20, 24, 3, 2), "PNG")
+    records = [
+        (caffe_key(0, "a.jpg"), datum_record(3, encoded=jpeg)),
+        (caffe_key(1, "b.jpg"), tensorprotos_record(4, encoded=jpeg)),
+        (caffe_key(2, "c.png"), datum_record(5, encoded=png)),
+        (caffe_key(3, "d.raw"), datum_record(6, random_pixels(4, 5))),
+        (caffe_key(4, "e.junk"), b"\x08\x01junk"),
+    ]
+    source = write_db(str(tmp_path / "source"), "lmdb", records)
+    copied = str(tmp_path / "copied")
+    assert main(["copy", source, copied, "--restart_markers", "--db_type", "leveldb"]) == 0
+    assert "copied 5 records" in capsys.readouterr().out
+    stored = _stored_values(copied, "leveldb")
+    assert [key for key, _ in stored] == [key for key, _ in records]
+    for (_, original), (_, value) in zip(records[:2], stored[:2]):
+        before, after = parse_record(original), parse_record(value)
+        assert (after.label, after.format) == (before.label, before.format)
+        assert b"\xff\xdd\x00\x04\x00\x01" in after.encoded
+        np.testing.assert_array_equal(
+            np.asarray(Image.open(io.BytesIO(after.encoded))),
+            np.asarray(Image.open(io.BytesIO(jpeg))),
+        )
+    assert stored[2:] == records[2:]
+    plain = str(tmp_path / "plain")
+    assert main(["copy", copied, plain]) == 0  # the source's type, and no rewriting
+    assert _stored_values(plain, "leveldb") == stored
+
+
+def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
+    source = write_db(
+        str(tmp_path / "source"), "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))]
+    )
+    (tmp_path / "folder").mkdir()
+    for source_path, target, expected in [
+        (source, source, "is the database to copy"),
+        (str(tmp_path / "folder"), str(tmp_path / "x"), "is no LMDB or LevelDB directory"),
+        (source, str(tmp_path / "folder"), "already exists; pass --overwrite"),
+    ]:
+        assert main(["copy", source_path, target]) == 2
+        assert expected in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
 
 
 def test_resize_gray_and_reencoding(tmp_path):

@@ -15,6 +15,7 @@ Layouts (as the original tools write them):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,6 +159,22 @@ def serialize_record(record: Record) -> bytes:
     if record.format == TENSORPROTOS:
         return _tensorprotos_message(record).SerializeToString()
     raise RecordError(f"unknown record format {record.format!r}; use one of {RECORD_FORMATS}")
+
+
+def with_file_rewritten(value: bytes, rewrite: Callable[[bytes], bytes]) -> bytes:
+    """The database value with the image file it holds (an encoded Datum's data, a STRING
+    TensorProtos' string_data[0]) replaced by rewrite(file), every other field as it was; a
+    value holding raw pixels, as it is. RecordError if it is no record (parse_record's)."""
+    record = parse_record(value)
+    if record.encoded is None:
+        return value
+    if record.format == DATUM:
+        datum = protos.Datum.FromString(value)
+        datum.data = rewrite(datum.data)
+        return datum.SerializeToString()
+    tensors = protos.TensorProtos.FromString(value)
+    tensors.protos[0].string_data[0] = rewrite(tensors.protos[0].string_data[0])
+    return tensors.SerializeToString()
 
 
 def _datum_message(record: Record):

@@ -1,4 +1,5 @@
-"""Building an LMDB/LevelDB from images (class folders or a convert_imageset list file).
+"""Building an LMDB/LevelDB from images (class folders or a convert_imageset list file), or from
+another database's records (`copy_database`).
 
 Records are laid out exactly as convert_imageset (Datum) or make_image_db (TensorProtos) write them,
 with the same keys ("%08d_" + relative path, the number being the line's position after shuffling),
@@ -27,8 +28,8 @@ import lmdb
 import plyvel
 from tqdm import tqdm
 
-from resnet50_trainer.data.formats.databases import detect_db_type
-from resnet50_trainer.data.formats.records import serialize_record
+from resnet50_trainer.data.formats.databases import detect_db_type, open_database
+from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.sources import (
@@ -38,12 +39,14 @@ from resnet50_trainer.tools.db.sources import (
     read_class_folders,
     read_list_file,
     read_regular_file,
+    restart_markers_if_jpeg,
     shuffled,
 )
 
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+COPY_CHUNK = 512  # records read from the source at a time: a pool never holds a whole database
 
 
 class CreateInterrupted(BaseException):
@@ -101,11 +104,55 @@ def labels_path_for(db_path: str) -> str:
 def create_database(options: CreateOptions) -> CreateSummary:
     """Build the database described by `options`; UserError for problems the user can fix,
     CreateInterrupted for SIGINT/SIGTERM (the partial database is removed either way)."""
+
+    def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> str | None:
+        tasks, class_names = _tasks(options)  # after the target's check, as a user reads them
+        _write_records(tasks, options, build_path, summary, check_stop)
+        if summary.written == 0:
+            raise UserError(
+                f"none of the {len(tasks)} images could be read (first: "
+                f"{summary.skipped[0][1]}); nothing was written to {summary.db_path}"
+            )
+        return _write_labels(work_dir, class_names) if class_names is not None else None
+
+    return _built_in_place(options, write)
+
+
+def copy_database(source: str, options: CreateOptions) -> CreateSummary:
+    """`source`'s records, in key order under the same keys, into a new database: as they are,
+    or with options.restart_markers each record's JPEG rewritten (restart_markers_if_jpeg), every
+    other field of the record kept. A record that is no record is copied as it is."""
+    source_type = detect_db_type(source)
+    if source_type is None:
+        raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
+    if os.path.realpath(source) == os.path.realpath(options.db_path):
+        raise UserError(f"{source} is the database to copy: write the copy to another path")
+
+    def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> None:
+        convert = _marked_value if options.restart_markers else None
+        with _writing(options, build_path) as writer, open_database(source, source_type) as db:
+            with tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress:
+                with _process_pool(options.num_workers) as mapped:
+                    for chunk in _chunks(db.items(), COPY_CHUNK):
+                        keys = [bytes(key) for key, _ in chunk]
+                        values = [bytes(value) for _, value in chunk]
+                        for key, value in zip(keys, mapped(convert, values) if convert else values):
+                            check_stop()
+                            writer.put(key, value)
+                        progress.update(len(chunk))
+                        summary.written += len(chunk)
+
+    return _built_in_place(options, write)
+
+
+def _built_in_place(options: CreateOptions, write) -> CreateSummary:
+    """The database `write(build_path, work_dir, summary, check_stop)` writes (returning the path
+    of a labels file it wrote in work_dir, or None), built under a temporary name beside the
+    target and renamed into place complete; removed on any failure or stop signal."""
     target = os.path.normpath(options.db_path)
     _check_target(target, options.overwrite)
     summary = CreateSummary(db_path=target)
     started = time.perf_counter()
-    tasks, class_names = _tasks(options)
     with _StopOnSignals().installed() as stop:
         work_dir = tempfile.mkdtemp(
             prefix=f".{os.path.basename(target)}.partial-",
@@ -113,13 +160,7 @@ def create_database(options: CreateOptions) -> CreateSummary:
         )
         try:
             build_path = os.path.join(work_dir, "db")
-            _write_records(tasks, options, build_path, summary, stop.check)
-            if summary.written == 0:
-                raise UserError(
-                    f"none of the {len(tasks)} images could be read (first: "
-                    f"{summary.skipped[0][1]}); nothing was written to {target}"
-                )
-            labels = _write_labels(work_dir, class_names) if class_names is not None else None
+            labels = write(build_path, work_dir, summary, stop.check)
             stop.check()  # the last moment to stop: what follows puts the database in place
             _install(build_path, target, work_dir)
             if labels is not None:
@@ -130,6 +171,24 @@ def create_database(options: CreateOptions) -> CreateSummary:
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _marked_value(value: bytes) -> bytes:
+    try:
+        return with_file_rewritten(value, restart_markers_if_jpeg)
+    except RecordError:
+        return value  # no record: copied as it is, for the trainer to count as it did
+
+
+def _chunks(items, size: int):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _tasks(options: CreateOptions) -> tuple[list[ImageTask], list[str] | None]:
@@ -169,21 +228,29 @@ def _write_records(
     check_stop: Callable[[], None],
 ) -> None:
     convert = partial(_convert_task, options=options)
+    with (
+        _writing(options, build_path) as writer,
+        tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress,
+        _process_pool(options.num_workers) as mapped,
+    ):
+        for task, outcome in zip(tasks, mapped(convert, tasks)):
+            check_stop()
+            progress.update()
+            if isinstance(outcome, str):
+                log.warning("skipped %s: %s", task.path, outcome)
+                summary.skipped.append((task.path, outcome))
+                continue
+            writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
+            summary.written += 1
+
+
+@contextmanager
+def _writing(options: CreateOptions, build_path: str):
+    """The new database's writer; a full disk or a vanished directory is a UserError."""
     try:
-        with (
-            open_writer(build_path, options.db_type, options.batch_size) as writer,
-            tqdm(total=len(tasks), unit="img", desc="create", disable=None) as progress,
-        ):
-            for task, outcome in _imap(convert, tasks, options.num_workers):
-                check_stop()
-                progress.update()
-                if isinstance(outcome, str):
-                    log.warning("skipped %s: %s", task.path, outcome)
-                    summary.skipped.append((task.path, outcome))
-                    continue
-                writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
-                summary.written += 1
-    except (OSError, lmdb.Error, plyvel.Error) as exc:  # a full disk, a vanished directory
+        with open_writer(build_path, options.db_type, options.batch_size) as writer:
+            yield writer
+    except (OSError, lmdb.Error, plyvel.Error) as exc:
         # LMDB reports a full disk as an I/O error: the free space tells the two apart.
         raise UserError(
             f"cannot write the database beside {options.db_path} "
@@ -201,11 +268,12 @@ def _free_space(path: str) -> str:
     return f"{free / 2**20:.1f} MiB"
 
 
-def _imap(function, tasks: list[ImageTask], num_workers: int):
-    """(task, function(task)) in task order, computed by a pool of processes when asked."""
+@contextmanager
+def _process_pool(num_workers: int):
+    """mapped(function, items): function over a list, in order, computed by a pool of processes
+    when asked (stopped at once if the block ends by an exception or a signal)."""
     if num_workers <= 1:
-        for task in tasks:
-            yield task, function(task)
+        yield lambda function, items: map(function, items)
         return
     # Forked workers inherit our handlers, which only record a signal: a worker that got the
     # pool's SIGTERM before _worker_signals ran would live on, and the pool's join hang. So they
@@ -215,7 +283,7 @@ def _imap(function, tasks: list[ImageTask], num_workers: int):
     try:
         pool = multiprocessing.Pool(num_workers, initializer=_worker_signals)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        yield from zip(tasks, pool.imap(function, tasks, chunksize=8))
+        yield lambda function, items: pool.imap(function, items, chunksize=8)
         pool.close()  # all done: the workers exit by themselves
         pool.join()
     finally:

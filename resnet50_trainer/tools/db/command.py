@@ -11,15 +11,15 @@ import logging
 
 from resnet50_trainer.config.parsing import add_version_flag
 from resnet50_trainer.errors import run_command
-from resnet50_trainer.tools.db import bench, create, dump, inspect
+from resnet50_trainer.tools.db import bench, copy, create, dump, inspect
 
-SUBCOMMANDS = (create, inspect, dump, bench)
+SUBCOMMANDS = (create, copy, inspect, dump, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="resnet50-db",
-        description="Create, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
+        description="Create, copy, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
         "Caffe2 TensorProtos image records.",
     )
     add_version_flag(parser)

@@ -215,12 +215,16 @@ def build_record(data: bytes, label: int, options: CreateOptions) -> Record:
     record = _build_record(data, label, options)
     if not options.restart_markers or record.encoded is None:
         return record
-    if encoded_format(record.encoded) != "JPEG":
-        return record
+    return replace(record, encoded=restart_markers_if_jpeg(bytes(record.encoded)))
+
+
+def restart_markers_if_jpeg(file: bytes) -> bytes:
+    """A JPEG rewritten with a restart marker after every MCU (losslessly); anything else, and a
+    JPEG libjpeg-turbo finds damaged, as it is."""
     try:
-        return replace(record, encoded=with_restart_markers(record.encoded))
+        return with_restart_markers(file) if encoded_format(file) == "JPEG" else file
     except RecordError:
-        return record
+        return file
 
 
 def _build_record(data: bytes, label: int, options: CreateOptions) -> Record:

@@ -1,0 +1,79 @@
+"""`resnet50-db copy`: a database's records into a new one, under the same keys: to another
+backend (LMDB <-> LevelDB), or with `--restart_markers` their JPEGs rewritten losslessly with a
+restart marker after every MCU, which the trainer's decoder uses to decode only a crop's part
+(docs/data.md). The copy is built beside the target and put in place only when complete."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from resnet50_trainer.data.formats.databases import DB_TYPES, detect_db_type
+from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
+from resnet50_trainer.tools.db.build import CreateInterrupted, copy_database
+from resnet50_trainer.tools.db.sources import CreateOptions
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "copy",
+        help="copy a database, to the other backend or with restart markers in its JPEGs",
+        description="SOURCE is an LMDB or LevelDB directory; its records are written to DB "
+        "under the same keys, their other fields unchanged.",
+    )
+    parser.add_argument("source", metavar="SOURCE")
+    parser.add_argument("db_path", metavar="DB")
+    parser.add_argument("--db_type", choices=DB_TYPES, help="the copy's (default: SOURCE's)")
+    parser.add_argument(
+        "--restart_markers",
+        action="store_true",
+        help="rewrite JPEGs losslessly with a restart marker after every MCU (as create's)",
+    )
+    parser.add_argument("--num_workers", type=int, default=1, help="rewriting processes")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing DB")
+    parser.set_defaults(run=lambda args: run(args.source, options_from_args(parser, args)))
+
+
+def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CreateOptions:
+    if args.num_workers < 1:
+        parser.error("--num_workers must be at least 1")
+    if args.restart_markers and not REGION_DECODE:
+        parser.error(
+            "--restart_markers needs the compiled region decoder, which this installation lacks "
+            "(no compiler or libjpeg headers when it was installed): run scripts/setup.sh"
+        )
+    db_type = args.db_type or detect_db_type(args.source) or "lmdb"
+    return CreateOptions(
+        db_path=args.db_path,
+        db_type=db_type,
+        restart_markers=args.restart_markers,
+        num_workers=args.num_workers,
+        overwrite=args.overwrite,
+    )
+
+
+def run(source: str, options: CreateOptions) -> int:
+    try:
+        summary = copy_database(source, options)
+    except CreateInterrupted as stop:
+        print(
+            f"resnet50-db copy: error: stopped by {stop}; removed the partial copy, nothing was "
+            f"written to {os.path.normpath(options.db_path)}",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
+    rewritten = ", JPEGs with restart markers" if options.restart_markers else ""
+    print(
+        f"copied {summary.written} records to {summary.db_path} ({options.db_type}{rewritten}) "
+        f"in {summary.seconds:.1f} s"
+    )
+    if summary.stopped_by is not None:
+        print(
+            f"resnet50-db copy: stopped by {signal.Signals(summary.stopped_by).name} once the "
+            "copy was complete; it is in place",
+            file=sys.stderr,
+        )
+        return 128 + summary.stopped_by
+    return 0
