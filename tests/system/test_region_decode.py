@@ -130,6 +130,7 @@ def test_the_region_decoder_refuses_what_it_cannot_do():
         ((1, 0, 0, 0, 8, 3), "box"),
         ((1, 41, 0, 8, 8, 3), "outside"),
         ((2, 0, 0, 48, 32, 3), "outside"),  # the image is 24 x 16 at half scale
+        ((8, 2**31 - 2, 0, 5, 1, 3), "outside any JPEG"),  # no int overflow on the way
     ]:
         with pytest.raises(ValueError, match=message):
             decode(data, *arguments, out)

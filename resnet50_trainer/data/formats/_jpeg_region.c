@@ -53,6 +53,7 @@ typedef struct {
  * one call (fancy upsampling makes two rows at once; one of them is kept aside); 16 rows cost what
  * the whole frame does (BENCHMARKS.md, scripts/libjpeg_rows.c). */
 enum { BLOCK_ROWS = 16 };
+enum { MAX_SIDE = 65535 }; /* a JPEG frame's largest width or height */
 
 /* 0 on success, else errors->message says why. Runs without the GIL: touches no Python object. */
 static int decode(const unsigned char *data, unsigned long size, Box box, unsigned char *out,
@@ -60,6 +61,7 @@ static int decode(const unsigned char *data, unsigned long size, Box box, unsign
     struct jpeg_decompress_struct info;
     unsigned char *volatile block = NULL;
     int failed = 0;
+    memset(&info, 0, sizeof(info)); /* jpeg_destroy_decompress is safe on it if never created */
     info.err = jpeg_std_error(&errors->manager);
     errors->manager.error_exit = on_error;
     errors->manager.emit_message = on_message;
@@ -94,7 +96,12 @@ static int decode(const unsigned char *data, unsigned long size, Box box, unsign
     JDIMENSION first_column = (JDIMENSION)(box.left > 0 ? box.left - 1 : 0);
     JDIMENSION end = (JDIMENSION)(box.left + box.width);
     JDIMENSION columns = (end < info.output_width ? end + 1 : end) - first_column;
-    jpeg_crop_scanline(&info, &first_column, &columns);
+    if (info.max_h_samp_factor <= 2 && info.max_v_samp_factor <= 2) {
+        jpeg_crop_scanline(&info, &first_column, &columns);
+    } else { /* see restart_layout: whole rows, as a full decode makes them */
+        first_column = 0;
+        columns = info.output_width;
+    }
     size_t row_bytes = (size_t)box.width * (size_t)box.channels;
     size_t skip_bytes = (size_t)(box.left - (int)first_column) * (size_t)box.channels;
     size_t block_row_bytes = (size_t)columns * (size_t)info.output_components;
@@ -212,6 +219,11 @@ static int restart_layout(const unsigned char *data, size_t size, Layout *layout
         }
         at += 2 + length;
     }
+    /* Chroma sampled 4 times (4:1:1, 4x2): libjpeg-turbo 2.1's jpeg_crop_scanline miscomputes
+     * such components' widths at reduced scales; decoded as before, whole rows. */
+    if (max_h > 2 || max_v > 2) {
+        return 0;
+    }
     int one = components == 1;
     layout->mcu_width = 8 * (one ? 1 : (unsigned)max_h);
     layout->mcu_height = 8 * (one ? 1 : (unsigned)max_v);
@@ -313,6 +325,9 @@ static unsigned char *restart_window(const unsigned char *data, size_t size, Box
     }
     size_t per_row = columns / layout.interval;
     size_t last = (size_t)(end_row - 1) * per_row + (end_column / layout.interval) - 1;
+    if (last > (size - layout.scan) / 2) {
+        return NULL; /* more intervals than the data could hold (a marker is 2 bytes) */
+    }
     size_t *starts = malloc(2 * (last + 2) * sizeof(size_t));
     unsigned char *window = NULL;
     if (starts == NULL) {
@@ -383,6 +398,9 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         refusal = "channels must be 1 or 3";
     } else if (box.left < 0 || box.top < 0 || box.width <= 0 || box.height <= 0) {
         refusal = "the box must have a non-negative corner and a positive size";
+    } else if ((long long)box.left + box.width > MAX_SIDE ||
+               (long long)box.top + box.height > MAX_SIDE) {
+        refusal = "the box lies outside any JPEG (65535 pixels a side at most)";
     } else if (out.len < (Py_ssize_t)box.width * box.height * box.channels) {
         refusal = "the output buffer is smaller than the box";
     } else if (!PyBuffer_IsContiguous(&out, 'C')) {
@@ -471,11 +489,12 @@ static PyObject *add_restart_markers(PyObject *self, PyObject *args) {
         return NULL;
     }
     Errors errors;
-    /* libjpeg's memory destination frees a buffer it outgrows and names the new one only when
-     * the image is finished: after an error the caller's pointer may be freed already. So the
-     * buffer is ours, twice the file (the copied coefficients, their Huffman codes fitted, take
-     * about the file's size), and never outgrown in practice; if it were, libjpeg's larger one
-     * is freed too on success, and leaks after an error. */
+    /* libjpeg's memory destination, outgrowing a buffer, moves to one of its own (freeing its
+     * own earlier ones, never the caller's) and names it in `out` only when the image is
+     * finished: so the first buffer is ours, freed here, and libjpeg's last one too where it
+     * named one (a finished image, warnings or not). After an error mid-image a buffer of
+     * libjpeg's own may leak; twice the file is rarely outgrown (photographs grow about 2%, flat
+     * images several times: each MCU's marker outweighs its few bits of data). */
     unsigned long capacity = 2 * (unsigned long)data.len + 65536;
     unsigned char *buffer = malloc(capacity), *out = buffer;
     unsigned long out_size = capacity;
@@ -493,9 +512,9 @@ static PyObject *add_restart_markers(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, errors.message);
     } else {
         result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)out_size);
-        if (out != buffer) {
-            free(out);
-        }
+    }
+    if (out != buffer) {
+        free(out);
     }
     free(buffer);
     return result;

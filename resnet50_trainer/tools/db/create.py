@@ -62,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--restart_markers",
         action="store_true",
         help="rewrite JPEGs losslessly with a restart marker after every MCU (same pixels, about "
-        "2%% larger): the trainer then decodes only a crop's part of each (docs/speed.md)",
+        "2%% larger for photographs): the trainer then decodes only a crop's part of each "
+        "(docs/data.md)",
     )
     parser.set_defaults(run=lambda args: run(options_from_args(parser, args)))
 
