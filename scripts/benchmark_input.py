@@ -259,11 +259,11 @@ def main() -> None:
         parser.error("--images must hold the warm-up batch and --batches batches")
     root, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
     print(f"data: {bench_data.describe(root)}; {os.cpu_count()} cores; uptime: {_uptime()}")
+    marked = bench_data.with_restart_markers(root, lmdb) if args.restart_markers else None
     if args.stages:
         import benchmark_stages
 
-        benchmark_stages.report(root, lmdb, args.images)
-    marked = bench_data.with_restart_markers(root, lmdb) if args.restart_markers else None
+        benchmark_stages.report(root, lmdb, args.images, marked[1] if marked else None)
     configs = configurations(args, root, lmdb, marked)
     figures: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     for round_number in range(args.rounds):

@@ -123,7 +123,24 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     return before, after, plan
 
 
-def report(root: str, lmdb: str, images: int) -> None:
+def marked_decode(marked_lmdb: str, keys: list, headers: list, crop: str) -> tuple[float, float]:
+    """(box decode, bare full-frame decode) per image, microseconds, of the same images with
+    restart markers (benchmark_input.py --restart_markers), for the same crop plans."""
+    with open_database(marked_lmdb, "lmdb") as marked:
+        records = [parse_record(marked.get(key)) for key in keys]
+    plans = plans_for(headers, crop)
+    box = per_image_us(
+        lambda: [
+            decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
+            for r, size, p in zip(records, headers, plans)
+        ],
+        len(records),
+    )
+    bare = per_image_us(lambda: [simplejpeg.decode_jpeg(r.encoded) for r in records], len(records))
+    return box, bare
+
+
+def report(root: str, lmdb: str, images: int, marked_lmdb: str | None = None) -> None:
     torch.set_num_threads(1)
     database = open_database(lmdb, "lmdb")
     keys = database.keys()[: images - images % BATCH]
@@ -159,6 +176,14 @@ def report(root: str, lmdb: str, images: int) -> None:
         for side in ("before", "after"):
             total = plan + sum(cost[side] for cost in stages.values())
             print(f"    sum {side}: {total:.0f} ({bare / total:.2f}x bare decode's rate)")
+        if marked_lmdb is not None:
+            box, marked_bare = marked_decode(marked_lmdb, keys, headers, crop)
+            total = plan + sum(cost["after"] for cost in stages.values()) - after["decode"] + box
+            print(
+                f"    with restart markers: decode {box:.0f} (bare full-frame decode of those "
+                f"files {marked_bare:.0f}); sum {total:.0f} ({bare / total:.2f}x bare decode's "
+                f"rate, {marked_bare / total:.2f}x theirs)"
+            )
     database.close()
 
 
