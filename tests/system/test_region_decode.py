@@ -71,22 +71,21 @@ def with_markers(data: bytes, markers: str) -> bytes:
     return buffer.getvalue()
 
 
+# (subsampling, gray, progressive): each without and with restart markers after every MCU; and
+# the intervals some cameras write, on 4:2:0.
+LAYOUTS = [
+    (0, False, False),
+    (1, False, False),
+    (2, False, False),
+    (2, True, False),
+    (1, False, True),
+]
+
+
 @pytest.mark.parametrize(
     "subsampling, gray, progressive, markers",
-    [
-        (0, False, False, ""),
-        (1, False, False, ""),
-        (2, False, False, ""),
-        (2, True, False, ""),
-        (1, False, True, ""),
-        (0, False, False, "every MCU"),
-        (1, False, False, "every MCU"),
-        (2, False, False, "every MCU"),
-        (2, True, False, "every MCU"),
-        (1, False, True, "every MCU"),
-        (2, False, False, "2 MCUs"),
-        (2, False, False, "rows"),
-    ],
+    [(*layout, markers) for markers in ("", "every MCU") for layout in LAYOUTS]
+    + [(2, False, False, "2 MCUs"), (2, False, False, "rows")],
     ids=str,
 )
 def test_a_box_decodes_to_the_whole_frames_pixels(subsampling, gray, progressive, markers):

@@ -45,6 +45,15 @@ static void on_message(j_common_ptr info, int level) {
     }
 }
 
+/* libjpeg's error manager made strict: errors jump to errors->escape, warnings are kept. */
+static struct jpeg_error_mgr *strict(Errors *errors) {
+    struct jpeg_error_mgr *manager = jpeg_std_error(&errors->manager);
+    manager->error_exit = on_error;
+    manager->emit_message = on_message;
+    errors->warned = 0;
+    return manager;
+}
+
 typedef struct {
     int reduction, left, top, width, height, channels;
 } Box;
@@ -62,10 +71,7 @@ static int decode(const unsigned char *data, unsigned long size, Box box, unsign
     unsigned char *volatile block = NULL;
     int failed = 0;
     memset(&info, 0, sizeof(info)); /* jpeg_destroy_decompress is safe on it if never created */
-    info.err = jpeg_std_error(&errors->manager);
-    errors->manager.error_exit = on_error;
-    errors->manager.emit_message = on_message;
-    errors->warned = 0;
+    info.err = strict(errors);
     if (setjmp(errors->escape)) {
         failed = 1;
         goto done;
@@ -446,11 +452,7 @@ static int with_restart_markers(const unsigned char *data, unsigned long size,
     int failed = 0;
     memset(&source, 0, sizeof(source)); /* jpeg_destroy_* is safe on a struct never created */
     memset(&target, 0, sizeof(target));
-    source.err = jpeg_std_error(&errors->manager);
-    target.err = &errors->manager;
-    errors->manager.error_exit = on_error;
-    errors->manager.emit_message = on_message;
-    errors->warned = 0;
+    source.err = target.err = strict(errors);
     if (setjmp(errors->escape)) {
         failed = 1;
         goto done;

@@ -6,13 +6,12 @@ restart marker after every MCU, which the trainer's decoder uses to decode only 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
+from functools import partial
 
 from resnet50_trainer.data.formats.databases import DB_TYPES, detect_db_type
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
-from resnet50_trainer.tools.db.build import CreateInterrupted, copy_database
+from resnet50_trainer.tools.db.build import CreateSummary, copy_database
+from resnet50_trainer.tools.db.create import run_build
 from resnet50_trainer.tools.db.sources import CreateOptions
 
 
@@ -55,25 +54,12 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def run(source: str, options: CreateOptions) -> int:
-    try:
-        summary = copy_database(source, options)
-    except CreateInterrupted as stop:
-        print(
-            f"resnet50-db copy: error: stopped by {stop}; removed the partial copy, nothing was "
-            f"written to {os.path.normpath(options.db_path)}",
-            file=sys.stderr,
-        )
-        return 128 + stop.signum
+    return run_build("resnet50-db copy", "copy", options, partial(copy_database, source), _report)
+
+
+def _report(summary: CreateSummary, options: CreateOptions) -> None:
     rewritten = ", JPEGs with restart markers" if options.restart_markers else ""
     print(
         f"copied {summary.written} records to {summary.db_path} ({options.db_type}{rewritten}) "
         f"in {summary.seconds:.1f} s"
     )
-    if summary.stopped_by is not None:
-        print(
-            f"resnet50-db copy: stopped by {signal.Signals(summary.stopped_by).name} once the "
-            "copy was complete; it is in place",
-            file=sys.stderr,
-        )
-        return 128 + summary.stopped_by
-    return 0

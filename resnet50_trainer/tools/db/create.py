@@ -7,12 +7,13 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 
 from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
-from resnet50_trainer.tools.db.build import CreateInterrupted, create_database
+from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
 
 
@@ -107,15 +108,10 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def run(options: CreateOptions) -> int:
-    try:
-        summary = create_database(options)
-    except CreateInterrupted as stop:
-        print(
-            f"resnet50-db create: error: stopped by {stop}; removed the partial database, "
-            f"nothing was written to {os.path.normpath(options.db_path)}",
-            file=sys.stderr,
-        )
-        return 128 + stop.signum
+    return run_build("resnet50-db create", "database", options, create_database, _report)
+
+
+def _report(summary: CreateSummary, options: CreateOptions) -> None:
     rate = summary.written / summary.seconds if summary.seconds else 0.0
     print(
         f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
@@ -126,10 +122,31 @@ def run(options: CreateOptions) -> int:
         print(f"skipped {len(summary.skipped)} files (named above)")
     if summary.labels_path:
         print(f"labels: {summary.labels_path}")
+
+
+def run_build(
+    command: str,
+    what: str,
+    options: CreateOptions,
+    build: Callable[[CreateOptions], CreateSummary],
+    report: Callable[[CreateSummary, CreateOptions], None],
+) -> int:
+    """build(options), reported; a stop signal before the database is in place removes it
+    (exit 128 + the signal), one after it leaves it in place and says so."""
+    try:
+        summary = build(options)
+    except CreateInterrupted as stop:
+        print(
+            f"{command}: error: stopped by {stop}; removed the partial {what}, nothing was "
+            f"written to {os.path.normpath(options.db_path)}",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
+    report(summary, options)
     if summary.stopped_by is not None:
         print(
-            f"resnet50-db create: stopped by {signal.Signals(summary.stopped_by).name} once the "
-            "database was complete; it is in place",
+            f"{command}: stopped by {signal.Signals(summary.stopped_by).name} once the {what} "
+            "was complete; it is in place",
             file=sys.stderr,
         )
         return 128 + summary.stopped_by
