@@ -94,6 +94,7 @@ PIXELS = Number(int, 32, 8192)  # below 32, ResNet's five stride-2 stages leave 
 BATCH_SIZE = Number(int, 1, 1_000_000)
 NUM_LABELS = Number(int, 1, 1_000_000)
 INPUT_WORKERS = Number(int, 0, 128)
+BUILD_WORKERS = Number(int, 1, 128)  # resnet50-db create's and copy's processes
 SEED = Number(int, 0, 2**64 - 1)  # what torch.manual_seed takes
 
 

@@ -198,6 +198,12 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
     ]:
         assert main(["copy", source_path, target]) == 2
         assert expected in capsys.readouterr().err
+    for command in (["copy", source], ["create", str(tmp_path / "folder")]):
+        for workers in ("0", "129", "99999999999999999999"):  # not a fork bomb
+            with pytest.raises(SystemExit) as caught:
+                main([*command, str(tmp_path / "x"), "--num_workers", workers])
+            assert caught.value.code == 2
+            assert "use an integer from 1 to 128" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.databases import DB_TYPES, detect_db_type
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.tools.db.build import CreateSummary, copy_database
@@ -30,14 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="rewrite JPEGs losslessly with a restart marker after every MCU (as create's)",
     )
-    parser.add_argument("--num_workers", type=int, default=1, help="rewriting processes")
+    parser.add_argument("--num_workers", type=BUILD_WORKERS, default=1, help="rewriting processes")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DB")
     parser.set_defaults(run=lambda args: run(args.source, options_from_args(parser, args)))
 
 
 def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CreateOptions:
-    if args.num_workers < 1:
-        parser.error("--num_workers must be at least 1")
     if args.restart_markers and not REGION_DECODE:
         parser.error(
             "--restart_markers needs the compiled region decoder, which this installation lacks "

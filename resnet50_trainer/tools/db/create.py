@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 
+from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gray", action="store_true", help="store one-channel images")
     parser.add_argument("--shuffle", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="seed of --shuffle")
-    parser.add_argument("--num_workers", type=int, default=1, help="decoding processes")
+    parser.add_argument("--num_workers", type=BUILD_WORKERS, default=1, help="decoding processes")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DB")
     parser.add_argument(
         "--restart_markers",
@@ -88,8 +89,6 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error("resize sizes must be positive")
     if not 1 <= args.quality <= 100:
         parser.error("--quality must be within 1..100")
-    if args.num_workers < 1:
-        parser.error("--num_workers must be at least 1")
     if args.restart_markers and not args.encoded:
         parser.error("--restart_markers rewrites JPEG files: --raw stores none; leave one out")
     if args.restart_markers and args.encode_type == "png":
