@@ -142,9 +142,8 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
     has run out, so SIGABRT there is a lost peer, named where it was one of this machine's."""
     rank = config.shard_id * config.processes_per_machine + failure.error_index
     who = f"training process of rank {rank} (pid {failure.error_pid})"
-    resume = "resume it with --load_model_path " + config.checkpoint_dir
     if failure.signal_name != "SIGABRT" or config.use_cpu:
-        return f"{who} was killed by {failure.signal_name}; the run stopped: {resume}"
+        return f"{who} was killed by {failure.signal_name}; the run stopped: {_again(config)}"
     gone = [
         config.shard_id * config.processes_per_machine + index
         for index, process in enumerate(processes)
@@ -216,10 +215,14 @@ def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Ite
 
 
 def _cannot_go_on(config: Config) -> str:
-    return (
-        "the run cannot go on without every process: resume it with --load_model_path "
-        + config.checkpoint_dir
-    )
+    return f"the run cannot go on without every process: {_again(config)}"
+
+
+def _again(config: Config) -> str:
+    """How to go on: a training run resumes; --test_only, which writes nothing, starts again."""
+    if config.test_only:
+        return "run the same command again to score the checkpoint"
+    return "resume it with --load_model_path " + config.checkpoint_dir
 
 
 def _run_spawned(

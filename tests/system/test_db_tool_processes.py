@@ -121,7 +121,8 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "signum, workers", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2")]
+    "signum, workers",
+    [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2"), (signal.SIGHUP, "2")],
 )
 def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
     """Deterministically mid-write: every missing file in the list is named on stderr, which the

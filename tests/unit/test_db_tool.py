@@ -27,7 +27,10 @@ from dbfactory import (
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.tools.db.build import _built_in_place
 from resnet50_trainer.tools.db.command import main
+from resnet50_trainer.tools.db.sources import CreateOptions
 from trainer_runs import REPOSITORY
 
 SAMPLE_DATA = os.path.join(REPOSITORY, "sample_data")
@@ -205,6 +208,56 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
             assert caught.value.code == 2
             assert "use an integer from 1 to 128" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
+
+
+def test_overwrite_replaces_only_a_directory_holding_nothing_but_a_database(tmp_path, capsys):
+    """A folder with a database's file name in it and anything else (a project, the source of
+    the copy itself) is refused with --overwrite, and left as it was; a database alone is
+    replaced."""
+    write_class_folders(str(tmp_path / "images"), 1, 1)
+    source = write_db(
+        str(tmp_path / "source"), "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))]
+    )
+    for db_file in ("data.mdb", "CURRENT"):
+        project = tmp_path / f"project_{db_file}"
+        (project / "sub").mkdir(parents=True)
+        (project / db_file).write_bytes(b"")
+        (project / "thesis.txt").write_text("important")
+        for command in (["copy", source], ["create", str(tmp_path / "images")]):
+            assert main([*command, str(project), "--overwrite"]) == 2
+            assert "holding nothing else; refusing to overwrite it" in capsys.readouterr().err
+        assert sorted(os.listdir(project)) == sorted([db_file, "sub", "thesis.txt"])
+    nested = str(tmp_path / "source" / "inner")
+    assert main(["copy", source, nested]) == 0  # a copy inside the source's folder
+    assert main(["copy", nested, source, "--overwrite"]) == 2  # would remove its own source
+    assert os.path.isdir(nested)
+    copied = str(tmp_path / "copied")
+    assert main(["copy", source, copied]) == 0
+    assert main(["copy", nested, copied, "--overwrite"]) == 0  # a database alone: replaced
+
+
+def test_a_target_that_appears_while_the_database_is_built_is_kept(tmp_path):
+    """Checked again just before the finished database is put in place: whatever another
+    process put at the target meanwhile stays, and the build is refused (no --overwrite)."""
+    target = tmp_path / "db"
+
+    def write(build_path: str, work_dir: str, summary, check_stop) -> None:
+        write_db(build_path, "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))])
+        target.mkdir()  # another run, or a user, puts something there meanwhile
+        (target / "notes.txt").write_text("precious")
+
+    with pytest.raises(UserError, match="already exists; pass --overwrite"):
+        _built_in_place(CreateOptions(db_path=str(target)), write)
+    assert os.listdir(target) == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["db"]  # the finished one removed, nothing else
+
+
+def test_copy_brings_the_labels_file_along(tmp_path, capsys):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    assert main(["create", str(tmp_path / "images"), str(tmp_path / "db")]) == 0
+    assert main(["copy", str(tmp_path / "db"), str(tmp_path / "copy"), "--restart_markers"]) == 0
+    assert f"labels: {tmp_path / 'copy.labels.txt'}" in capsys.readouterr().out
+    assert (tmp_path / "copy.labels.txt").read_text() == "0 class_0\n1 class_1\n"
 
 
 def test_resize_gray_and_reencoding(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing.util
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -37,6 +38,26 @@ def detect_db_type(path: str) -> str | None:
     if os.path.isfile(os.path.join(path, "CURRENT")):
         return LEVELDB
     return None
+
+
+# The files an LMDB or a LevelDB directory holds, and nothing else (a LevelDB's numbered logs,
+# tables and manifests, its lock, info logs and CURRENT, and their temporary files).
+_DB_FILES = re.compile(
+    r"data\.mdb|lock\.mdb"
+    r"|CURRENT|LOCK|LOG|LOG\.old|MANIFEST-\d+|\d+\.(?:log|ldb|sst|dbtmp)"
+)
+
+
+def holds_only_a_database(path: str) -> bool:
+    """Whether directory `path` is a database and holds nothing but its files: what a command
+    may replace (--overwrite) without destroying anything else."""
+    if detect_db_type(path) is None:
+        return False
+    with os.scandir(path) as entries:
+        return all(
+            entry.is_file(follow_symlinks=False) and _DB_FILES.fullmatch(entry.name)
+            for entry in entries
+        )
 
 
 def check_database_path(path: str, db_type: str) -> None:

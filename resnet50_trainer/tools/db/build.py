@@ -28,7 +28,11 @@ import lmdb
 import plyvel
 from tqdm import tqdm
 
-from resnet50_trainer.data.formats.databases import detect_db_type, open_database
+from resnet50_trainer.data.formats.databases import (
+    detect_db_type,
+    holds_only_a_database,
+    open_database,
+)
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import RecordError, UserError
@@ -45,7 +49,8 @@ from resnet50_trainer.tools.db.sources import (
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Ctrl-C, a scheduler's or kill's stop, a closed terminal or ssh session, Slurm's early warning.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 COPY_CHUNK = 512  # records read from the source at a time: a pool never holds a whole database
 
 
@@ -69,7 +74,7 @@ class CreateSummary:
 
 
 class _StopOnSignals:
-    """Records SIGINT and SIGTERM; the build calls check() between records, which raises
+    """Records STOP_SIGNALS; the build calls check() between records, which raises
     CreateInterrupted. The handler itself never raises: Python may run it inside code that
     swallows exceptions (an at-fork hook, a finalizer) or that must not be cut short (putting the
     finished database in place, removing the partial one)."""
@@ -128,7 +133,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
     if os.path.realpath(source) == os.path.realpath(options.db_path):
         raise UserError(f"{source} is the database to copy: write the copy to another path")
 
-    def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> None:
+    def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> str | None:
         convert = _marked_value if options.restart_markers else None
         with _writing(options, build_path) as writer, open_database(source, source_type) as db:
             with tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress:
@@ -141,6 +146,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
                             writer.put(key, value)
                         progress.update(len(chunk))
                         summary.written += len(chunk)
+        return _copied_labels(source, work_dir)
 
     return _built_in_place(options, write)
 
@@ -162,6 +168,7 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
             build_path = os.path.join(work_dir, "db")
             labels = write(build_path, work_dir, summary, stop.check)
             stop.check()  # the last moment to stop: what follows puts the database in place
+            _check_target(target, options.overwrite)  # what appeared there meanwhile stays
             _install(build_path, target, work_dir)
             if labels is not None:
                 summary.labels_path = labels_path_for(target)
@@ -171,6 +178,23 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _copied_labels(source: str, work_dir: str) -> str | None:
+    """A copy of the source's labels file (create's DB.labels.txt), if it has one, in the work
+    directory, to be put beside the copy."""
+    labels = labels_path_for(source)
+    if not os.path.isfile(labels):
+        return None
+    copied = os.path.join(work_dir, "labels.txt")
+    try:
+        shutil.copyfile(labels, copied)
+    except OSError as exc:
+        raise UserError(
+            f"cannot copy {labels} beside {work_dir} ({exc.strerror}); free some space or "
+            "choose another path; nothing was written"
+        ) from exc
+    return copied
 
 
 def _marked_value(value: bytes) -> bytes:
@@ -213,10 +237,10 @@ def _check_target(target: str, overwrite: bool) -> None:
         raise UserError(
             f"{target} already exists; pass --overwrite to replace it or choose another path"
         )
-    if not os.path.isdir(target) or detect_db_type(target) is None:
+    if not os.path.isdir(target) or not holds_only_a_database(target):
         raise UserError(
-            f"{target} exists and is not an LMDB/LevelDB directory; refusing to "
-            "overwrite it, choose another path"
+            f"{target} exists and is not an LMDB/LevelDB directory holding nothing else; "
+            "refusing to overwrite it, choose another path"
         )
 
 
@@ -293,10 +317,10 @@ def _process_pool(num_workers: int):
 
 
 def _worker_signals() -> None:
-    """Workers leave SIGINT (sent to the whole terminal group) to the main process, which stops
-    them, and die on SIGTERM, which is how the pool stops them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    """Workers leave SIGINT and SIGHUP (sent to the whole terminal group) and SIGUSR1 to the main
+    process, which stops them, and die on SIGTERM, which is how the pool stops them."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 

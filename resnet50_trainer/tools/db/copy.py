@@ -62,3 +62,5 @@ def _report(summary: CreateSummary, options: CreateOptions) -> None:
         f"copied {summary.written} records to {summary.db_path} ({options.db_type}{rewritten}) "
         f"in {summary.seconds:.1f} s"
     )
+    if summary.labels_path:
+        print(f"labels: {summary.labels_path}")
