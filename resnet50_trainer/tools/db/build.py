@@ -138,7 +138,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         with _writing(options, build_path) as writer, open_database(source, source_type) as db:
             with tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress:
                 with _process_pool(options.num_workers) as mapped:
-                    for chunk in _chunks(db.items(), COPY_CHUNK):
+                    for chunk in _chunks(_read_source(db, source), COPY_CHUNK):
                         keys = [bytes(key) for key, _ in chunk]
                         values = [bytes(value) for _, value in chunk]
                         for key, value in zip(keys, mapped(convert, values) if convert else values):
@@ -178,6 +178,17 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _read_source(db, source: str):
+    """The source's records; its read errors named as the source's (not the copy's writes)."""
+    try:
+        yield from db.items()
+    except (lmdb.Error, plyvel.Error) as exc:
+        raise UserError(
+            f"cannot read {source} ({exc}); if another process is writing to it, copy it once "
+            "nothing does; nothing was written"
+        ) from exc
 
 
 def _copied_labels(source: str, work_dir: str) -> str | None:
