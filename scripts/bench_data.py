@@ -131,9 +131,9 @@ def build(out_dir: str, count: int, seed: int = 0, photos: str = "") -> tuple[st
 def with_restart_markers(folders: str, lmdb_path: str) -> tuple[str, str]:
     """(folder root, LMDB path) of the set's copy (`<name>_markers`, beside it, made once) whose
     JPEGs carry a restart marker after every MCU, losslessly."""
-    from resnet50_trainer.data.formats.databases import open_database
     from resnet50_trainer.data.formats.jpeg_region import with_restart_markers as rewrite
-    from resnet50_trainer.data.formats.records import parse_record
+    from resnet50_trainer.tools.db.build import copy_database
+    from resnet50_trainer.tools.db.sources import CreateOptions
 
     marked_folders, marked_lmdb = f"{folders}_markers", f"{lmdb_path}_markers"
     if os.path.isdir(marked_folders) and os.path.isdir(marked_lmdb):
@@ -146,12 +146,7 @@ def with_restart_markers(folders: str, lmdb_path: str) -> tuple[str, str]:
                 data = rewrite(file.read())
             with open(os.path.join(target, name), "wb") as file:
                 file.write(data)
-    with open_database(lmdb_path, "lmdb") as source, open_writer(marked_lmdb, "lmdb") as writer:
-        for key, value in source.items():
-            record = parse_record(bytes(value))
-            assert record.encoded is not None  # build() writes encoded records only
-            marked = Record(record.label, rewrite(record.encoded), None, DATUM)
-            writer.put(key, serialize_record(marked))
+    copy_database(lmdb_path, CreateOptions(db_path=marked_lmdb, restart_markers=True))
     return marked_folders, marked_lmdb
 
 

@@ -134,18 +134,23 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         raise UserError(f"{source} is the database to copy: write the copy to another path")
 
     def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> str | None:
-        convert = _marked_value if options.restart_markers else None
-        with _writing(options, build_path) as writer, open_database(source, source_type) as db:
-            with tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress:
-                with _process_pool(options.num_workers) as mapped:
-                    for chunk in _chunks(_read_source(db, source), COPY_CHUNK):
-                        keys = [bytes(key) for key, _ in chunk]
-                        values = [bytes(value) for _, value in chunk]
-                        for key, value in zip(keys, mapped(convert, values) if convert else values):
-                            check_stop()
-                            writer.put(key, value)
-                        progress.update(len(chunk))
-                        summary.written += len(chunk)
+        # Records are only rewritten with --restart_markers: else no worker has anything to do.
+        workers = options.num_workers if options.restart_markers else 1
+        with (
+            _writing(options, build_path) as writer,
+            open_database(source, source_type) as db,
+            tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress,
+            _process_pool(workers) as mapped,
+        ):
+            for chunk in _chunks(_read_source(db, source), COPY_CHUNK):
+                values = [bytes(value) for _, value in chunk]
+                if options.restart_markers:
+                    values = list(mapped(_marked_value, values))
+                for (key, _), value in zip(chunk, values):
+                    check_stop()
+                    writer.put(bytes(key), value)
+                progress.update(len(chunk))
+                summary.written += len(chunk)
         return _copied_labels(source, work_dir)
 
     return _built_in_place(options, write)

@@ -10,9 +10,8 @@ from functools import partial
 
 from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.databases import DB_TYPES, detect_db_type
-from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.tools.db.build import CreateSummary, copy_database
-from resnet50_trainer.tools.db.create import run_build
+from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
 from resnet50_trainer.tools.db.sources import CreateOptions
 
 
@@ -37,11 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CreateOptions:
-    if args.restart_markers and not REGION_DECODE:
-        parser.error(
-            "--restart_markers needs the compiled region decoder, which this installation lacks "
-            "(no compiler or libjpeg headers when it was installed): run scripts/setup.sh"
-        )
+    refuse_markers_without_region_decoder(parser, args)
     db_type = args.db_type or detect_db_type(args.source) or "lmdb"
     return CreateOptions(
         db_path=args.db_path,

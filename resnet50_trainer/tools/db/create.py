@@ -93,17 +93,24 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error("--restart_markers rewrites JPEG files: --raw stores none; leave one out")
     if args.restart_markers and args.encode_type == "png":
         parser.error("--restart_markers rewrites JPEG files: --encode_type png makes none")
-    if args.restart_markers and not REGION_DECODE:
-        parser.error(
-            "--restart_markers needs the compiled region decoder, which this installation lacks "
-            "(no compiler or libjpeg headers when it was installed): run scripts/setup.sh"
-        )
+    refuse_markers_without_region_decoder(parser, args)
     given = {name: value for name, value in vars(args).items() if name in _FLAG_OPTIONS}
     return CreateOptions(
         **given,
         resize=(args.resize_width, args.resize_height) if args.resize_height else None,
         shorter_side=args.shorter_side or None,
     )
+
+
+def refuse_markers_without_region_decoder(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> None:
+    """--restart_markers (create's and copy's) rewrites JPEGs with the compiled module."""
+    if args.restart_markers and not REGION_DECODE:
+        parser.error(
+            "--restart_markers needs the compiled region decoder, which this installation lacks "
+            "(no compiler or libjpeg headers when it was installed): run scripts/setup.sh"
+        )
 
 
 def run(options: CreateOptions) -> int:
