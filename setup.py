@@ -1,6 +1,7 @@
-"""The one compiled module: region-of-interest JPEG decoding against the system libjpeg(-turbo)
-(data/formats/_jpeg_region.c). Optional: without a compiler or libjpeg's headers the package
-installs without it and decodes whole frames (data/formats/jpeg_region.py says which)."""
+"""The compiled modules, both optional: region-of-interest JPEG decoding against the system
+libjpeg(-turbo) (data/formats/_jpeg_region.c; without a compiler or libjpeg's headers whole frames
+are decoded, data/formats/jpeg_region.py says which) and the crops' resize (data/_resample.c;
+without a compiler PyTorch's operator makes the same pixels, data/transforms.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ setup(
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "resnet50_trainer.data._resample",
+            ["resnet50_trainer/data/_resample.c"],
+            # PyTorch's weight expressions, unfused: a fused multiply-add rounds differently.
+            extra_compile_args=["-O2", "-ffp-contract=off"],
+            optional=True,
+        ),
     ]
 )

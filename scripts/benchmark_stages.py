@@ -4,7 +4,7 @@ batch, and the hand-over to the training process (the batch's way into shared me
 is the whole-frame path (full decode, a crop tensor resized and mirrored alone, torch.stack, the
 batch copied into shared memory when an input process hands it over); "after" is the trainer's
 path (data/cpu_decode.py: the box decoded alone, resized into its slot of a batch tensor allocated
-in shared memory, each mirrored one flipped in place). Run by benchmark_input.py --stages, or alone:
+in shared memory, mirrored as it is written). Run by benchmark_input.py --stages, or alone:
 python scripts/benchmark_stages.py [--images 512]
 """
 
@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import numpy as np
 import simplejpeg
 import torch
 
@@ -99,7 +100,11 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     )
     stacked = torch.stack(crops[:BATCH])
     before["hand-over"] = per_image_us(lambda: stacked.clone().share_memory_(), BATCH)
-    slots = torch.empty((count, SIZE, SIZE, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+    slots = np.empty((count, SIZE, SIZE, 3), np.uint8)
+    box_plans = [  # the decoded box is the whole crop
+        transforms.CropPlan((0, 0, b.shape[1], b.shape[0]), p.crop.mirror)
+        for b, p in zip(boxes, plans)
+    ]
     after = {
         "decode": per_image_us(
             lambda: [
@@ -110,14 +115,13 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
         ),
         "resize": per_image_us(
             lambda: [
-                transforms.resize_into(torch.from_numpy(b).permute(2, 0, 1), slots[i])
-                for i, b in enumerate(boxes)
+                transforms.resize_into(b, box_plan, slots[i])
+                for i, (b, box_plan) in enumerate(zip(boxes, box_plans))
             ],
             count,
         ),
     }
-    mirrored = [slots[i] for i, p in enumerate(plans[:BATCH]) if p.crop.mirror]
-    after["batch"] = per_image_us(lambda: [slot.copy_(slot.flip(-1)) for slot in mirrored], BATCH)
+    after["batch"] = 0.0  # the resize writes each crop, mirrored or not, into its slot
     nbytes = BATCH * 3 * SIZE * SIZE
     after["hand-over"] = per_image_us(lambda: torch.UntypedStorage._new_shared(nbytes), BATCH)
     return before, after, plan

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: the system packages the tests run (redis-server, Open MPI's mpirun), a
 # virtual environment in .venv with the pinned torch/torchvision pair and this package installed
-# editable (its one C module built in place).
+# editable (its C modules built in place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # redis-server, mpirun and a one-machine Slurm (with munge) for the multi-machine tests; a C
-# compiler and libjpeg's headers for the region-of-interest JPEG decoder that setup.py builds
-# (optional: without it, whole frames are decoded).
+# compiler and libjpeg's headers for the region-of-interest JPEG decoder and the resampler that
+# setup.py builds (optional: without them, whole frames are decoded and PyTorch resizes).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)

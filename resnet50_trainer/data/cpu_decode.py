@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
@@ -42,8 +43,9 @@ class CpuDecode:
 
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Sample:
         """The record decoded and cropped; RecordError if it cannot be decoded."""
-        image, plan = self._decode(record, key, plan_for)
-        return Sample(transforms.resize_crop(image, plan, self.image_size), record.label, None)
+        pixels, plan = self._decode(record, key, plan_for)
+        crop = transforms.resize_crop(transforms.chw(pixels), plan, self.image_size)
+        return Sample(crop, record.label, None)
 
     def batch(self, fetched: Sequence[Fetched]) -> Batch:
         """The records of a batch (None for one that could not be read), decoded into one batch
@@ -53,25 +55,24 @@ class CpuDecode:
 
     def _batch(self, fetched: Sequence[Fetched]) -> Batch:
         size, channels = self.image_size, self.num_channels
-        images = _batch_tensor((len(fetched), size, size, channels)).permute(0, 3, 1, 2)
+        slots = _batch_tensor((len(fetched), size, size, channels))
+        slot_pixels = slots.numpy()
         labels, failed, bad_keys = [], [], []
         for slot, (record, key, plan_for) in enumerate(fetched):
             try:
                 if record is None:
                     raise RecordError("unreadable")  # already logged by the reader
-                image, plan = self._decode(record, key, plan_for)
+                pixels, plan = self._decode(record, key, plan_for)
             except RecordError as error:
                 log.debug("record %r: %s", key, error)
                 failed.append(True)
                 labels.append(-1)
                 bad_keys.append(key)
                 continue
-            left, top, right, bottom = plan.box
-            transforms.resize_into(image[:, top:bottom, left:right], images[slot])
-            if plan.mirror:  # one slot at a time: a gather of all of them copies 15x as long
-                images[slot].copy_(images[slot].flip(-1))
+            transforms.resize_into(pixels, plan, slot_pixels[slot])
             failed.append(False)
             labels.append(record.label)
+        images = slots.permute(0, 3, 1, 2)
         if not bad_keys:
             return Batch(images, torch.tensor(labels, dtype=torch.int64), bad_keys)
         order = filled_order(failed)
@@ -118,23 +119,23 @@ class CpuDecode:
 
     def _decode(
         self, record: Record, key: bytes, plan_for: transforms.PlanFor
-    ) -> tuple[torch.Tensor, transforms.CropPlan]:
-        """The decoded image (CHW uint8, perhaps only the crop's box) and the crop in its pixels;
+    ) -> tuple[np.ndarray, transforms.CropPlan]:
+        """The decoded image (HWC uint8, perhaps only the crop's box) and the crop in its pixels;
         RecordError if it cannot be decoded."""
         decoded = self._decode_jpeg(record, key, plan_for)
         if decoded is not None:
             return decoded
         # Raw pixels, PNG, CMYK, or a JPEG libjpeg-turbo refused (draft mode): planned for the
         # image as decoded, so a drafted one is cropped in its own pixels.
-        image = transforms.pil_to_chw(
+        pixels = transforms.pil_to_hwc(
             decode_image(record, self.num_channels, draft_size=self.draft_size)
         )
-        return image, plan_for(image.shape[2], image.shape[1], False).crop
+        return pixels, plan_for(pixels.shape[1], pixels.shape[0], False).crop
 
     def _decode_jpeg(
         self, record: Record, key: bytes, plan_for: transforms.PlanFor
-    ) -> tuple[torch.Tensor, transforms.CropPlan] | None:
-        """CHW uint8 of the plan's box of a gray or colour JPEG, DCT-scaled down as far as the plan
+    ) -> tuple[np.ndarray, transforms.CropPlan] | None:
+        """HWC uint8 of the plan's box of a gray or colour JPEG, DCT-scaled down as far as the plan
         allows and decoded alone (jpeg_region), and the crop in its pixels (the whole of it); None
         for anything else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge
         as before."""
@@ -149,9 +150,8 @@ class CpuDecode:
         except RecordError as error:
             log.debug("record %r: %s; trying Pillow", key, error)
             return None
-        image = torch.from_numpy(pixels).permute(2, 0, 1)  # CHW view of HWC memory, as pil_to_chw
         height, width = pixels.shape[:2]
-        return image, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)
+        return pixels, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)
 
 
 @contextlib.contextmanager

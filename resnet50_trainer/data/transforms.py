@@ -25,6 +25,11 @@ from torchvision.transforms.v2 import functional
 
 from resnet50_trainer.data.formats.images import jpeg_reduction
 
+try:
+    from resnet50_trainer.data._resample import resize_box
+except ImportError:  # setup.py builds it where a C compiler is
+    resize_box = None
+
 # torchvision's RandomResizedCrop: boxes drawn this many times before the centre fallback.
 RANDOM_RESIZED_ATTEMPTS = 10
 
@@ -139,24 +144,40 @@ def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
     return functional.horizontal_flip(resized) if plan.mirror else resized
 
 
-def resize_into(image: torch.Tensor, out: torch.Tensor) -> None:
-    """CHW uint8 CPU image -> `out` (C x size x size uint8, e.g. a batch's slot), resized whole
-    with the arithmetic of resize_crop (no mirroring): the batch's tensor is written in place of
-    a crop tensor and its copy. torchvision has no `out`; its interpolate calls this operator,
-    whose out= overload we call (tests/system/test_region_decode.py checks both give the same
-    pixels)."""
+def resize_into(pixels: np.ndarray, plan: CropPlan, out: np.ndarray) -> None:
+    """The plan's crop of HWC uint8 `pixels` into `out` (size x size x C uint8, e.g. a batch's
+    slot), mirrored as planned, with the arithmetic of resize_crop: written in place of a crop
+    tensor and its copy. Our compiled resampler (data/_resample.c) reads the box where it lies
+    and writes the crop mirrored or not; without it, PyTorch's operator (whose out= overload
+    torchvision's interpolate calls) and a flip. tests/system/test_resample.py checks that both
+    give resize_crop's pixels, bit for bit."""
+    left, top, right, bottom = plan.box
+    if resize_box is not None:
+        height, width, channels = pixels.shape
+        source = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
+        size_h, size_w = out.shape[:2]
+        resize_box(source, width, height, channels, *plan.box, out, size_w, size_h, plan.mirror)
+        return
+    image = chw(pixels)[:, top:bottom, left:right]
+    target = chw(out)
     torch.ops.aten._upsample_bilinear2d_aa.out(
-        image.unsqueeze(0), list(out.shape[1:]), False, None, None, out=out.unsqueeze(0)
+        image.unsqueeze(0), list(target.shape[1:]), False, None, None, out=target.unsqueeze(0)
     )
+    if plan.mirror:
+        target.copy_(target.flip(-1))
 
 
-def pil_to_chw(image: Image.Image) -> torch.Tensor:
-    """A Pillow image as a CHW uint8 view of one copy of its pixels (channels-last in memory,
-    which is the layout PyTorch's fast uint8 resize wants)."""
-    pixels = np.array(image)  # a writable copy: torch refuses to wrap read-only memory
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
+def chw(pixels: np.ndarray) -> torch.Tensor:
+    """HWC pixels as a CHW tensor viewing the same memory (channels-last: the layout PyTorch's
+    fast uint8 resize wants)."""
     return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def pil_to_hwc(image: Image.Image) -> np.ndarray:
+    """A Pillow image's pixels, HWC uint8, a writable copy (torch refuses to wrap read-only
+    memory)."""
+    pixels = np.array(image)
+    return pixels[:, :, None] if pixels.ndim == 2 else pixels
 
 
 def _reduced_size(width: int, height: int, reduction: int) -> tuple[int, int]:

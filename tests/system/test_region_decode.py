@@ -315,15 +315,6 @@ def test_a_leveldb_gives_the_lmdbs_batches(tmp_path):
     assert torch.equal(from_lmdb.images, from_leveldb.images)
 
 
-def test_resize_into_is_torchvisions_resize():
-    image = torch.from_numpy(smooth_pixels(50, 70, 3, seed=1)).permute(2, 0, 1)
-    for box in [(0, 0, 70, 50), (3, 4, 35, 36), (10, 10, 42, 42), (0, 0, 20, 10)]:
-        out = torch.empty((3, 32, 32), dtype=torch.uint8)
-        left, top, right, bottom = box
-        transforms.resize_into(image[:, top:bottom, left:right], out)
-        assert torch.equal(out, transforms.resize_crop(image, transforms.CropPlan(box, False), 32))
-
-
 def test_a_batch_made_in_the_training_process_leaves_its_threads_as_they_were(tmp_path):
     """--num_workers 0: the batch is made with torch on one thread, the model then gets its own
     threads back (also when a record fails)."""

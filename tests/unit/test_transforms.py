@@ -27,7 +27,7 @@ def gradient_image(width=80, height=60):
 
 
 def crop(image, plan, size):
-    return transforms.resize_crop(transforms.pil_to_chw(image), plan, size)
+    return transforms.resize_crop(transforms.chw(transforms.pil_to_hwc(image)), plan, size)
 
 
 def test_centre_crop_matches_resize_then_crop():
@@ -68,8 +68,7 @@ def test_plans_stay_inside_the_image():
 
 def test_grayscale_keeps_one_channel():
     gray = gradient_image().convert("L")
-    tensor = transforms.pil_to_chw(gray)
-    assert tensor.shape == (1, 60, 80)
+    assert transforms.pil_to_hwc(gray).shape == (60, 80, 1)
     assert crop(gray, transforms.centre_plan(80, 60, 40, 32), 32).shape == (1, 32, 32)
 
 
