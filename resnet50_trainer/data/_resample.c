@@ -1,18 +1,18 @@
-/* Antialiased bilinear resizing of uint8 HWC images with PyTorch's arithmetic, bit for bit
+/* Antialiased bilinear resizing of uint8 RGB images with PyTorch's arithmetic, bit for bit
  * (torch.nn.functional.interpolate(..., mode="bilinear", antialias=True) on uint8, which
  * torchvision's resize calls): the same double-precision triangle weights, the same int16 fixed
  * point, the horizontal pass first and its rows rounded to uint8 before the vertical one. Why
  * our own: PyTorch's operator spends as long around its AVX2 kernels as in them for one image
- * (weights in tensors, a packed copy of the input, a pass for the mirror), and it cannot write a
- * mirrored crop; here one call reads the box where the decoder left it and writes the crop,
- * mirrored or not, into its slot of the batch (data/cpu_decode.py; BENCHMARKS.md "Resampling").
+ * (weights built as tensors, three-channel rows one pixel at a time, a pass of its own to
+ * mirror); here one call reads the box where the decoder left it and writes the crop, mirrored
+ * or not, into its slot of the batch (data/cpu_decode.py; BENCHMARKS.md "Our own resize").
  *
- * resize_box(src, width, height, channels, left, top, right, bottom, out, out_width,
- *            out_height, mirror[, simd]) fills `out` (writable, contiguous, out_height *
- * out_width * channels bytes) with the box of `src` (contiguous HWC uint8, height * width *
- * channels bytes) resized, flipped left to right where `mirror`. ValueError for sizes that do not
- * fit; the GIL is released while resizing. `simd` false takes the portable path (tests compare
- * both with PyTorch). */
+ * resize_box(src, width, height, left, top, right, bottom, out, out_width, out_height, mirror)
+ * fills `out` (writable, contiguous, out_height * out_width * 3 bytes) with the box of `src`
+ * (contiguous HWC RGB, height * width * 3 bytes) resized, flipped left to right where `mirror`.
+ * AVX2 only (SIMD says whether this CPU has it and the module was built for x86-64): gray images
+ * and other CPUs are resized by PyTorch (data/transforms.py). ValueError for sizes that do not fit
+ * or without AVX2; the GIL is released while resizing. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -28,8 +28,10 @@
 #define AVX2_BUILT 0
 #endif
 
-#define MAX_SIDE 65535
+#define MAX_SIDE (1 << 24)   /* an image's or a box's side: far past Pillow's pixel limit */
+#define MAX_OUTPUT 65535     /* a crop's side */
 
+#if AVX2_BUILT
 /* One axis's resampling: output sample i is the sum over t < count[i] of weights[i * taps + t]
  * times input sample first[i] + t, in fixed point of `precision` bits. Weights past count[i] are
  * zero, so a vector kernel may read (in bounds) and multiply them. */
@@ -116,25 +118,8 @@ static inline uint8_t clamp_shift(int32_t sum, int precision) {
     return (uint8_t)(sum < 0 ? 0 : (sum > 255 ? 255 : sum));
 }
 
-/* One row: out[q] is output sample (mirror ? width - 1 - q : q) of `filter` over `row`. */
-static void horizontal_row(const uint8_t *row, uint8_t *out, int channels, const Filter *filter,
-                           int width, int mirror) {
-    const int32_t half = 1 << (filter->precision - 1);
-    for (int q = 0; q < width; q++) {
-        const int x = mirror ? width - 1 - q : q;
-        const int16_t *k = filter->weights + (size_t)x * filter->taps;
-        const uint8_t *p = row + (size_t)filter->first[x] * channels;
-        for (int c = 0; c < channels; c++) {
-            int32_t sum = half;
-            for (int t = 0; t < filter->count[x]; t++) {
-                sum += k[t] * p[t * channels + c];
-            }
-            out[q * channels + c] = clamp_shift(sum, filter->precision);
-        }
-    }
-}
-
-/* One output row from the input rows filter->first[y] + t, `stride` bytes apart. */
+/* One output row, or its last bytes, from the input rows filter->first[y] + t, `stride` bytes
+ * apart. */
 static void vertical_row(const uint8_t *rows, size_t stride, uint8_t *out, size_t length,
                          const Filter *filter, int y, int32_t *sums) {
     const int16_t *k = filter->weights + (size_t)y * filter->taps;
@@ -153,7 +138,6 @@ static void vertical_row(const uint8_t *rows, size_t stride, uint8_t *out, size_
     }
 }
 
-#if AVX2_BUILT
 /* Weights 2 * pair and 2 * pair + 1 as the one 32-bit lane a 16-bit multiply-add pairs them in. */
 static inline int32_t weight_pair(const int16_t *k, int pair) {
     int32_t both;
@@ -209,9 +193,10 @@ __attribute__((target("avx2"))) static void horizontal_rows_avx2(
 }
 
 /* Output pixels taken `pixels` (4 or 2) at a time, where each such group's taps lie within one
- * 16-byte load of the row, or two (upsampling, and downsampling by up to about 3): per group and
- * row one or two loads, then per round of two taps and per 4 output bytes one shuffle of each
- * load, by a mask made here for that group, and one multiply-add by the matching weights. */
+ * 16-byte load of the row (upsampling, mild downsampling), or two (downsampling by up to about
+ * 3): per group and row one or two loads, then per round of two taps and per 4 output bytes one
+ * shuffle of each load, by a mask made here for that group, and one multiply-add by the matching
+ * weights. */
 typedef struct {
     int pixels, window, groups, rounds, blocks;
     int *base;        /* each group's first byte in the row */
@@ -239,9 +224,9 @@ static int group_span(const Filter *filter, int width, int mirror, int from, int
     return 3 * (high - low);
 }
 
-/* The cheapest grouping of three-channel rows whose every group's taps fit its window: 4 pixels
- * in 16 bytes, 2 in 16, 4 in 32, 2 in 32 (shuffles per pixel: 0.75, 1, 1.5, 2). 0, 1 where none
- * fits, -1 out of memory. */
+/* The cheapest grouping of the output pixels whose every group's taps fit its window: 4 pixels
+ * in 16 bytes, 2 in 16, 4 in 32, 2 in 32 (shuffles per pixel and round: 0.75, 1, 1.5, 2). 1, 0
+ * where none fits (downsampling by over about 3), -1 out of memory. */
 static int make_groups(const Filter *filter, int width, int mirror, Groups *groups) {
     static const int choices[4][2] = {{4, 16}, {2, 16}, {4, 32}, {2, 32}};
     int base;
@@ -257,7 +242,7 @@ static int make_groups(const Filter *filter, int width, int mirror, Groups *grou
         }
     }
     if (groups->pixels == 0) {
-        return 1;
+        return 0;
     }
     const int pixels = groups->pixels, window = groups->window;
     groups->groups = (width + pixels - 1) / pixels;
@@ -292,7 +277,7 @@ static int make_groups(const Filter *filter, int width, int mirror, Groups *grou
             }
         }
     }
-    return 0;
+    return 1;
 }
 
 /* The 16-bit lanes `mask` picks from `low` (and from `high`, the next 16 bytes, when `wide`),
@@ -397,25 +382,14 @@ __attribute__((target("avx2"))) static void vertical_row_avx2(
     }
 }
 
-static int avx2_usable(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-}
-#else
-static int avx2_usable(void) { return 0; }
-#endif
-
-static int has_avx2;
-
 typedef struct {
     const uint8_t *src;
     size_t src_length;
-    int width, channels, left, top, box_width, box_height;
+    int width, left, top, box_width, box_height;
     uint8_t *out;
-    int out_width, out_height, mirror, simd;
+    int out_width, out_height, mirror;
 } Job;
 
-#if AVX2_BUILT
 /* `row`'s first `reach` bytes in `padded`, those past the buffer's end (`available` away) zero. */
 static const uint8_t *padded_row(const uint8_t *row, size_t available, size_t reach,
                                  uint8_t *padded) {
@@ -438,7 +412,7 @@ static int horizontal_avx2(const Job *job, const Filter *filter, const uint8_t *
     }
     const size_t last_first = (size_t)filter->first[job->out_width - 1] * 3;
     size_t reach = last_first + (size_t)(filter->taps / 4) * 12 + 16;
-    if (grouped == 0) {
+    if (grouped) {
         reach = 0;
         for (int g = 0; g < groups.groups; g++) {
             const size_t group_reach = (size_t)groups.base[g] + groups.window;
@@ -461,7 +435,7 @@ static int horizontal_avx2(const Job *job, const Filter *filter, const uint8_t *
                         : padded_row(row1, end - (size_t)(y + 1) * stride, reach, scratch + reach);
             out1 = last ? scratch + 2 * reach : out1;
         }
-        if (grouped == 0) {
+        if (grouped) {
             horizontal_groups_avx2(row0, row1, out0, out1, &groups, job->out_width,
                                    filter->precision);
         } else {
@@ -472,60 +446,30 @@ static int horizontal_avx2(const Job *job, const Filter *filter, const uint8_t *
     free_groups(&groups);
     return failed ? -1 : 0;
 }
-#endif
-
-/* The horizontal pass over the box's rows into `into` (rows of out_width pixels). 0, or -1 out
- * of memory. */
-static int horizontal(const Job *job, const Filter *filter, uint8_t *into) {
-    const size_t stride = (size_t)job->width * job->channels;
-    const size_t out_stride = (size_t)job->out_width * job->channels;
-    const uint8_t *box = job->src + (size_t)job->top * stride + (size_t)job->left * job->channels;
-#if AVX2_BUILT
-    if (job->simd && job->channels == 3) {
-        return horizontal_avx2(job, filter, box, job->src_length - (size_t)(box - job->src), into);
-    }
-#endif
-    for (int y = 0; y < job->box_height; y++) {
-        horizontal_row(box + y * stride, into + y * out_stride, job->channels, filter,
-                       job->out_width, job->mirror);
-    }
-    return 0;
-}
-
-static void vertical(const Job *job, const Filter *filter, const uint8_t *rows, int32_t *sums) {
-    const size_t length = (size_t)job->out_width * job->channels;
-    for (int y = 0; y < job->out_height; y++) {
-#if AVX2_BUILT
-        if (job->simd) {
-            vertical_row_avx2(rows, length, job->out + y * length, length, filter, y, sums);
-            continue;
-        }
-#endif
-        vertical_row(rows, length, job->out + y * length, length, filter, y, sums);
-    }
-}
 
 /* 0, or -1 out of memory. A box as tall as the output needs no vertical pass (its weights would
  * copy each row): the horizontal one writes the output. */
 static int resize(const Job *job) {
+    const size_t stride = (size_t)job->width * 3, length = (size_t)job->out_width * 3;
+    const uint8_t *box = job->src + (size_t)job->top * stride + (size_t)job->left * 3;
+    const size_t end = job->src_length - (size_t)(box - job->src);
     Filter across = {0}, down = {0};
     if (make_filter(job->box_width, job->out_width, &across) != 0) {
         return -1;
     }
     if (job->box_height == job->out_height) {
-        const int failed = horizontal(job, &across, job->out);
+        const int failed = horizontal_avx2(job, &across, box, end, job->out);
         free_filter(&across);
         return failed;
     }
-    const size_t length = (size_t)job->out_width * job->channels;
     uint8_t *rows = malloc(length * job->box_height);
     int32_t *sums = malloc(sizeof(int32_t) * length);
     int failed =
         rows == NULL || sums == NULL || make_filter(job->box_height, job->out_height, &down) != 0;
     if (!failed) {
-        failed = horizontal(job, &across, rows) != 0;
-        if (!failed) {
-            vertical(job, &down, rows, sums);
+        failed = horizontal_avx2(job, &across, box, end, rows) != 0;
+        for (int y = 0; !failed && y < job->out_height; y++) {
+            vertical_row_avx2(rows, length, job->out + y * length, length, &down, y, sums);
         }
         free_filter(&down);
     }
@@ -535,55 +479,59 @@ static int resize(const Job *job) {
     return failed ? -1 : 0;
 }
 
-static const char *refusal(const Job *job, Py_ssize_t out_length, int height) {
-    if (job->channels < 1 || job->channels > 4) {
-        return "channels must be 1 to 4";
+static int avx2_usable(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+}
+#else
+static int avx2_usable(void) { return 0; }
+#endif
+
+static int has_avx2;
+
+static const char *refusal(int width, int height, long long left, long long top, long long right,
+                           long long bottom, size_t src_length, int out_width, int out_height,
+                           size_t out_length) {
+    if (!has_avx2) {
+        return "needs a CPU with AVX2 and the module built for x86-64 (see SIMD)";
     }
-    if (job->width < 1 || height < 1 || job->width > MAX_SIDE || height > MAX_SIDE) {
-        return "the image must be 1 to 65535 pixels a side";
+    if (width < 1 || height < 1 || width > MAX_SIDE || height > MAX_SIDE) {
+        return "the image must be 1 to 16777216 pixels a side";
     }
-    if ((size_t)job->width * height * job->channels > job->src_length) {
-        return "the image buffer is smaller than width * height * channels";
+    if ((size_t)width * height * 3 > src_length) {
+        return "the image buffer is smaller than width * height * 3";
     }
-    if (job->left < 0 || job->top < 0 || job->box_width < 1 || job->box_height < 1 ||
-        job->left + job->box_width > job->width || job->top + job->box_height > height) {
+    if (left < 0 || top < 0 || right <= left || bottom <= top || right > width || bottom > height) {
         return "the box must be non-empty and inside the image";
     }
-    if (job->out_width < 1 || job->out_height < 1 || job->out_width > MAX_SIDE ||
-        job->out_height > MAX_SIDE) {
+    if (out_width < 1 || out_height < 1 || out_width > MAX_OUTPUT || out_height > MAX_OUTPUT) {
         return "the output must be 1 to 65535 pixels a side";
     }
-    if (out_length < (Py_ssize_t)job->out_width * job->out_height * job->channels) {
-        return "the output buffer is smaller than out_width * out_height * channels";
+    if ((size_t)out_width * out_height * 3 > out_length) {
+        return "the output buffer is smaller than out_width * out_height * 3";
     }
     return NULL;
 }
 
 static PyObject *resize_box(PyObject *self, PyObject *args) {
     Py_buffer src, out;
-    Job job;
-    int height, right, bottom, simd = 1;
-    if (!PyArg_ParseTuple(args, "y*iiiiiiiw*iip|p", &src, &job.width, &height, &job.channels,
-                          &job.left, &job.top, &right, &bottom, &out, &job.out_width,
-                          &job.out_height, &job.mirror, &simd)) {
+    int width, height, left, top, right, bottom, out_width, out_height, mirror;
+    if (!PyArg_ParseTuple(args, "y*iiiiiiw*iip", &src, &width, &height, &left, &top, &right,
+                          &bottom, &out, &out_width, &out_height, &mirror)) {
         return NULL;
     }
-    job.src = src.buf;
-    job.src_length = (size_t)src.len;
-    job.out = out.buf;
-    job.box_width = right - job.left;
-    job.box_height = bottom - job.top;
-    job.simd = simd && has_avx2;
-    const char *refused = refusal(&job, out.len, height);
-    if (refused == NULL && !PyBuffer_IsContiguous(&out, 'C')) {
-        refused = "the output buffer is not contiguous";
-    }
+    const char *refused = refusal(width, height, left, top, right, bottom, (size_t)src.len,
+                                  out_width, out_height, (size_t)out.len);
     int failed = 0;
+#if AVX2_BUILT
     if (refused == NULL) {
+        const Job job = {src.buf, (size_t)src.len, width, left, top, right - left, bottom - top,
+                         out.buf, out_width, out_height, mirror};
         Py_BEGIN_ALLOW_THREADS
         failed = resize(&job);
         Py_END_ALLOW_THREADS
     }
+#endif
     PyBuffer_Release(&src);
     PyBuffer_Release(&out);
     if (refused != NULL) {
@@ -598,9 +546,9 @@ static PyObject *resize_box(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"resize_box", resize_box, METH_VARARGS,
-     "resize_box(src, width, height, channels, left, top, right, bottom, out, out_width, "
-     "out_height, mirror[, simd]): the box of an HWC uint8 image resized into out, bilinear "
-     "antialiased with PyTorch's uint8 arithmetic, mirrored where asked; ValueError on bad sizes."},
+     "resize_box(src, width, height, left, top, right, bottom, out, out_width, out_height, "
+     "mirror): the box of an HWC RGB uint8 image resized into out, bilinear antialiased with "
+     "PyTorch's uint8 arithmetic, mirrored where asked; ValueError on bad sizes or no AVX2."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,9 +26,12 @@ from torchvision.transforms.v2 import functional
 from resnet50_trainer.data.formats.images import jpeg_reduction
 
 try:
-    from resnet50_trainer.data._resample import resize_box
+    from resnet50_trainer.data._resample import SIMD, resize_box
 except ImportError:  # setup.py builds it where a C compiler is
-    resize_box = None
+    SIMD, resize_box = False, None
+
+# Our resampler runs (RGB only); else PyTorch's operator resizes, a little slower (BENCHMARKS.md).
+RESAMPLER = bool(SIMD)
 
 # torchvision's RandomResizedCrop: boxes drawn this many times before the centre fallback.
 RANDOM_RESIZED_ATTEMPTS = 10
@@ -146,17 +149,19 @@ def resize_crop(image: torch.Tensor, plan: CropPlan, size: int) -> torch.Tensor:
 
 def resize_into(pixels: np.ndarray, plan: CropPlan, out: np.ndarray) -> None:
     """The plan's crop of HWC uint8 `pixels` into `out` (size x size x C uint8, e.g. a batch's
-    slot), mirrored as planned, with the arithmetic of resize_crop: written in place of a crop
-    tensor and its copy. Our compiled resampler (data/_resample.c) reads the box where it lies
-    and writes the crop mirrored or not; without it, PyTorch's operator (whose out= overload
-    torchvision's interpolate calls) and a flip. tests/system/test_resample.py checks that both
-    give resize_crop's pixels, bit for bit."""
+    slot), mirrored as planned, with the arithmetic of resize_crop where PyTorch resizes uint8
+    natively (CPUs with AVX2): written in place of a crop tensor and its copy. RGB on an AVX2 CPU:
+    our resampler (data/_resample.c), reading the box where it lies and writing the crop mirrored
+    or not; otherwise PyTorch's operator (whose out= overload torchvision's interpolate calls) and
+    a flip. tests/unit/test_resample.py checks both against resize_crop, bit for bit."""
     left, top, right, bottom = plan.box
-    if resize_box is not None:
-        height, width, channels = pixels.shape
+    height, width, channels = pixels.shape
+    if RESAMPLER and channels == 3:
         source = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
         size_h, size_w = out.shape[:2]
-        resize_box(source, width, height, channels, *plan.box, out, size_w, size_h, plan.mirror)
+        resize_box(
+            source, width, height, left, top, right, bottom, out, size_w, size_h, plan.mirror
+        )
         return
     image = chw(pixels)[:, top:bottom, left:right]
     target = chw(out)
