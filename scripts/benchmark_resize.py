@@ -1,0 +1,84 @@
+"""Per-image cost of the crop's resize into its batch slot, one core: PyTorch's uint8 antialiased
+operator and a flip for mirrored crops (the trainer's path before data/_resample.c, and its
+fallback) against our resampler, on the boxes the trainer decodes from the benchmark's
+photographs (bench_data.py), both crops; the same pixels are checked. Run alone:
+PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/benchmark_resize.py --photos DIR [--images 640]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_data  # noqa: E402
+from benchmark_stages import plans_for  # noqa: E402
+
+from resnet50_trainer.data import transforms  # noqa: E402
+from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
+from resnet50_trainer.data.formats.images import jpeg_header  # noqa: E402
+from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box  # noqa: E402
+from resnet50_trainer.data.formats.records import parse_record  # noqa: E402
+
+SIZE = 224
+
+
+def boxes_of(lmdb: str, images: int, crop: str) -> list[tuple[np.ndarray, transforms.CropPlan]]:
+    """The decoded boxes of the trainer's plans for `crop`, each with its crop in its pixels."""
+    with open_database(lmdb, "lmdb") as database:
+        records = [parse_record(database.get(key)) for key in database.keys()[:images]]
+    headers = [jpeg_header(record) for record in records]
+    boxes = []
+    for record, size, plan in zip(records, headers, plans_for(headers, crop)):
+        pixels = decode_jpeg_box(record.encoded, size, 3, plan.reduction, plan.crop.box)
+        height, width = pixels.shape[:2]
+        boxes.append((pixels, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)))
+    return boxes
+
+
+def per_image_us(boxes: list, slots: np.ndarray, resampler: bool) -> float:
+    transforms.RESAMPLER = resampler
+    started = time.perf_counter()
+    for slot, (pixels, plan) in enumerate(boxes):
+        transforms.resize_into(pixels, plan, slots[slot])
+    return (time.perf_counter() - started) / len(boxes) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "resnet50_bench_data"))
+    parser.add_argument("--images", type=int, default=640)
+    parser.add_argument("--photos", default="", help="cut the JPEGs from these photographs")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    if not transforms.RESAMPLER:
+        sys.exit("the resampler does not run here (not built, or no AVX2): nothing to compare")
+    torch.set_num_threads(1)
+    _, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
+    print(f"{args.images} boxes a crop, {SIZE}x{SIZE} crops, one core; microseconds an image")
+    for crop in ("scale", "random_resized"):
+        boxes = boxes_of(lmdb, args.images, crop)
+        ours, theirs = (np.empty((len(boxes), SIZE, SIZE, 3), np.uint8) for _ in range(2))
+        figures: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(args.rounds):  # interleaved: the machine's load moves
+            for resampler, slots in ((False, theirs), (True, ours)):
+                figures[resampler].append(per_image_us(boxes, slots, resampler))
+        assert np.array_equal(ours, theirs), "the resampler's crops differ from PyTorch's"
+        sides = [pixels.shape[1] for pixels, _ in boxes]
+        before, after = statistics.median(figures[False]), statistics.median(figures[True])
+        print(
+            f"  --crop {crop} (box width {min(sides)}-{max(sides)}, median "
+            f"{statistics.median(sides):.0f}): PyTorch's operator + flip {before:.0f}, "
+            f"ours {after:.0f} ({before / after:.2f}x; median of {args.rounds} rounds; same pixels)"
+        )
+
+
+if __name__ == "__main__":
+    main()
