@@ -28,7 +28,7 @@
 #define AVX2_BUILT 0
 #endif
 
-#define MAX_SIDE (1 << 24)   /* an image's or a box's side: far past Pillow's pixel limit */
+#define MAX_SIDE (1 << 29)   /* an image's or a box's side: 3 bytes a pixel stay in an int */
 #define MAX_OUTPUT 65535     /* a crop's side */
 
 #if AVX2_BUILT
@@ -496,7 +496,7 @@ static const char *refusal(int width, int height, long long left, long long top,
         return "needs a CPU with AVX2 and the module built for x86-64 (see SIMD)";
     }
     if (width < 1 || height < 1 || width > MAX_SIDE || height > MAX_SIDE) {
-        return "the image must be 1 to 16777216 pixels a side";
+        return "the image must be 1 to 536870912 pixels a side";
     }
     if ((size_t)width * height * 3 > src_length) {
         return "the image buffer is smaller than width * height * 3";
