@@ -19,28 +19,20 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
-from benchmark_stages import plans_for  # noqa: E402
+from benchmark_stages import SIZE, decoded_boxes, plans_for  # noqa: E402
 
 from resnet50_trainer.data import transforms  # noqa: E402
 from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
 from resnet50_trainer.data.formats.images import jpeg_header  # noqa: E402
-from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box  # noqa: E402
 from resnet50_trainer.data.formats.records import parse_record  # noqa: E402
 
-SIZE = 224
 
-
-def boxes_of(lmdb: str, images: int, crop: str) -> list[tuple[np.ndarray, transforms.CropPlan]]:
+def boxes_of(lmdb: str, images: int, crop: str) -> list:
     """The decoded boxes of the trainer's plans for `crop`, each with its crop in its pixels."""
     with open_database(lmdb, "lmdb") as database:
         records = [parse_record(database.get(key)) for key in database.keys()[:images]]
     headers = [jpeg_header(record) for record in records]
-    boxes = []
-    for record, size, plan in zip(records, headers, plans_for(headers, crop)):
-        pixels = decode_jpeg_box(record.encoded, size, 3, plan.reduction, plan.crop.box)
-        height, width = pixels.shape[:2]
-        boxes.append((pixels, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)))
-    return boxes
+    return decoded_boxes(records, headers, plans_for(headers, crop))
 
 
 def per_image_us(boxes: list, slots: np.ndarray, resampler: bool) -> float:

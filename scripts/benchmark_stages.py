@@ -62,6 +62,17 @@ def plans_for(headers: list, crop: str) -> list:
     return plans
 
 
+def decoded_boxes(records: list, headers: list, plans: list) -> list:
+    """(pixels, crop) of each plan's box decoded as the trainer decodes it (cpu_decode.py): the
+    crop is the whole box, mirrored as planned."""
+    boxes = []
+    for record, size, plan in zip(records, headers, plans):
+        pixels = decode_jpeg_box(record.encoded, size, 3, plan.reduction, plan.crop.box)
+        height, width = pixels.shape[:2]
+        boxes.append((pixels, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)))
+    return boxes
+
+
 def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, float]:
     """(before, after): per-image costs of the stages from the decode on; and the plan's."""
     count = len(records)
@@ -71,10 +82,7 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
         decode_jpeg_reduced(r.encoded, size, 3, p.reduction)
         for r, size, p in zip(records, headers, plans)
     ]
-    boxes = [
-        decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
-        for r, size, p in zip(records, headers, plans)
-    ]
+    boxes = decoded_boxes(records, headers, plans)
     before = {
         "decode": per_image_us(
             lambda: [
@@ -101,10 +109,6 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     stacked = torch.stack(crops[:BATCH])
     before["hand-over"] = per_image_us(lambda: stacked.clone().share_memory_(), BATCH)
     slots = np.empty((count, SIZE, SIZE, 3), np.uint8)
-    box_plans = [  # the decoded box is the whole crop
-        transforms.CropPlan((0, 0, b.shape[1], b.shape[0]), p.crop.mirror)
-        for b, p in zip(boxes, plans)
-    ]
     after = {
         "decode": per_image_us(
             lambda: [
@@ -115,8 +119,8 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
         ),
         "resize": per_image_us(
             lambda: [
-                transforms.resize_into(b, box_plan, slots[i])
-                for i, (b, box_plan) in enumerate(zip(boxes, box_plans))
+                transforms.resize_into(pixels, box_plan, slots[i])
+                for i, (pixels, box_plan) in enumerate(boxes)
             ],
             count,
         ),
