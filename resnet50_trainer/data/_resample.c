@@ -145,6 +145,14 @@ static inline int32_t weight_pair(const int16_t *k, int pair) {
     return both;
 }
 
+/* Two 16-byte loads, of row0 and row1 at `at`, as the two lanes. */
+__attribute__((target("avx2"))) static inline __m256i two_rows(const uint8_t *row0,
+                                                              const uint8_t *row1, size_t at) {
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(row0 + at))),
+        _mm_loadu_si128((const __m128i *)(row1 + at)), 1);
+}
+
 /* Two rows at once, three channels, one output pixel at a time (any number of taps: downsampling
  * by over 3, where no group of pixels fits horizontal_groups_avx2's loads): each pair of taps is
  * one 16-bit multiply-add of the pair's pixels (shuffled out of a 16-byte load that holds 4
@@ -169,10 +177,7 @@ __attribute__((target("avx2"))) static void horizontal_rows_avx2(
         __m256i sum = half, pixels = _mm256_setzero_si256();
         for (int pair = 0; pair < pairs; pair++) {
             if ((pair & 1) == 0) {
-                const size_t group = at + (size_t)pair * 6;
-                pixels = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(row0 + group))),
-                    _mm_loadu_si128((const __m128i *)(row1 + group)), 1);
+                pixels = two_rows(row0, row1, at + (size_t)pair * 6);
             }
             const __m256i taps = _mm256_shuffle_epi8(pixels, pair_masks[pair & 1]);
             const __m256i weights = _mm256_set1_epi32(weight_pair(k, pair));
@@ -294,14 +299,6 @@ __attribute__((target("avx2"))) static inline __m256i tap_pairs(__m256i low, __m
                                                 _mm_loadu_si128((const __m128i *)(mask + 16)))));
     }
     return _mm256_madd_epi16(taps, k);
-}
-
-/* Two 16-byte loads, of row0 and row1 at `at`, as the two lanes. */
-__attribute__((target("avx2"))) static inline __m256i two_rows(const uint8_t *row0,
-                                                              const uint8_t *row1, size_t at) {
-    return _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(row0 + at))),
-        _mm_loadu_si128((const __m128i *)(row1 + at)), 1);
 }
 
 __attribute__((target("avx2"))) static void horizontal_groups_avx2(
