@@ -90,13 +90,14 @@ if os.environ.get(SYNC_DEBUG_ENV):
     _first, _count = os.environ[SYNC_DEBUG_ENV].split(":")
     _no_sync_between(int(_first), int(_count))
 
-# Seconds preflight reads each DB's labels (launch/preflight.py's LABEL_SCAN_S): "0" leaves every
-# training label to training's own check as it reads the records.
+# Seconds preflight reads each DB's labels (launch/preflight.py's LABEL_SCAN_S and
+# TRAINING_LABEL_SCAN_S): "0" leaves every training label to training's own check as it reads them.
 LABEL_SCAN_ENV = "RESNET50_TRAINER_TEST_LABEL_SCAN_S"
 if os.environ.get(LABEL_SCAN_ENV):
     from resnet50_trainer.launch import preflight
 
     preflight.LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])
+    preflight.TRAINING_LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])
 
 # "STEPS:SIGNAL:INDEX:TARGET": this machine's training process of that INDEX (0: the only one, or
 # the first spawned) sends SIGNAL (a name: SIGTERM, SIGUSR1) after its STEPS-th optimizer step
