@@ -4,7 +4,8 @@
 # bfloat16 and float16, with and without --compile; end to end from an LMDB of ImageNet-like
 # JPEGs with nvJPEG and with CPU decoding; the input pipeline alone; the ImageNet example's loop;
 # DDP's cost at one process), and writes ONE markdown table to $OUT/gpu_check.md (else
-# ./gpu_check_out/), the full output beside it in gpu_check.log. About 8 minutes; --quick: 3.
+# ./gpu_check_out/), the same figures as benchmarks/' records in gpu_check.json (for
+# `python -m benchmarks tables`), the full output beside them in gpu_check.log. About 8 minutes; --quick: 3.
 # Parts that would end past GPU_CHECK_SECONDS (540: inside a lent machine's 10-minute command)
 # are cut short or skipped, and the table says so.
 #   usage: scripts/gpu_check.sh [--quick] [--no_tests]      PYTHON: the interpreter (python3)
@@ -68,10 +69,10 @@ part() {
         echo "failed or ran past ${limit}s (see gpu_check.log)" >"$parts/$name.failed"
     fi
 }
-train_bench() {
+train_bench() { # benchmarks/train.py, its package found on PYTHONPATH ($repo)
     local name=$1 limit=$2
     shift 2
-    part "$name" "$limit" "$python" "$repo/scripts/benchmark_train.py" --out "$data" \
+    part "$name" "$limit" "$python" -m benchmarks.train --out "$data" \
         --steps "$steps" --ddp_rounds "$ddp_rounds" --results "$parts/$name.json" "$@"
 }
 input_bench() { # DECODE_DEVICE: resnet50-db bench's "images/sec: N" into input_DECODE.json
@@ -104,5 +105,5 @@ fi
 status=0
 "$python" "$repo/scripts/gpu_check_table.py" "$parts" "$out/gpu_check.md" || status=1
 ! compgen -G "$parts/*.failed" >/dev/null || status=1
-echo "gpu_check: table in $out/gpu_check.md, log in $out/gpu_check.log (exit status $status)"
+echo "gpu_check: table in $out/gpu_check.md, figures in $out/gpu_check.json, log in $out/gpu_check.log (exit status $status)"
 exit "$status"

@@ -1,8 +1,10 @@
-"""scripts/gpu_check.sh's one markdown table, from the JSON figures its parts left in a folder.
+"""scripts/gpu_check.sh's one markdown table, from the JSON figures its parts left in a folder, and
+the same figures as benchmarks/' records (OUT.json beside OUT.md: what `python -m benchmarks run
+--json` writes, under the names benchmarks/train.py declares, for `python -m benchmarks tables`).
 
 usage: python scripts/gpu_check_table.py PARTS_DIR OUT.md
 PARTS_DIR holds NAME.json ({"figures": {...}, "peaks": {...}, "data": "..."}, as
-scripts/benchmark_train.py --results writes them), NAME.failed (one line: why a part has no
+benchmarks/train.py --results writes them), NAME.failed (one line: why a part has no
 figures) and pytest.txt (pytest -m gpu's summary line)."""
 
 from __future__ import annotations
@@ -15,19 +17,69 @@ from pathlib import Path
 
 import torch
 
-# (part, figure, what it is): the rows, in order.
+# (part, figure, its name in benchmarks/ or "", what it is): the rows, in order.
 ROWS = [
-    ("bf16", "compute", "compute only (`--train_data null`), bfloat16, channels_last"),
-    ("fp16", "compute", "compute only, float16 (grad scaler), channels_last"),
-    ("bf16_compile", "compute", "compute only, bfloat16, `--compile`"),
-    ("fp16_compile", "compute", "compute only, float16, `--compile`"),
-    ("bf16", "end_to_end", "end to end from LMDB, `--decode_device gpu`, bfloat16"),
-    ("cpu_decode", "end_to_end", "end to end from LMDB, CPU decode on every core, bfloat16"),
-    ("input_gpu", "input", "input only (`resnet50-db bench`), nvJPEG decode"),
-    ("input_cpu", "input", "input only (`resnet50-db bench`), CPU decode on every core"),
-    ("bf16", "baseline", "baseline: PyTorch's ImageNet example loop, float32, ImageFolder"),
-    ("bf16", "without_ddp", "one process, plain module (what the trainer runs), float32"),
-    ("bf16", "with_ddp", "one process, DistributedDataParallel around it, float32"),
+    (
+        "bf16",
+        "compute",
+        "gpu_compute_bf16_images_s",
+        "compute only (`--train_data null`), bfloat16, channels_last",
+    ),
+    (
+        "fp16",
+        "compute",
+        "gpu_compute_fp16_images_s",
+        "compute only, float16 (grad scaler), channels_last",
+    ),
+    (
+        "bf16_compile",
+        "compute",
+        "gpu_compute_bf16_compile_images_s",
+        "compute only, bfloat16, `--compile`",
+    ),
+    (
+        "fp16_compile",
+        "compute",
+        "gpu_compute_fp16_compile_images_s",
+        "compute only, float16, `--compile`",
+    ),
+    (
+        "bf16",
+        "end_to_end",
+        "gpu_end_to_end_images_s",
+        "end to end from LMDB, `--decode_device gpu`, bfloat16",
+    ),
+    (
+        "cpu_decode",
+        "end_to_end",
+        "gpu_end_to_end_cpu_decode_images_s",
+        "end to end from LMDB, CPU decode on every core, bfloat16",
+    ),
+    (
+        "input_gpu",
+        "input",
+        "gpu_input_nvjpeg_images_s",
+        "input only (`resnet50-db bench`), nvJPEG decode",
+    ),
+    (
+        "input_cpu",
+        "input",
+        "gpu_input_cpu_decode_images_s",
+        "input only (`resnet50-db bench`), CPU decode on every core",
+    ),
+    (
+        "bf16",
+        "baseline",
+        "gpu_example_loop_images_s",
+        "baseline: PyTorch's ImageNet example loop, float32, ImageFolder",
+    ),
+    ("bf16", "without_ddp", "", "one process, plain module (what the trainer runs), float32"),
+    ("bf16", "with_ddp", "", "one process, DistributedDataParallel around it, float32"),
+]
+# Declared ratios: (name, numerator's name, denominator's name).
+RATIOS = [
+    ("gpu_end_to_end_vs_compute", "gpu_end_to_end_images_s", "gpu_compute_bf16_images_s"),
+    ("gpu_vs_example_loop", "gpu_end_to_end_images_s", "gpu_example_loop_images_s"),
 ]
 
 
@@ -84,10 +136,29 @@ def table(parts: Path) -> str:
         "| what | images/s | peak GPU memory |",
         "| --- | ---: | ---: |",
     ]
-    for part, figure, what in ROWS:
+    for part, figure, _, what in ROWS:
         rate, peak = cells(results, failures, part, figure)
         lines.append(f"| {what} | {rate} | {peak} |")
     return "\n".join([*lines, "", *ratios(results)]) + "\n"
+
+
+def figure_records(parts: Path) -> list[dict[str, object]]:
+    """The parts' figures as benchmarks/' records, under their declared names."""
+    from benchmarks.registry import registered
+    from benchmarks.runner import records
+    from benchmarks.trees import BENCHMARKS_ROOT, Tree
+
+    results = load(parts)
+    values = {
+        name: [results[part]["figures"][figure]]
+        for part, figure, name, _ in ROWS
+        if name and figure in results.get(part, {}).get("figures", {})
+    }
+    for name, numerator, denominator in RATIOS:
+        if numerator in values and denominator in values:
+            values[name] = [values[numerator][0] / values[denominator][0]]
+    gpu = registered()["gpu"]
+    return records({gpu: list(gpu.figures)}, values, Tree("this", BENCHMARKS_ROOT))
 
 
 def main() -> None:
@@ -98,7 +169,10 @@ def main() -> None:
     if not args.parts_dir.is_dir():
         parser.error(f"{args.parts_dir} is not a folder")
     args.out.write_text(table(args.parts_dir))
+    figures = args.out.with_suffix(".json")
+    figures.write_text(json.dumps({"figures": figure_records(args.parts_dir)}, indent=1) + "\n")
     print(args.out.read_text(), end="")
+    print(f"figures for `python -m benchmarks tables`: {figures}")
 
 
 if __name__ == "__main__":

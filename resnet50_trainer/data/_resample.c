@@ -5,7 +5,7 @@
  * our own: PyTorch's operator spends as long around its AVX2 kernels as in them for one image
  * (weights built as tensors, three-channel rows one pixel at a time, a pass of its own to
  * mirror); here one call reads the box where the decoder left it and writes the crop, mirrored
- * or not, into its slot of the batch (data/cpu_decode.py; BENCHMARKS.md "Our own resize").
+ * or not, into its slot of the batch (data/cpu_decode.py; docs/speed.md, "The input pipeline against bare decoding").
  *
  * resize_box(src, width, height, left, top, right, bottom, out, out_width, out_height, mirror)
  * fills `out` (writable, contiguous, out_height * out_width * 3 bytes) with the box of `src`

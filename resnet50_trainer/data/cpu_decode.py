@@ -158,7 +158,7 @@ class CpuDecode:
 def _one_thread() -> Iterator[None]:
     """torch on one thread while a batch is made: its per-image operations are too small to share
     out, and in a training process of 2 threads on a busy machine sharing them made the batches
-    of --num_workers 0 five times slower (BENCHMARKS.md). Input processes have one already."""
+    of --num_workers 0 five times slower (docs/speed.md). Input processes have one already."""
     threads = torch.get_num_threads()
     if threads == 1:
         yield

@@ -30,7 +30,7 @@ try:
 except ImportError:  # setup.py builds it where a C compiler is
     SIMD, resize_box = False, None
 
-# Our resampler runs (RGB only); else PyTorch's operator resizes, a little slower (BENCHMARKS.md).
+# Our resampler runs (RGB only); else PyTorch's operator resizes, a little slower (docs/speed.md).
 RESAMPLER = bool(SIMD)
 
 # torchvision's RandomResizedCrop: boxes drawn this many times before the centre fallback.

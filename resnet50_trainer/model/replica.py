@@ -3,7 +3,7 @@ pair with --model_parallel), its precision, DDP (with --grad_compression's commu
 compiled with --compile) and the optimizer.
 
 A run of one process trains the model itself, not DDP around it: there is nothing to all-reduce,
-DDP's bucketing costs 17% of a CPU step (scripts/benchmark_train.py), and the arithmetic is the
+DDP's bucketing costs 17% of a CPU step (benchmarks/train.py), and the arithmetic is the
 same bit for bit. It keeps DDP where --grad_compression asks for a hook (which needs DDP): that
 run's compression and PowerSGD state carry on as on more processes."""
 

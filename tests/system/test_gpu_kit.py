@@ -104,3 +104,13 @@ def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
     assert "| end to end from LMDB, CPU decode on every core, bfloat16 | 900 |  |" in table
     assert "ours end to end / the ImageNet example: 2.50x" in table
     assert "DDP's cost at one process: 16.7%" in table
+    # The same figures as benchmarks/' records, for `python -m benchmarks tables`.
+    records = {
+        record["name"]: record
+        for record in json.loads(out.with_suffix(".json").read_text())["figures"]
+    }
+    assert records["gpu_compute_bf16_images_s"]["value"] == 3000.0
+    assert records["gpu_compute_bf16_images_s"]["goal"] == 3000.0
+    assert records["gpu_vs_example_loop"]["value"] == 2.5
+    assert records["gpu_end_to_end_cpu_decode_images_s"]["value"] == 900.0
+    assert "gpu_compute_fp16_images_s" not in records  # skipped: no figure, no record

@@ -1,5 +1,5 @@
 """Two machines with addresses of their own, each a Linux network namespace of this host
-(scripts/network_namespaces.py), of two CPU processes each: they meet through Redis on a third
+(benchmarks/network_namespaces.py), of two CPU processes each: they meet through Redis on a third
 machine or through a shared directory, over the interface named by --distributed_interfaces, and
 train alike. A machine's link taken down mid-epoch or during the meeting ends both machines, each
 in one line naming the machine it lost; Redis out of reach once the machines met costs the run
@@ -7,7 +7,6 @@ nothing. Skipped where namespaces cannot be made (not root, no iproute2)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -16,17 +15,15 @@ import time
 import pytest
 from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
-from redis_server import free_port, running_redis
-from trainer_runs import REPOSITORY, one_error_line, trainer_command, trainer_env
-
-sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))  # the helper is shared with benchmarks
-from network_namespaces import (  # noqa: E402
+from benchmarks.network_namespaces import (  # the helper is shared with the benchmarks
     NamespaceNetwork,
     Place,
     join_gloo_group,
     namespaces_unavailable,
     seated,
 )
+from redis_server import free_port, running_redis
+from trainer_runs import one_error_line, trainer_command, trainer_env
 
 TIMEOUT_S = 10  # --timeout: how long a collective waits on a silent peer
 NOTICE_S = 30  # what noticing may add to it: the roll call of peers, leaving, a loaded machine
@@ -72,7 +69,7 @@ def all_reduce_on_seats(rank: int, seats: list[Place], port: int, results) -> No
 
 @pytest.mark.parametrize("on_machines", [False, True], ids=["loopback", "namespaces"])
 def test_a_benchmark_s_processes_sit_on_their_machines_and_reach_each_other(on_machines):
-    """The benchmarks' seats (scripts/benchmark_compression.py, scaling_calibration.py): each
+    """The benchmarks' seats (benchmarks/compression.py, scaling_calibration.py): each
     spawned process moves into its machine's namespace, where it sees only that machine's
     interface, and the two all-reduce across the bridge."""
     if on_machines and (reason := namespaces_unavailable()):

@@ -15,6 +15,7 @@ import numpy as np
 import plyvel
 import pytest
 
+from benchmarks.make_scale_db import padded, scale_key, tiny_jpegs
 from dbfactory import datum_record, tensorprotos_record
 from record_mutations import MUTATIONS, SEED, seed_values
 from resnet50_trainer.data.dataset import ImageRecords
@@ -25,19 +26,17 @@ from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 from trainer_runs import REPOSITORY, refused_beside
 
-SCRIPTS = os.path.join(REPOSITORY, "scripts")
-sys.path.insert(0, SCRIPTS)
-from make_scale_db import padded, scale_key, tiny_jpegs  # noqa: E402
-
 
 def make_scale_db(
     path: str, records: int, db_type: str, record_format: str = "datum", labels: int = 1000
 ) -> str:
-    command = [sys.executable, os.path.join(SCRIPTS, "make_scale_db.py"), path]
+    command = [sys.executable, "-m", "benchmarks.make_scale_db", path]
     flags = ["--records", str(records), "--db_type", db_type, "--format", record_format]
     flags += ["--labels", str(labels)]
     environment = {**os.environ, "PYTHONPATH": REPOSITORY}
-    subprocess.run(command + flags + ["--record_bytes", "4000"], check=True, env=environment)
+    subprocess.run(
+        command + flags + ["--record_bytes", "4000"], check=True, cwd=REPOSITORY, env=environment
+    )
     return path
 
 

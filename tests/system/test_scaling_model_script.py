@@ -1,22 +1,19 @@
-"""scripts/scaling_model.py run as a script: a row for every GPU, dtype and count."""
+"""benchmarks/scaling_model.py run as a module (`python -m benchmarks.scaling_model`): a row for
+every GPU, dtype and count."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from benchmarks import scaling_model
 from trainer_runs import REPOSITORY
-
-sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))
-
-
-import scaling_model  # noqa: E402
 
 
 def test_the_script_prints_a_row_for_every_gpu_dtype_and_count():
     done = subprocess.run(
-        [sys.executable, os.path.join(REPOSITORY, "scripts", "scaling_model.py")],
+        [sys.executable, "-m", "benchmarks.scaling_model"],
+        cwd=REPOSITORY,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,19 +1,11 @@
-"""scripts/scaling_model.py runs and its numbers are sane: efficiency in (0, 1], never lower on a
+"""benchmarks/scaling_model.py runs and its numbers are sane: efficiency in (0, 1], never lower on a
 faster link, never higher with more GPUs, bf16 gradients never worse than fp32. No timing."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-from trainer_runs import REPOSITORY
-
-sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))
-
-
-import scaling_model  # noqa: E402
+from benchmarks import scaling_model
 
 CALIBRATION = scaling_model.CALIBRATION
 

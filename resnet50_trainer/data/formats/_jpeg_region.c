@@ -60,7 +60,7 @@ typedef struct {
 
 /* Rows asked of libjpeg at a time: a row at a time costs 4-20% more than the whole frame's rows in
  * one call (fancy upsampling makes two rows at once; one of them is kept aside); 16 rows cost what
- * the whole frame does (BENCHMARKS.md, scripts/libjpeg_rows.c). */
+ * the whole frame does (docs/speed.md, benchmarks/libjpeg_rows.c). */
 enum { BLOCK_ROWS = 16 };
 enum { MAX_SIDE = 65535 }; /* a JPEG frame's largest width or height */
 

@@ -86,7 +86,7 @@ def jpeg_reduction(shorter_side: int, min_side: int) -> int:
     JPEG decode's reduction for an image (or a crop's box) that must keep that many pixels.
 
     Only powers of two: libjpeg-turbo's scaled IDCTs for 3/8, 5/8, 6/8 and 7/8 have no SIMD code
-    and cost more than a full-size decode (BENCHMARKS.md, "JPEG DCT scaling")."""
+    and cost more than a full-size decode (docs/speed.md, "JPEG DCT scaling and fast modes")."""
     return next((factor for factor in (8, 4, 2) if shorter_side >= factor * min_side), 1)
 
 

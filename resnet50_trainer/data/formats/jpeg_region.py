@@ -13,7 +13,7 @@ in Debian 12's libturbojpeg (2.1); Pillow's draft mode scales but never crops.
 A JPEG with a restart marker after every MCU (`resnet50-db create --restart_markers`,
 `with_restart_markers`) is cut down to the MCUs round the box first, so the rows above the box and
 the columns beside it are not even entropy-decoded: the box costs its own area, about 0.6 of a
-whole decode for a random-resized crop instead of 0.8 (BENCHMARKS.md). Same pixels, bit for bit.
+whole decode for a random-resized crop instead of 0.8 (docs/speed.md). Same pixels, bit for bit.
 
 Without the compiled module (no compiler or no libjpeg headers where the package was installed)
 the same boxes come from simplejpeg's whole-frame decode: the same pixels, at the old speed.

@@ -1,4 +1,4 @@
-"""ImageNet-scale costs of the input side (DBs from scripts/make_scale_db.py).
+"""ImageNet-scale costs of the input side (DBs from benchmarks/make_scale_db.py).
 
 memory DB: the key list's memory in an input process. The training process reads the keys, forks
   a child as the DataLoader does, the child reads every key (as input processes do over an epoch)
@@ -9,11 +9,10 @@ labels DB [--cold]: seconds the test-label scan takes over the whole DB, the sam
   preflight.LABEL_SCAN_S seconds, the first test checking the rest); --cold first evicts the
   DB's files from the page cache (posix_fadvise DONTNEED on those files alone), as on a machine
   that has not read them lately.
-first_step DB: seconds from launching a small CPU trainer run on DB (ResNet-18, 32 px, batch 8,
-  2 input processes) to its first step's line, with the trainer found on PYTHONPATH.
+The time to the first step and the preflight at this scale are declared figures
+(benchmarks/startup.py: `python -m benchmarks run --only first_step preflight`).
 
-Usage: PYTHONPATH=. python scripts/benchmark_scale.py memory|labels|first_step DB
-       [--db_type lmdb] [--cold]
+Usage: python -m benchmarks.scale memory|labels DB [--db_type lmdb] [--cold]
 """
 
 from __future__ import annotations
@@ -21,14 +20,11 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from types import SimpleNamespace
+from pathlib import Path
 
+from benchmarks.startup import evict
 from resnet50_trainer.data.formats.databases import LMDB, open_database, read_keys
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
@@ -95,62 +91,35 @@ def full_parse_scan(db: str, db_type: str, num_labels: int) -> None:
             assert 0 <= label < num_labels
 
 
-def evict(db: str) -> None:
-    """Drop the DB's files from the page cache (clean pages only: nothing is lost)."""
-    for name in os.listdir(db):
-        descriptor = os.open(os.path.join(db, name), os.O_RDONLY)
-        try:
-            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(descriptor)
-
-
 def labels(db: str, db_type: str, cold: bool) -> None:
-    # The check reads only these two settings of the run's Config.
-    config = SimpleNamespace(db_type=db_type, num_labels=1000)
+    # Imported here: the memory figures are taken without the trainer's flag modules loaded.
+    from resnet50_trainer.cli import build_parser, config_from_args
+
+    # The run's Config, as the trainer builds it from its flags: the check reads its DB type, label
+    # count and --test_epoch_size (the trainer's default: the whole DB).
+    flags = ["--train_data", "null", "--use_cpu", "--db_type", db_type, "--num_labels", "1000"]
+    config = config_from_args(build_parser().parse_args(flags), gpus_present=0)
     for name, scan in (
         ("full parse (before)", lambda: full_parse_scan(db, db_type, 1000)),
         ("label scan, whole DB", lambda: _check_test_labels(config, db, math.inf)),
         ("preflight's bounded scan", lambda: _check_test_labels(config, db, LABEL_SCAN_S)),
     ):
         if cold:
-            evict(db)
+            evict(Path(db))
         started = time.perf_counter()
         scan()
         print(f"{name}: {time.perf_counter() - started:.2f} s")
 
 
-FIRST_STEP_RUN = "--use_cpu --num_layers 18 --image_size 32 --batch_size 8 --num_labels 1000 "
-FIRST_STEP_RUN += "--num_workers 2 --print_every 1 --epoch_size 16 --num_epochs 1"
-
-
-def first_step(db: str, db_type: str) -> None:
-    with tempfile.TemporaryDirectory() as outputs:
-        flags = [*FIRST_STEP_RUN.split(), "--train_data", db, "--db_type", db_type]
-        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
-        started = time.perf_counter()
-        command = [sys.executable, "-m", "resnet50_trainer", *flags]
-        with subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as process:
-            assert process.stdout is not None
-            lines = (line for line in process.stdout if "Finished iteration 1/" in line)
-            seconds = time.perf_counter() - started if next(lines, None) else float("nan")
-            process.stdout.read()
-    print(f"first step at {seconds:.2f} s (exit status {process.returncode})")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("memory", "labels", "first_step"))
+    parser.add_argument("what", choices=("memory", "labels"))
     parser.add_argument("db")
     parser.add_argument("--db_type", default=LMDB)
     parser.add_argument("--cold", action="store_true", help="labels: evict the DB from the cache")
     args = parser.parse_args()
     if args.what == "memory":
         memory(args.db, args.db_type)
-    elif args.what == "first_step":
-        first_step(args.db, args.db_type)
     else:
         labels(args.db, args.db_type, args.cold)
 

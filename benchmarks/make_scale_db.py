@@ -6,7 +6,7 @@ JPEG with comment segments of random bytes (decoders skip them; LevelDB cannot c
 about that size: 50,000 records of 120,000 bytes make a test DB of ImageNet's size (~6 GB) with
 almost no encoding work.
 
-Usage: python scripts/make_scale_db.py OUT --records 1281167 [--record_bytes 120000]
+Usage: python -m benchmarks.make_scale_db OUT --records 1281167 [--record_bytes 120000]
        [--db_type lmdb|leveldb] [--format datum|tensorprotos] [--labels 1000]
 """
 

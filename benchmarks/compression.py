@@ -3,19 +3,19 @@ images/s, for --grad_compression none, fp16, bf16 and powersgd, 2 processes on G
 
 Each mode, in turn (--repeats rounds of all modes, interleaved): 2 processes meet on a TCPStore,
 on loopback (--network loopback) or as two machines, each in its own network namespace with its
-own address and interface joined by a bridge (--network namespaces: network_namespaces.py, needs
-root), build the trainer's own replica (replica.build_replica: the model, DDP and
-the mode's communication hook) from the trainer's flags, run --warmup steps (past
---powersgd_start_iter, so PowerSGD compresses while timed) and then --steps timed steps of
-forward, loss, backward and SGD step on synthetic images.
+own address and interface joined by a bridge (--network namespaces:
+benchmarks/network_namespaces.py, needs root), build the trainer's own replica
+(replica.build_replica: the model, DDP and the mode's communication hook) from the trainer's
+flags, run --warmup steps (past --powersgd_start_iter, so PowerSGD compresses while timed) and then
+--steps timed steps of forward, loss, backward and SGD step on synthetic images.
 
 Bytes: every tensor a hook hands to torch.distributed.all_reduce is counted, by a pass-through
 wrapper in the benchmark's own processes. `none` registers no hook: DDP's C++ all-reduce then sends
 every gradient once in float32, 4 bytes a parameter, which is what the table says for it. On the
 wire a ring all-reduce moves 2(N-1)/N of the payload in and out of each process.
 
-Usage: PYTHONPATH=. python scripts/benchmark_compression.py [--network namespaces --num_layers 50
---image_size 64 --batch_size 16 --steps 10 --repeats 2]
+Usage: python -m benchmarks.compression [--network namespaces --num_layers 50 --image_size 64
+--batch_size 16 --steps 10 --repeats 2]
 """
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from network_namespaces import Place, free_port, join_gloo_group, namespaces_unavailable, seated
 
+from benchmarks.network_namespaces import (
+    Place,
+    free_port,
+    join_gloo_group,
+    namespaces_unavailable,
+    seated,
+)
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config.settings import GRAD_COMPRESSIONS, Config
 from resnet50_trainer.model.replica import build_replica
@@ -109,7 +115,7 @@ def main() -> None:
             f"--modes: {', '.join(sorted(unknown))} not among {', '.join(GRAD_COMPRESSIONS)}"
         )
     if args.network == "namespaces" and (reason := namespaces_unavailable()):
-        sys.exit(f"benchmark_compression.py: {reason}")
+        sys.exit(f"benchmarks.compression: {reason}")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}")
     results = mp.get_context("spawn").SimpleQueue()
     rows = []

@@ -1,4 +1,4 @@
-"""What scripts/scaling_model.py is calibrated with, measured on this machine:
+"""What benchmarks/scaling_model.py is calibrated with, measured on this machine:
 
 - DDP's real buckets of ResNet-50 (1000 classes; DDP's default 25 MB cap, after its rebuild at the
   second step), in the order they are all-reduced;
@@ -6,9 +6,10 @@
   hook that records the time and sends nothing, one process, one thread), and the forward pass's
   share of a step;
 - Gloo's all-reduce bandwidth between 2 processes (25 MB float32, DDP's bucket size), on loopback
-  and between two machines of network namespaces (network_namespaces.py; where they can be made).
+  and between two machines of network namespaces (benchmarks/network_namespaces.py; where they
+  can be made).
 
-Run: PYTHONPATH=. python scripts/scaling_calibration.py OUT.json (a few minutes on 2 cores)."""
+Run: python -m benchmarks.scaling_calibration OUT.json (a few minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 import torchvision
-from network_namespaces import Place, free_port, join_gloo_group, namespaces_unavailable, seated
 from torch.nn.parallel import DistributedDataParallel
+
+from benchmarks.network_namespaces import (
+    Place,
+    free_port,
+    join_gloo_group,
+    namespaces_unavailable,
+    seated,
+)
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
 STEPS = 4  # the first 2 build and rebuild DDP's buckets

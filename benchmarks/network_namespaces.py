@@ -1,6 +1,6 @@
 """Machines with their own addresses on one Linux host: network namespaces joined by a bridge.
 
-    from network_namespaces import NamespaceNetwork, namespaces_unavailable, seated
+    from benchmarks.network_namespaces import NamespaceNetwork, namespaces_unavailable, seated
 
     if (reason := namespaces_unavailable()) is None:
         with NamespaceNetwork(("m0", "m1", "redis")) as net:

@@ -1,8 +1,8 @@
 """Per-image cost of the crop's resize into its batch slot, one core: PyTorch's uint8 antialiased
 operator and a flip for mirrored crops (the trainer's path before data/_resample.c, and its
 fallback) against our resampler, on the boxes the trainer decodes from the benchmark's
-photographs (bench_data.py), both crops; the same pixels are checked. Run alone:
-PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/benchmark_resize.py --photos DIR [--images 640]
+photographs (benchmarks/bench_data.py), both crops; the same pixels are checked. Run alone:
+OMP_NUM_THREADS=1 python -m benchmarks.resize --photos DIR [--images 640]
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_data  # noqa: E402
-from benchmark_stages import SIZE, decoded_boxes, plans_for  # noqa: E402
-
-from resnet50_trainer.data import transforms  # noqa: E402
-from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
-from resnet50_trainer.data.formats.images import jpeg_header  # noqa: E402
-from resnet50_trainer.data.formats.records import parse_record  # noqa: E402
+from benchmarks import bench_data
+from benchmarks.stages import SIZE, decoded_boxes, plans_for
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.images import jpeg_header
+from resnet50_trainer.data.formats.records import parse_record
 
 
 def boxes_of(lmdb: str, images: int, crop: str) -> list:

@@ -4,8 +4,8 @@ batch, and the hand-over to the training process (the batch's way into shared me
 is the whole-frame path (full decode, a crop tensor resized and mirrored alone, torch.stack, the
 batch copied into shared memory when an input process hands it over); "after" is the trainer's
 path (data/cpu_decode.py: the box decoded alone, resized into its slot of a batch tensor allocated
-in shared memory, mirrored as it is written). Run by benchmark_input.py --stages, or alone:
-python scripts/benchmark_stages.py [--images 512]
+in shared memory, mirrored as it is written). Run by input_pipeline.py --stages, or alone:
+python -m benchmarks.stages [--images 512]
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,16 +21,14 @@ import numpy as np
 import simplejpeg
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_data  # noqa: E402
-
-from resnet50_trainer.data import transforms  # noqa: E402
-from resnet50_trainer.data.formats.databases import open_database  # noqa: E402
+from benchmarks import bench_data
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_jpeg_reduced, jpeg_header
-from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE, decode_jpeg_box  # noqa: E402
-from resnet50_trainer.data.formats.record_view import parse_record_view  # noqa: E402
-from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO  # noqa: E402
+from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE, decode_jpeg_box
+from resnet50_trainer.data.formats.record_view import parse_record_view
+from resnet50_trainer.data.formats.records import Record, parse_record
+from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO
 
 BATCH = 64
 SIZE, SCALE = 224, 256
@@ -109,6 +106,11 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     stacked = torch.stack(crops[:BATCH])
     before["hand-over"] = per_image_us(lambda: stacked.clone().share_memory_(), BATCH)
     slots = np.empty((count, SIZE, SIZE, 3), np.uint8)
+
+    def resize_into_slots() -> None:
+        for i, (pixels, box_plan) in enumerate(boxes):
+            transforms.resize_into(pixels, box_plan, slots[i])
+
     after = {
         "decode": per_image_us(
             lambda: [
@@ -117,13 +119,7 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
             ],
             count,
         ),
-        "resize": per_image_us(
-            lambda: [
-                transforms.resize_into(pixels, box_plan, slots[i])
-                for i, (pixels, box_plan) in enumerate(boxes)
-            ],
-            count,
-        ),
+        "resize": per_image_us(resize_into_slots, count),
     }
     after["batch"] = 0.0  # the resize writes each crop, mirrored or not, into its slot
     nbytes = BATCH * 3 * SIZE * SIZE
@@ -131,20 +127,27 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     return before, after, plan
 
 
+def jpeg_of(record: Record) -> bytes | memoryview:
+    """The record's JPEG: bench_data's sets hold files, never raw pixels."""
+    if record.encoded is None:
+        raise ValueError("a record of raw pixels in a benchmark set of JPEGs")
+    return record.encoded
+
+
 def marked_decode(marked_lmdb: str, keys: list, headers: list, crop: str) -> tuple[float, float]:
     """(box decode, bare full-frame decode) per image, microseconds, of the same images with
-    restart markers (benchmark_input.py --restart_markers), for the same crop plans."""
+    restart markers (benchmarks/input_pipeline.py --restart_markers), for the same crop plans."""
     with open_database(marked_lmdb, "lmdb") as marked:
-        records = [parse_record(marked.get(key)) for key in keys]
+        jpegs = [jpeg_of(parse_record(marked.get(key))) for key in keys]
     plans = plans_for(headers, crop)
     box = per_image_us(
         lambda: [
-            decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
-            for r, size, p in zip(records, headers, plans)
+            decode_jpeg_box(jpeg, size, 3, p.reduction, p.crop.box)
+            for jpeg, size, p in zip(jpegs, headers, plans)
         ],
-        len(records),
+        len(jpegs),
     )
-    bare = per_image_us(lambda: [simplejpeg.decode_jpeg(r.encoded) for r in records], len(records))
+    bare = per_image_us(lambda: [simplejpeg.decode_jpeg(jpeg) for jpeg in jpegs], len(jpegs))
     return box, bare
 
 

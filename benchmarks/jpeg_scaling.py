@@ -6,7 +6,7 @@ The evidence behind data/records.py's choice of power-of-two scales and accurate
 frame: the entropy decoding alone (the last row's box: every row above it is only entropy-decoded),
 and the boxes of the scale crop and of random-resized crops (--image_size out), decoded in rounds
 interleaved with whole frames; --photo FILE,... adds files of one's own (e.g. real photos).
-Usage: python scripts/benchmark_jpeg_scaling.py [--sizes 500x375,1000x750] [--images 20]
+Usage: python -m benchmarks.jpeg_scaling [--sizes 500x375,1000x750] [--images 20]
     [--regions] [--photo FILE,...]
 """
 
@@ -17,19 +17,16 @@ import functools
 import os
 import random
 import statistics
-import sys
 import time
 
 import numpy as np
 import simplejpeg
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_data  # noqa: E402
-
-from resnet50_trainer.data import transforms  # noqa: E402
-from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box  # noqa: E402
-from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO  # noqa: E402
+from benchmarks import bench_data
+from resnet50_trainer.data import transforms
+from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box
+from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO
 
 FAST_MODES = {
     "accurate": {},

@@ -10,7 +10,7 @@
 4. DDP's cost: the same synthetic step loop with and without DistributedDataParallel at one
    process, alternated --ddp_rounds times; the round with the median ratio is reported.
 Ours runs 2 epochs of --steps steps and reports the second (the first pays for start-up). Prints
-images/s, the ratios, and GPU memory peaks. Usage (GPU): python scripts/benchmark_train.py
+images/s, the ratios, and GPU memory peaks. Usage (GPU): python -m benchmarks.train
 Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 4
 --results PATH also writes the figures as JSON (scripts/gpu_check.sh makes its table of them).
 """
@@ -23,8 +23,8 @@ import glob
 import itertools
 import json
 import os
+import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -35,11 +35,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torchvision import datasets, models, transforms
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_data  # noqa: E402
+from benchmarks import bench_data
+from benchmarks.input_pipeline import photo_sets, prepare_photo_sets
+from benchmarks.registry import HIGHER, Context, Figure, benchmark
+from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+THIS = Tree("this", BENCHMARKS_ROOT)
 
 
 def baseline(args, device: torch.device, root: str) -> float:
@@ -86,9 +88,11 @@ def baseline(args, device: torch.device, root: str) -> float:
     return args.steps * args.batch_size / (time.perf_counter() - started)
 
 
-def ours(args, device: torch.device, train_data: str, out: str) -> tuple[float, str]:
-    """Second-epoch images/s from the run log of a `resnet50-trainer` subprocess, and its peak GPU
-    memory line ("" on the CPU)."""
+def ours(
+    args, device: torch.device, train_data: str, out: str, tree: Tree = THIS
+) -> tuple[float, str]:
+    """Second-epoch images/s from the run log of `tree`'s `resnet50-trainer` in a subprocess, and
+    its peak GPU memory line ("" on the CPU)."""
     log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
     flags = [
         "--train_data",
@@ -122,17 +126,15 @@ def ours(args, device: torch.device, train_data: str, out: str) -> tuple[float, 
         flags += ["--use_cpu"]
     print("  ours:", " ".join(flags), flush=True)
     run = subprocess.run(
-        [sys.executable, "-m", "resnet50_trainer", *flags],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPO},
+        tree.trainer(flags), cwd=out, capture_output=True, text=True, env=tree.environment()
     )
     peaks = [
         line for line in run.stderr.splitlines() + run.stdout.splitlines() if "peak GPU" in line
     ]
     if run.returncode:
-        raise SystemExit(f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        raise MeasurementFailed(
+            f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}"
+        )
     if peaks:
         print("  ", peaks[-1].strip())
     [log_path] = glob.glob(os.path.join(log_dir, "*.log"))
@@ -278,3 +280,146 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# The CPU figure: ResNet-18 at 64 px, batch 16, one input process each side (2 cores here).
+CPU_RUN = argparse.Namespace(
+    num_layers=18, image_size=64, batch_size=16, steps=12, warmup=2, workers=1, compile=False
+)
+# The GPU figures: ResNet-50 at 224 px, batch 256, bfloat16 (scripts/gpu_check.sh's parts).
+GPU_RUN = argparse.Namespace(
+    num_layers=50,
+    image_size=224,
+    batch_size=256,
+    steps=30,
+    warmup=5,
+    workers=min(15, (os.cpu_count() or 2) - 1),
+    compile=False,
+    dtype="bfloat16",
+    cpu_decode=False,
+)
+
+
+def example_loop_rate(root: str, device: str) -> float:
+    """Images/s of the ImageNet example's loop over `root`'s files (runs in a tree's process)."""
+    run = GPU_RUN if device == "cuda" else CPU_RUN
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    return baseline(run, torch.device(device), root)
+
+
+@benchmark(
+    "train",
+    "Training, CPU",
+    (
+        Figure(
+            "train_vs_example_loop",
+            "x",
+            HIGHER,
+            1.0,
+            0.25,
+            "end-to-end CPU training, `resnet50-trainer` from the photographs' LMDB (second "
+            "epoch's images/s in its run log), against the loop PyTorch's ImageNet example "
+            "writes over the same JPEGs as files; ResNet-18, 64 px, batch 16, float32, one "
+            "input process each",
+            quick=True,
+        ),
+        Figure("train_cpu_images_s", "images/s", HIGHER, None, 0.25, "ours, as above"),
+        Figure("train_example_cpu_images_s", "images/s", HIGHER, None, 0.25, "the example loop"),
+    ),
+    prepare=prepare_photo_sets,
+    rounds=(2, 3),
+)
+def measure_train(context: Context, tree: Tree) -> dict[str, float]:
+    sets = photo_sets(context)
+    example = float(
+        tree.call("benchmarks.train:example_loop_rate", root=sets["files"], device="cpu")
+    )
+    with tempfile.TemporaryDirectory(dir=context.scratch) as out:
+        rate, _ = ours(CPU_RUN, torch.device("cpu"), sets["lmdb"], out, tree)
+    return {
+        "train_vs_example_loop": rate / example,
+        "train_cpu_images_s": rate,
+        "train_example_cpu_images_s": example,
+    }
+
+
+def gpu_figure(name: str, unit: str, goal: float | None, doc: str) -> Figure:
+    return Figure(name, unit, HIGHER, goal, 0.1, doc)
+
+
+def _no_gpu() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return "needs a CUDA GPU (scripts/gpu_check.sh measures these on a lent one)"
+    return None
+
+
+@benchmark(
+    "gpu",
+    "Training, GPU (ResNet-50, 224 px, batch 256)",
+    (
+        gpu_figure(
+            "gpu_compute_bf16_images_s",
+            "images/s",
+            3000.0,
+            "`--train_data null` (compute only), bfloat16, `--enable_tensor_core`, channels_last",
+        ),
+        gpu_figure("gpu_compute_fp16_images_s", "images/s", None, "the same in float16"),
+        gpu_figure("gpu_compute_bf16_compile_images_s", "images/s", None, "bfloat16, `--compile`"),
+        gpu_figure("gpu_compute_fp16_compile_images_s", "images/s", None, "float16, `--compile`"),
+        gpu_figure(
+            "gpu_end_to_end_images_s",
+            "images/s",
+            None,
+            "end to end from the LMDB, `--decode_device gpu` (nvJPEG), bfloat16",
+        ),
+        gpu_figure(
+            "gpu_end_to_end_cpu_decode_images_s",
+            "images/s",
+            None,
+            "end to end, CPU decoding on every core, bfloat16",
+        ),
+        gpu_figure("gpu_input_nvjpeg_images_s", "images/s", None, "`resnet50-db bench`, nvJPEG"),
+        gpu_figure(
+            "gpu_input_cpu_decode_images_s", "images/s", None, "`resnet50-db bench`, CPU decode"
+        ),
+        gpu_figure(
+            "gpu_example_loop_images_s",
+            "images/s",
+            None,
+            "PyTorch's ImageNet example loop, float32, ImageFolder",
+        ),
+        gpu_figure(
+            "gpu_end_to_end_vs_compute",
+            "x",
+            0.9,
+            "end to end (nvJPEG) over compute only, bfloat16: what the input costs",
+        ),
+        gpu_figure(
+            "gpu_vs_example_loop",
+            "x",
+            3.0,
+            "end to end (nvJPEG, bfloat16) over the ImageNet example's float32 loop",
+        ),
+    ),
+    prepare=prepare_photo_sets,
+    unavailable=_no_gpu,
+    rounds=(1, 2),
+)
+def measure_gpu(context: Context, tree: Tree) -> dict[str, float]:
+    """The headline GPU figures; scripts/gpu_check.sh measures the rest of the declared ones."""
+    sets = photo_sets(context)
+    device = torch.device("cuda")
+    example = float(
+        tree.call("benchmarks.train:example_loop_rate", root=sets["files"], device="cuda")
+    )
+    with tempfile.TemporaryDirectory(dir=context.scratch) as out:
+        compute, _ = ours(GPU_RUN, device, "null", out, tree)
+        end_to_end, _ = ours(GPU_RUN, device, sets["lmdb"], out, tree)
+    return {
+        "gpu_compute_bf16_images_s": compute,
+        "gpu_end_to_end_images_s": end_to_end,
+        "gpu_example_loop_images_s": example,
+        "gpu_end_to_end_vs_compute": end_to_end / compute,
+        "gpu_vs_example_loop": end_to_end / example,
+    }

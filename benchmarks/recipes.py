@@ -1,7 +1,7 @@
 """--recipe caffe2 against --recipe modern on the bundled sample data: the README's first command
 (2 CPU processes, ResNet-50 at 32 px, 10 classes) run once per recipe, everything else equal;
 prints each epoch's test accuracy (the model's; and the EMA's, from the console) and images/s
-from the run logs. Usage: python scripts/benchmark_recipes.py [--num_epochs 6] [extra flags]"""
+from the run logs. Usage: python -m benchmarks.recipes [--num_epochs 6] [extra flags]"""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Eight real photographs for the input benchmarks (bench_data.py --photos): the colour photos that
-# the scikit-image and scikit-learn wheels carry as sample data (astronaut, cat, coffee, two
-# motorcycles, rocket, china, flower; public domain or CC, see those projects), taken out of the
-# wheels without installing them (needs pip's access to PyPI, and unzip).
-# Usage: bash scripts/fetch_photos.sh DIR
+# Eight real photographs for the input benchmarks (benchmarks/bench_data.py --photos): the colour
+# photos that the scikit-image and scikit-learn wheels carry as sample data (astronaut, cat, coffee,
+# two motorcycles, rocket, china, flower; public domain or CC, see those projects), taken out of
+# the wheels without installing them (needs pip's access to PyPI, and unzip).
+# Usage: bash benchmarks/fetch_photos.sh DIR
 set -euo pipefail
 out=${1:?usage: fetch_photos.sh DIR}
 mkdir -p "$out"

@@ -3,7 +3,7 @@ overlapped with the backward pass, on N GPUs over links of B Gb/s (docs/scaling.
 
 Per step, on one GPU: forward, then backward; bucket k's gradients are ready at
   forward + f_k x backward
-(f_k measured: scripts/scaling_calibration.py). Buckets are all-reduced one after the other, each
+(f_k measured: benchmarks/scaling_calibration.py). Buckets are all-reduced one after the other, each
 as soon as it is ready and the previous one is done; a ring all-reduce of S bytes over N GPUs takes
   2 (N - 1) x latency + 2 (N - 1) / N x S / (efficiency x B).
 The step ends when the backward pass and the last all-reduce have. Scaling efficiency (weak
@@ -11,7 +11,7 @@ scaling, a fixed batch per GPU) = the step on one GPU / the step on N.
 
 Calibration: the bucket sizes and f_k of ResNet-50 under DDP, and the forward's share of a step,
 measured on this machine's CPU (CALIBRATION below, or --calibration FILE); the step time of one
-GPU from NVIDIA's published images/s (GPUS below). Usage: python scripts/scaling_model.py
+GPU from NVIDIA's published images/s (GPUS below). Usage: python -m benchmarks.scaling_model
 """
 
 from __future__ import annotations
@@ -20,10 +20,20 @@ import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
-# scripts/scaling_calibration.py, 2026-11-23 07:05 UTC, this 2-core CPU machine, ResNet-50 at
-# 224 px, 4 images (BENCHMARKS.md, "Scaling model").
-CALIBRATION = {
+
+class Calibration(TypedDict):
+    """What the model takes of benchmarks/scaling_calibration.py's JSON."""
+
+    bucket_elements: list[int]  # DDP's buckets, in the order they are all-reduced
+    bucket_ready_fraction: list[float]  # when each is ready, a fraction of the backward pass
+    forward_share: float  # the forward pass's share of a step
+
+
+# benchmarks/scaling_calibration.py, 2026-11-23 07:05 UTC, this 2-core CPU machine, ResNet-50 at
+# 224 px, 4 images (docs/speed.md, "The scaling model").
+CALIBRATION: Calibration = {
     "bucket_elements": [2049000, 7875584, 6563840, 6637568, 2431040],
     "bucket_ready_fraction": [0.005, 0.1004, 0.1875, 0.4702, 0.9994],
     "forward_share": 0.3642,
@@ -70,7 +80,7 @@ class Network:
 
 
 def step_seconds(
-    gpu: Gpu, gpus: int, network: Network, element_bytes: int, calibration: dict
+    gpu: Gpu, gpus: int, network: Network, element_bytes: int, calibration: Calibration
 ) -> float:
     """One step on each of `gpus` GPUs: the backward pass and the bucket all-reduces overlapped."""
     forward = calibration["forward_share"] * gpu.step_seconds
@@ -85,12 +95,14 @@ def step_seconds(
 
 
 def efficiency(
-    gpu: Gpu, gpus: int, network: Network, element_bytes: int, calibration: dict
+    gpu: Gpu, gpus: int, network: Network, element_bytes: int, calibration: Calibration
 ) -> float:
     return gpu.step_seconds / step_seconds(gpu, gpus, network, element_bytes, calibration)
 
 
-def table(calibration: dict, network: Network, gpus_measured: Sequence[Gpu] = GPUS) -> list[str]:
+def table(
+    calibration: Calibration, network: Network, gpus_measured: Sequence[Gpu] = GPUS
+) -> list[str]:
     """Markdown rows: scaling efficiency for each GPU, gradient dtype, GPU count and link speed."""
     head = "| GPU (1-GPU images/s, batch) | gradients | GPUs | " + " | ".join(
         f"{gbps} Gb/s" for gbps in LINKS_GBPS
@@ -120,7 +132,7 @@ def table(calibration: dict, network: Network, gpus_measured: Sequence[Gpu] = GP
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calibration", help="JSON of scripts/scaling_calibration.py")
+    parser.add_argument("--calibration", help="JSON of benchmarks/scaling_calibration.py")
     parser.add_argument("--link_efficiency", type=float, default=Network(0).efficiency)
     parser.add_argument("--latency_us", type=float, default=Network(0).latency_s * 1e6)
     parser.add_argument(
@@ -130,7 +142,7 @@ def main() -> None:
         "(optimistic for the GPU: small batches run below its peak)",
     )
     args = parser.parse_args()
-    calibration = CALIBRATION
+    calibration: Calibration = CALIBRATION
     if args.calibration:
         with open(args.calibration) as file:
             calibration = json.load(file)

@@ -7,12 +7,13 @@ grain, and sensor-like noise, which compresses to about 90 KB a file (ImageNet a
 110 KB).
 Synthetic scenes are entropy-heavy: the Huffman decoding is about three quarters of their decode,
 against about half for photographs, so what a decoder saves by skipping pixels is understated on
-them. `build(photos=DIR)` makes the set from the photographs in DIR instead (fetch_photos.sh
-gathers eight from the scikit-image and scikit-learn wheels): each image a random window of one
-photo (55-100% of the largest window of its shape), resized with Lanczos to 360-460 pixels wide
-and 0.7-0.8 of that high (a fifth portrait; mean about 389x329, near the 410x308 photos that set
-the input goals), quality 90. Most windows shrink; those of the smaller photos grow, which smooths
-them. The set is kept in --out by its count: remove it to cut one from other photographs.
+them. `build(photos=DIR)` makes the set from the photographs in DIR instead
+(benchmarks/fetch_photos.sh gathers eight from the scikit-image and scikit-learn wheels): each
+image a random window of one photo (55-100% of the largest window of its shape), resized with
+Lanczos to 360-460 pixels wide and 0.7-0.8 of that high (a fifth portrait; mean about 389x329,
+near the 410x308 photos that set the input goals), quality 90. Most windows shrink; those of the
+smaller photos grow, which smooths them. The set is kept in --out by its count: remove it to cut
+one from other photographs.
 The same images are written as files in class folders (what torchvision's ImageFolder reads) and
 as an LMDB of Caffe Datum records holding the same bytes (what the trainer reads).
 `with_restart_markers` copies a set with every JPEG given a restart marker after every MCU, as
@@ -82,7 +83,9 @@ def photo_window(rng: np.random.Generator, photo: Image.Image) -> np.ndarray:
     scale = min(photo.width / width, photo.height / height) * rng.uniform(0.55, 1.0)
     box_w, box_h = min(photo.width, width * scale), min(photo.height, height * scale)
     left, top = rng.uniform(0, photo.width - box_w), rng.uniform(0, photo.height - box_h)
-    window = photo.resize((width, height), Image.LANCZOS, (left, top, left + box_w, top + box_h))
+    window = photo.resize(
+        (width, height), Image.Resampling.LANCZOS, (left, top, left + box_w, top + box_h)
+    )
     return np.asarray(window)
 
 
@@ -91,7 +94,7 @@ def photo_source(folder: str) -> Callable[[np.random.Generator, int], np.ndarray
     names = sorted(os.listdir(folder))
     photos = [Image.open(os.path.join(folder, name)).convert("RGB") for name in names]
     if not photos:
-        raise SystemExit(f"bench_data: no photographs in {folder} (scripts/fetch_photos.sh)")
+        raise SystemExit(f"bench_data: no photographs in {folder} (benchmarks/fetch_photos.sh)")
     return lambda rng, index: photo_window(rng, photos[index % len(photos)])
 
 
@@ -102,12 +105,16 @@ def scene_source(rng: np.random.Generator, index: int) -> np.ndarray:
     return make_photo(rng, width, height)
 
 
+def set_paths(out_dir: str, count: int, photos: bool) -> tuple[str, str]:
+    """(folder root, LMDB path) of the set `build` makes in `out_dir`."""
+    name = f"photos_{count}" if photos else str(count)
+    return os.path.join(out_dir, f"files_{name}"), os.path.join(out_dir, f"lmdb_{name}")
+
+
 def build(out_dir: str, count: int, seed: int = 0, photos: str = "") -> tuple[str, str]:
     """(folder root, LMDB path) holding `count` images, synthetic scenes or (`photos`, a folder)
     windows of photographs; reused if already built with that count and source."""
-    name = f"photos_{count}" if photos else str(count)
-    folders = os.path.join(out_dir, f"files_{name}")
-    lmdb_path = os.path.join(out_dir, f"lmdb_{name}")
+    folders, lmdb_path = set_paths(out_dir, count, bool(photos))
     if os.path.isdir(folders) and os.path.isdir(lmdb_path):
         return folders, lmdb_path
     rng = np.random.default_rng(seed)

@@ -1,5 +1,5 @@
 """Faults on the wire: how long two machines take to notice a lost link, measured on network
-namespaces (network_namespaces.py; needs root).
+namespaces (benchmarks/network_namespaces.py; needs root).
 
 Two machines (m0, m1), each a `resnet50-trainer` shard of 2 CPU processes (ResNet-18 at 32 px,
 synthetic data), meet through a shared directory or through Redis on a third machine; then:
@@ -10,7 +10,7 @@ synthetic data), meet through a shared directory or through Redis on a third mac
   redis      Redis's link goes down once the shards met; the run must train to its end (its
              seconds are the rest of the run, not a time to notice).
 For each, the seconds from the fault to each machine's exit, its exit status and its error lines.
-Prints a Markdown table (also written to --out). Usage: sudo python scripts/benchmark_wire_faults.py
+Prints a Markdown table (also written to --out). Usage: sudo python -m benchmarks.wire_faults
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from network_namespaces import NamespaceNetwork, namespaces_unavailable
+from benchmarks.network_namespaces import NamespaceNetwork, namespaces_unavailable
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_RUN = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8"]
@@ -156,7 +156,7 @@ def table(results: dict[str, list[dict]], settings: argparse.Namespace) -> str:
         "| error lines a machine |",
         "|---|---|---|---|---|---|",
     ]
-    examples = []
+    examples: list[str] = []
     for fault, runs in results.items():
         spans = []
         for machine in (0, 1):
@@ -186,7 +186,7 @@ def main() -> None:
     settings = parser.parse_args()
     reason = namespaces_unavailable()
     if reason is not None:
-        sys.exit(f"benchmark_wire_faults: {reason}")
+        sys.exit(f"benchmarks.wire_faults: {reason}")
     results = {
         fault: [one_run(fault, settings, repeat) for repeat in range(settings.repeats)]
         for fault in settings.faults.split(",")

@@ -5,7 +5,7 @@ saves on the way from an input process (one shared-memory tensor instead of one 
 On CUDA (--device cuda) it counts the CUDA launches of one staged batch with torch.profiler (before
 the packing and batched resize: about 8 a record) and times --batches batches. On any machine it
 times passing a batch of file bytes through a torch.multiprocessing queue, as one tensor and as one
-tensor a record. Usage: python scripts/benchmark_gpu_decode.py [--device cuda] [--batch_size 256]
+tensor a record. Usage: python -m benchmarks.gpu_decode [--device cuda] [--batch_size 256]
 """
 
 from __future__ import annotations

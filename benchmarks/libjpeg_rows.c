@@ -1,8 +1,8 @@
 /* What a libjpeg-turbo decode costs by how its rows are asked for, and in its fast modes: one row a
  * call, all rows in one call, 16-row blocks copied out (what data/formats/_jpeg_region.c does),
  * 16-row blocks with the fast IDCT and merged upsampling. Whole frames, one core, RGB out.
- * Build and run (BENCHMARKS.md, "Decoding the crop's box, on photographs"):
- *   gcc -O2 -o /tmp/libjpeg_rows scripts/libjpeg_rows.c -ljpeg
+ * Build and run (docs/speed.md, "The input pipeline against bare decoding"):
+ *   gcc -O2 -o /tmp/libjpeg_rows benchmarks/libjpeg_rows.c -ljpeg
  *   /tmp/libjpeg_rows $(find /tmp/bd/files_photos_640 -name '*.jpg' | sort | head -300) */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,44 @@
+"""`python -m benchmarks compare` on real trees: each tree's own trainer is measured (a sleep
+planted in one copy's resnet50_trainer/__init__.py shows in that copy's start-up figure, exit 1,
+the figure named), and two copies of the same code compare clean (exit 0)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from trainer_runs import REPOSITORY
+
+PLANTED = "\nimport time as _planted_time\n\n_planted_time.sleep(2)\n"
+
+
+def copy_of_this_tree(target) -> str:
+    """The trainer (its built C modules too) and the benchmarks, which is all a tree needs."""
+    for folder in ("resnet50_trainer", "benchmarks"):
+        shutil.copytree(
+            f"{REPOSITORY}/{folder}", target / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return str(target)
+
+
+def compare(this: str, base: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", "compare", "--base", base, "--only", "start_help_s"],
+        cwd=this,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_sleep_planted_in_this_tree_is_caught_and_an_unchanged_copy_is_not(tmp_path):
+    planted = copy_of_this_tree(tmp_path / "planted")
+    with open(f"{planted}/resnet50_trainer/__init__.py", "a") as init:
+        init.write(PLANTED)
+    caught = compare(planted, REPOSITORY)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert "worse than --base beyond the noise band: start_help_s" in caught.stdout
+    clean = compare(REPOSITORY, copy_of_this_tree(tmp_path / "copy"))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "no figure worse than --base" in clean.stdout

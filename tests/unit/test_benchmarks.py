@@ -1,0 +1,154 @@
+"""benchmarks/: the figures' declarations, verdicts and goals, the quick set's names, the generated
+BENCHMARKS.md and docs/speed.md block kept current, and bad input refused in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import tables
+from benchmarks.registry import HIGHER, LOWER, Figure, all_figures, registered
+from benchmarks.runner import BenchmarkUsageError, compared, records, select
+from benchmarks.trees import BENCHMARKS_ROOT, Tree
+from trainer_runs import REPOSITORY
+
+# The quick set's figures, by the names docs/speed.md defines and the issue asked for.
+QUICK = {
+    "start_help_s",
+    "first_step_1k_s",
+    "first_step_1m_extra_s",
+    "preflight_50k_s",
+    "input_rr_vs_decode",
+    "input_scale_vs_decode",
+    "input_vs_pytorch_example",
+    "train_vs_example_loop",
+}
+RESULTS = os.path.join(REPOSITORY, "benchmarks", "results")
+
+
+def seconds(**overrides: object) -> Figure:
+    fields: dict = dict(name="x_s", unit="s", better=LOWER, goal=3.0, noise=0.1, doc="d", floor=0.5)
+    return Figure(**{**fields, **overrides})
+
+
+def test_a_change_beyond_the_noise_band_is_a_verdict_and_within_it_is_not():
+    figure = seconds()
+    assert figure.verdict(10.0, 10.9) == "same"  # band: 10% of 10 s
+    assert figure.verdict(10.0, 11.2) == "worse"
+    assert figure.verdict(10.0, 8.8) == "better"
+    assert figure.verdict(1.0, 1.4) == "same"  # the floor, 0.5 s, is the larger band
+    assert figure.verdict(1.0, 1.6) == "worse"
+    assert figure.verdict(1.0, math.nan) == "worse"  # measured before, failed now
+    ratio = seconds(better=HIGHER, unit="x", floor=0.0)
+    assert ratio.verdict(1.0, 0.85) == "worse"
+    assert ratio.verdict(1.0, 1.15) == "better"
+
+
+def test_goals_are_met_on_their_side():
+    assert seconds().met(3.0) and not seconds().met(3.01)
+    assert seconds(better=HIGHER, goal=0.8).met(0.81)
+    assert seconds(goal=None).met(1.0) is None
+    assert seconds().met(math.nan) is None
+
+
+def test_the_quick_set_holds_the_named_figures_each_with_a_goal_and_a_band():
+    quick = {
+        figure.name: figure for figures in select([], quick=True).values() for figure in figures
+    }
+    assert set(quick) == QUICK
+    for figure in all_figures().values():
+        assert figure.goal is not None or not figure.quick, figure.name
+        assert 0 < figure.noise < 1 and figure.doc, figure.name
+
+
+def test_only_takes_a_figure_or_a_benchmark_and_refuses_other_names():
+    chosen = select(["input_rr_vs_decode"], quick=False)
+    assert [figure.name for figures in chosen.values() for figure in figures] == [
+        "input_rr_vs_decode"
+    ]
+    first_step = select(["first_step"], quick=True)
+    assert {figure.name for figures in first_step.values() for figure in figures} == {
+        "first_step_1k_s",
+        "first_step_1m_extra_s",
+    }
+    with pytest.raises(BenchmarkUsageError, match="no_such_figure"):
+        select(["no_such_figure"], quick=False)
+
+
+def test_a_record_carries_its_value_goal_machine_date_and_commit():
+    chosen = select(["start_help_s"], quick=True)
+    [record] = records(chosen, {"start_help_s": [0.2, 0.1, 0.3]}, Tree("this", BENCHMARKS_ROOT))
+    assert record["value"] == 0.2 and record["goal"] == 0.5 and record["met"] is True
+    assert record["samples"] == [0.2, 0.1, 0.3] and record["unit"] == "s"
+    assert "cores" in str(record["machine"]) and str(record["date"]).endswith("UTC")
+    assert record["commit"]
+
+
+def test_benchmarks_md_is_generated_from_the_committed_results():
+    """BENCHMARKS.md and docs/speed.md's figures block are what `python -m benchmarks tables
+    benchmarks/results/*.json` makes: edit the declarations or rerun, never the pages."""
+    results = sorted(
+        os.path.join(RESULTS, name) for name in os.listdir(RESULTS) if name.endswith(".json")
+    )
+    figures = tables.read_results([tables.Path(path) for path in results])
+    assert figures, "benchmarks/results holds no figures"
+    with open(os.path.join(REPOSITORY, "BENCHMARKS.md")) as page:
+        assert page.read() == tables.benchmarks_page(registered(), figures), (
+            "BENCHMARKS.md is stale: python -m benchmarks tables benchmarks/results/*.json"
+        )
+    speed = tables.SPEED_DOC.read_text()
+    assert speed == tables.speed_doc(registered(), speed), (
+        "docs/speed.md's figures are stale: python -m benchmarks tables benchmarks/results/*.json"
+    )
+    declared = set(all_figures())
+    assert {str(figure["name"]) for figure in figures} <= declared
+
+
+def run_benchmarks(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *argv],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["run", "--only", "no_such_figure"], "no_such_figure"),
+        (["compare", "--base", "/nonexistent", "--quick"], "/nonexistent"),
+        (["tables", "/nonexistent.json", "--out", "/tmp/never.md"], "/nonexistent.json"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, names):
+    done = run_benchmarks(*argv)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert names in line and "Traceback" not in done.stderr
+
+
+def test_a_results_file_that_is_not_one_is_refused(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"figures": 3}))
+    with pytest.raises(BenchmarkUsageError, match="broken.json"):
+        tables.read_results([broken])
+
+
+def test_compare_judges_the_rounds_differences_not_the_spread_between_rounds():
+    """A round's load moves both trees alike: a steady +2 s in each round is caught even where
+    the rounds differ among themselves by more, and equal pairs are equal whatever the spread."""
+    chosen = select(["first_step_1k_s"], quick=True)
+    base = {"first_step_1k_s": [4.0, 9.0, 5.0]}
+    [(_, before, after, verdict)] = compared(chosen, {"first_step_1k_s": [6.0, 11.0, 7.0]}, base)
+    assert (before, after, verdict) == (5.0, 7.0, "worse")
+    [(_, _, _, same)] = compared(chosen, {"first_step_1k_s": [4.2, 8.9, 5.1]}, base)
+    assert same == "same"
+    [(_, _, _, failed)] = compared(chosen, {"first_step_1k_s": []}, base)
+    assert failed == "worse"
