@@ -220,13 +220,9 @@ def prepare_photo_sets(context: Context) -> None:
 COMMON = {"batch_size": BATCH_SIZE, "batches": BATCHES, "images": IMAGES}
 
 
-def rate(tree: Tree, kind: str, **spec: object) -> float:
+def rate(tree: Tree, spec: dict[str, object]) -> float:
     """Images a second of one configuration, in a fresh one-thread process of `tree`."""
-    return float(
-        tree.call(
-            "benchmarks.input_pipeline:child", threads=1, spec={**COMMON, "kind": kind, **spec}
-        )
-    )
+    return float(tree.call("benchmarks.input_pipeline:child", threads=1, spec=spec))
 
 
 def ours(db: str, crop: str, workers: int, db_type: str = "lmdb") -> dict[str, object]:
@@ -334,9 +330,8 @@ def measure_input(context: Context, tree: Tree) -> dict[str, float]:
         figures["input_scale_unmarked_vs_decode"] = ratio(tree, unmarked_scale, decode)[2]
         leveldb = sets["lmdb"].replace("lmdb_", "leveldb_", 1)
         figures["input_rr_leveldb_images_s"] = rate(
-            tree, "ours", **ours(leveldb, "random_resized", 0, "leveldb")
+            tree, ours(leveldb, "random_resized", 0, "leveldb")
         )
-        figures["input_gpu_side_images_s"] = rate(
-            tree, "gpu_side", db=sets["lmdb"], db_type="lmdb", crop="random_resized"
-        )
+        gpu_side = {**ours(sets["lmdb"], "random_resized", 0), "kind": "gpu_side"}
+        figures["input_gpu_side_images_s"] = rate(tree, gpu_side)
     return figures

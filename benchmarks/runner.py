@@ -11,6 +11,7 @@ import shutil
 import statistics
 import subprocess
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,10 @@ def measure(
                 except MeasurementFailed as failure:
                     failures[where] = str(failure)
                     say(f"  {where}: FAILED\n{failure}")
+                    continue
+                except Exception as bug:  # a benchmark's own: its figures are lost, not the run's
+                    say(f"  {where}: FAILED\n{traceback.format_exc()}")
+                    failures[where] = f"{type(bug).__name__}: {bug} (traceback above)"
                     continue
                 for name, value in values.items():
                     if name in wanted:
