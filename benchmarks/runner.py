@@ -155,6 +155,7 @@ def records(
         "machine": machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": tree.commit(),
+        "load": round(os.getloadavg()[0], 1),  # the machine's 1-minute load as the run ended
     }
     out: list[dict[str, object]] = []
     for bench, figures in chosen.items():

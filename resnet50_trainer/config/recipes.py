@@ -31,7 +31,8 @@ MODERN = {
 # FixRes: its --val-resize-size 232 and --val-crop-size 224, for its training crop of 176 only.
 # Under another --image_size the test sizes stay the run's own: the 176 -> 224 gain is ImageNet's
 # at those sizes, and a net trained on small images can lose everything to a larger test size
-# (measured on the sample data at 32 px: test accuracy 0.98 at 32, 0.10 at 41; docs/speed.md, "Recipes on the sample data").
+# (measured on the sample data at 32 px: test accuracy 0.98 at 32, 0.10 at 41; docs/speed.md,
+# "Recipes on the sample data").
 FIXRES = {"test_resize": 232, "test_image_size": 224}
 # What modern fits to the run (fitted_to_run), from torchvision's values: --lr-warmup-epochs 5,
 # --model-ema-decay 0.99998 with --model-ema-steps 32, over ImageNet's training set.
