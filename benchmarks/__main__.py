@@ -110,7 +110,7 @@ def run_or_compare(args: argparse.Namespace) -> int:
     for tree in trees:
         if tree.missing_extensions():
             print(f"building {tree.name}'s C modules in {tree.path}", flush=True)
-            tree.build_extensions()
+        tree.build()
     with tempfile.TemporaryDirectory(prefix="benchmarks_") as scratch:
         session = Session(args.data.resolve(), Path(scratch), args.quick)
         samples, failures = measure(chosen, trees, session, lambda line: print(line, flush=True))

@@ -34,7 +34,9 @@ def number(value: object) -> str:
         return ""
     if isinstance(value, float) and not math.isfinite(value):
         return "failed"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
 
 
 def goal_text(figure: Figure | dict[str, object]) -> str:
