@@ -284,7 +284,7 @@ if __name__ == "__main__":
 
 # The CPU figure: ResNet-18 at 64 px, batch 16, one input process each side (2 cores here).
 CPU_RUN = argparse.Namespace(
-    num_layers=18, image_size=64, batch_size=16, steps=12, warmup=2, workers=1, compile=False
+    num_layers=18, image_size=64, batch_size=16, steps=20, warmup=2, workers=1, compile=False
 )
 # The GPU figures: ResNet-50 at 224 px, batch 256, bfloat16 (scripts/gpu_check.sh's parts).
 GPU_RUN = argparse.Namespace(
