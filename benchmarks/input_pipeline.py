@@ -198,7 +198,8 @@ def make_photo_sets(photos: str, out: str) -> None:
         shutil.rmtree(building, ignore_errors=True)
 
 
-def prepare_photo_sets(context: Context) -> None:
+def fetched_photos(context: Context) -> Path:
+    """The eight photographs (fetch_photos.sh), fetched into the data folder once."""
     photos = context.data / "photos"
     if not photos.is_dir():
         fetching = tempfile.mkdtemp(dir=context.data, prefix=".photos.")
@@ -212,6 +213,11 @@ def prepare_photo_sets(context: Context) -> None:
             put_in_place(Path(fetching), photos)
         finally:
             shutil.rmtree(fetching, ignore_errors=True)
+    return photos
+
+
+def prepare_photo_sets(context: Context) -> None:
+    photos = fetched_photos(context)
     this = Tree("this", BENCHMARKS_ROOT)
     out = context.data / "input"
     this.call("benchmarks.input_pipeline:make_photo_sets", photos=str(photos), out=str(out))

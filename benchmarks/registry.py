@@ -20,7 +20,12 @@ HIGHER: Literal["higher"] = "higher"
 LOWER: Literal["lower"] = "lower"
 
 # The modules that declare benchmarks, in the order the tables show them.
-MODULES = ("benchmarks.startup", "benchmarks.input_pipeline", "benchmarks.train")
+MODULES = (
+    "benchmarks.startup",
+    "benchmarks.input_pipeline",
+    "benchmarks.cold_reads",
+    "benchmarks.train",
+)
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,9 @@ class ImageRecords(Dataset):
 
     def __getitems__(self, items: Sequence) -> Any:
         """A whole batch at once (the DataLoader's batched fetch, whose collate_fn then passes
-        the strategy's batch on): the strategy writes the records into one batch."""
+        the strategy's batch on): its records asked of the storage together (Database.prefetch),
+        then the strategy writes them into one batch."""
+        self._open().prefetch(self._locate(item)[0] for item in items)
         fetched, outside = [], None
         for item in items:
             key, plan_for = self._locate(item)
@@ -99,13 +101,16 @@ class ImageRecords(Dataset):
         position, index = item if self.train else (item, item)
         return self.keys[index], functools.partial(self.crop_plan, position)
 
-    def read_record(self, key: bytes) -> Record:
-        """The parsed record under `key`; RecordError if it cannot be used."""
+    def _open(self) -> Database:
         if self._database is None:
             # Emptiness was checked by read_keys; listing the keys again here would be wasted work.
             self._database = open_database(self.path, self.db_type, allow_empty=True)
+        return self._database
+
+    def read_record(self, key: bytes) -> Record:
+        """The parsed record under `key`; RecordError if it cannot be used."""
         # The file bytes go from an LMDB's memory map into the decoder without a copy.
-        record = parse_record_view(self._database.view(key))
+        record = parse_record_view(self._open().view(key))
         num_labels = self.settings.num_labels
         # A test record's label goes on to evaluation, which stops the run on one out of range;
         # a training record's stops training (the batch names it: require_records).

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import time
 
+import numpy as np
 import pytest
 
 from dbfactory import write_db
 from file_digests import _file_digests
-from resnet50_trainer.data.formats.databases import DB_TYPES, open_database
+from resnet50_trainer.data.formats.databases import DB_TYPES, _merged, open_database
 from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import UserError
 
@@ -148,3 +152,77 @@ def test_one_db_opened_twice_in_a_process_reads_from_both(image_db, db_type):
     second.close()
     with open_database(path, db_type) as again:  # and it opens afresh after both closed
         assert again.keys() == keys
+
+
+def resident_pages(path: str) -> list[bool]:
+    """Which of the file's 4 KB pages are in the page cache (mincore over a map of it)."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+        pages = (len(mapped) + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vector = (ctypes.c_ubyte * pages)()
+        view = np.frombuffer(mapped, dtype=np.uint8)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        assert libc.mincore(ctypes.c_void_p(view.ctypes.data), len(mapped), vector) == 0
+        del view  # before the map closes
+    return [bool(page & 1) for page in vector]
+
+
+def write_values(path: str, values: dict[bytes, bytes]) -> str:
+    with open_writer(path, "lmdb") as writer:
+        for key, value in values.items():
+            writer.put(key, value)
+    return path
+
+
+def test_lmdb_prefetch_brings_the_records_pages_into_the_page_cache_without_reading_them(
+    tmp_path,
+):
+    """After the DB's pages are dropped from the cache, prefetching some records brings in their
+    values' pages (the kernel reads them, a request a record), and the others stay out."""
+    values = {f"{index:04d}".encode(): os.urandom(40_000) for index in range(64)}
+    path = write_values(str(tmp_path / "db"), values)
+    data = os.path.join(path, "data.mdb")
+    descriptor = os.open(data, os.O_RDONLY)
+    os.fsync(descriptor)  # written pages must be clean for the kernel to drop them
+    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(descriptor)
+    if sum(resident_pages(data)) > len(resident_pages(data)) // 10:
+        pytest.skip("this filesystem keeps the file's pages cached whatever it is advised")
+    wanted = [f"{index:04d}".encode() for index in range(1, 64, 8)]  # 8 records of 10 pages
+    with open_database(path, "lmdb") as database:
+        database.prefetch(wanted)
+        resident = 0
+        for _ in range(300):  # the reads are the kernel's, asynchronous
+            resident = sum(resident_pages(data))
+            if resident >= 8 * 9:
+                break
+            time.sleep(0.01)
+        assert 8 * 9 <= resident < len(resident_pages(data)) // 2
+        assert all(bytes(database.view(key)) == values[key] for key in wanted)
+
+
+@pytest.mark.parametrize("size", [10, 1000, 5000, 100_000])
+def test_the_values_are_located_where_lmdb_keeps_them(tmp_path, size):
+    """Small values live in their leaf page, large ones on overflow pages: each located span is
+    where get() finds the value."""
+    values = {f"k{index:03d}".encode(): os.urandom(size) for index in range(20)}
+    path = write_values(str(tmp_path / "db"), values)
+    with open_database(path, "lmdb") as database:
+        database.prefetch([b"k000"])
+        locator = database._locator
+        assert locator is not None
+        data = os.path.join(path, "data.mdb")
+        with open(data, "rb") as file:
+            for key, value in values.items():
+                span = locator.span(key)
+                assert span is not None and span[1] == size
+                file.seek(span[0])
+                assert file.read(size) == value
+        assert locator.span(b"absent") is None
+
+
+def test_neighbouring_spans_are_one_request():
+    assert _merged([(8192, 100), (0, 4096), (100_000, 10), (12_000, 50)]) == [
+        (0, 12_050),
+        (100_000, 10),
+    ]

@@ -10,16 +10,19 @@ database want to open an empty one; a trainer never does).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing.util
 import os
 import re
 import shutil
+import struct
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import lmdb
+import numpy as np
 import plyvel
 
 from resnet50_trainer.data.formats.keys import KeyStore
@@ -148,6 +151,13 @@ class Database(ABC):
         """Every (key, value) in key order, the value possibly a view valid for this step only."""
 
     @abstractmethod
+    def prefetch(self, keys: Iterable[bytes]) -> None:
+        """Asks the storage for these records' bytes now, all at once, so that reading them next
+        waits on the slowest request rather than on each record's in turn: a DB on a cold or
+        network disk is then read at the rate its storage serves requests. One already in the
+        page cache costs a B-tree lookup a record."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the database; closing twice is harmless."""
 
@@ -192,6 +202,8 @@ class LmdbDatabase(Database):
             ) from exc
         self._txn = self._env.begin(buffers=False)
         self._view_txn: lmdb.Transaction | None = None  # begun on the first view
+        self._locator: _ValueLocator | None = None  # made by the first prefetch
+        self._descriptor: int | None = None  # data.mdb, for prefetch's requests
 
     def _read_keys(self) -> list[bytes]:
         with self._txn.cursor() as cursor:
@@ -206,6 +218,29 @@ class LmdbDatabase(Database):
             self._view_txn = self._env.begin(buffers=True)
         return self._view_txn.get(key)
 
+    def prefetch(self, keys: Iterable[bytes]) -> None:
+        """Each contiguous stretch of data.mdb that the records' values fill becomes one
+        read-ahead request (posix_fadvise WILLNEED), all sent before any is waited for. Without
+        it a value came in one 4 KB page fault at a time: py-lmdb touches every page of a value
+        before get() returns (its "preload"), and the map has no read-ahead (random reads must
+        not drag in their neighbours): 8 synchronous reads for a 30 KB record, 27 for ImageNet's
+        110 KB. Where the values cannot be located (_ValueLocator), nothing is asked."""
+        keys = list(keys)
+        if not keys:
+            return
+        if self._locator is None:
+            self._lookup_view(keys[0])  # begins the view transaction the locator reads through
+            if self._view_txn is None or self._env is None:
+                return
+            self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
+        spans = [span for span in map(self._locator.span, keys) if span is not None]
+        if not spans:
+            return
+        if self._descriptor is None:
+            self._descriptor = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY)
+        for start, length in _merged(spans):
+            os.posix_fadvise(self._descriptor, start, length, os.POSIX_FADV_WILLNEED)
+
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
         # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
         assert self._env is not None, "items() of a closed LMDB"
@@ -217,11 +252,92 @@ class LmdbDatabase(Database):
         if self._env is not None:
             self._txn.abort()
             del self._txn  # it holds the environment too
+            self._locator = None  # its cursor belongs to the view transaction
             if self._view_txn is not None:
                 self._view_txn.abort()
                 self._view_txn = None
+            if self._descriptor is not None:
+                os.close(self._descriptor)
+                self._descriptor = None
             self._env = None  # the environment closes with its last reader
 
+
+class _ValueLocator:
+    """Where each record's value lies in data.mdb, read from the record's B-tree node without
+    touching the value: `Cursor.set_key` positions without py-lmdb's preload, and `Cursor.key()`
+    is a view into the leaf page, right after the node's header (LMDB's MDB_node: data size low
+    and high 16 bits, flags, key size); a large value (F_BIGDATA) lives on overflow pages whose
+    number follows the key, after their page header. Checked once against a real get(): where
+    the two disagree (another LMDB on-disk format), `span` answers None and nothing is asked."""
+
+    _NODE = struct.Struct("=HHHH")
+    _PAGE_NUMBER = struct.Struct("@N")  # pgno_t: a size_t
+    _BIG_DATA = 0x01
+    _PAGE_HEADER = 16
+
+    def __init__(self, environment: lmdb.Environment, transaction: lmdb.Transaction, key: bytes):
+        self._cursor = transaction.cursor()
+        self._page_size = int(environment.stat()["psize"])
+        self._map = _mapped_at(os.path.join(environment.path(), "data.mdb"))
+        value = transaction.get(key)
+        found = self._span(key) if self._map is not None else None
+        self._works = value is not None and found == (
+            _address(value) - (self._map or 0),
+            len(value),
+        )
+
+    def span(self, key: bytes) -> tuple[int, int] | None:
+        """(offset in data.mdb, length) of the value under `key`, or None."""
+        return self._span(key) if self._works else None
+
+    def _span(self, key: bytes) -> tuple[int, int] | None:
+        if not self._cursor.set_key(key):
+            return None
+        at = _address(self._cursor.key())
+        low, high, flags, key_size = self._NODE.unpack(ctypes.string_at(at - self._NODE.size, 8))
+        length = low | high << 16
+        if flags & self._BIG_DATA:
+            raw = ctypes.string_at(at + key_size, self._PAGE_NUMBER.size)
+            (page,) = self._PAGE_NUMBER.unpack(raw)
+            return page * self._page_size + self._PAGE_HEADER, length
+        return at + key_size - (self._map or 0), length  # in the leaf page itself
+
+
+def _mapped_at(path: str) -> int | None:
+    """Where this process maps the start of the file at `path` (/proc/self/maps), or None. LMDB
+    reports its map's address only for MDB_FIXEDMAP environments."""
+    info = os.stat(path)
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}"
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and fields[2:5] == ["00000000", device, str(info.st_ino)]:
+                    return int(fields[0].split("-")[0], 16)
+    except OSError:
+        pass
+    return None
+
+
+def _address(value: memoryview | bytes) -> int:
+    """Where a view of LMDB's map starts in this process's memory."""
+    return int(np.frombuffer(value, dtype=np.uint8).ctypes.data)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, length) spans of a file, sorted, those less than a page apart joined: neighbouring
+    records become one request."""
+    merged: list[tuple[int, int]] = []
+    for start, length in sorted(spans):
+        if merged and start <= merged[-1][0] + merged[-1][1] + _PAGE:
+            first, extent = merged[-1]
+            merged[-1] = (first, max(extent, start + length - first))
+        else:
+            merged.append((start, length))
+    return merged
+
+
+_PAGE = 4096
 
 # LevelDB lets only one process open a database, even for reading, and opening it rewrites files
 # (it replays and rotates the log, writes a new MANIFEST and may compact). So no reader ever opens
@@ -279,6 +395,10 @@ class LevelDbDatabase(Database):
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
         return iter(self._db.iterator())
+
+    def prefetch(self, keys: Iterable[bytes]) -> None:
+        """Nothing: LevelDB reads a record's block itself, in one request (its table files are
+        mapped with the kernel's read-ahead), and tells nobody where the block lies."""
 
     def close(self) -> None:
         self._finalizer()
