@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import tables
-from benchmarks.registry import registered
-from benchmarks.runner import BenchmarkUsageError, Session, compared, measure, records, select
+from benchmarks.errors import BenchmarkUsageError
+from benchmarks.output import output_path, replace_file
+from benchmarks.registry import Benchmark, Figure, registered
+from benchmarks.runner import Samples, Session, compared, measure, records, select
 from benchmarks.trees import BENCHMARKS_ROOT, Tree
 
 DEFAULT_DATA = Path(tempfile.gettempdir()) / "resnet50_bench_data"
@@ -38,14 +40,12 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--only", nargs="+", default=[], metavar="NAME", help="figures or benchmarks"
         )
-        command.add_argument("--json", type=Path, help="also write the figures here")
+        command.add_argument("--json", help="also write the figures here")
         command.add_argument(
-            "--data", type=Path, default=DEFAULT_DATA, help="generated inputs, kept between runs"
+            "--data", default=str(DEFAULT_DATA), help="generated inputs, kept between runs"
         )
         if name == "compare":
-            command.add_argument(
-                "--base", type=Path, required=True, help="a checkout to compare with"
-            )
+            command.add_argument("--base", required=True, help="a checkout to compare with")
     table = commands.add_parser("tables", help="write BENCHMARKS.md from run's JSON files")
     table.add_argument("results", type=Path, nargs="+")
     table.add_argument("--out", type=Path, default=BENCHMARKS_ROOT / "BENCHMARKS.md")
@@ -55,10 +55,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # A scheduler's or a shell's stop ends the run as Ctrl-C does: measuring processes and their
+    # children stopped, temporary folders removed, nothing written.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.command == "tables":
-            tables.write(args.results, writable(args.out, "--out"))
-            print(f"wrote {args.out}")
+            tables.write(args.results, args.out)
+            print(f"wrote {args.out} and {tables.SPEED_DOC}")
             return 0
         if args.command == "list":
             print(tables.figure_list(registered()))
@@ -72,67 +75,89 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def writable(path: Path, what: str) -> Path:
-    """`path`, once its folder is known to take a file (checked before minutes of measuring)."""
-    folder = path.resolve().parent
-    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise BenchmarkUsageError(
-            f"{what} {path} cannot be written: name a file in a writable folder"
-        )
-    return path
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
-def write_json(path: Path, payload: object) -> None:
-    """Written beside `path` and renamed over it: a stopped run leaves no half file."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(payload, indent=1) + "\n")
-    partial.replace(path)
+def folder(path: str, flag: str) -> Path:
+    """A folder flag's value; an empty one is refused (it would mean the working directory)."""
+    if not path:
+        raise BenchmarkUsageError(f"{flag} is empty: name a folder")
+    return Path(path).resolve()
 
 
 def run_or_compare(args: argparse.Namespace) -> int:
     this = Tree("this", BENCHMARKS_ROOT)
     trees = [this]
     if args.command == "compare":
-        base = Tree("base", args.base.resolve())
+        base = Tree("base", folder(args.base, "--base"))
         problem = base.problem()
         if problem:
             raise BenchmarkUsageError(f"--base {problem}")
         trees.append(base)
     chosen = select(args.only, args.quick)
-    if args.json:
-        writable(args.json, "--json")
+    json_path = output_path(args.json, "--json") if args.json is not None else None
+    data = folder(args.data, "--data")
     try:
-        args.data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise BenchmarkUsageError(
-            f"--data {args.data}: {error.strerror}: name a writable folder"
+            f"--data {data}: {error.strerror}: name a writable folder"
         ) from None
     for tree in trees:
         if tree.missing_extensions():
             print(f"building {tree.name}'s C modules in {tree.path}", flush=True)
         tree.build()
     with tempfile.TemporaryDirectory(prefix="benchmarks_") as scratch:
-        session = Session(args.data.resolve(), Path(scratch), args.quick)
+        session = Session(data, Path(scratch), args.quick)
         samples, failures = measure(chosen, trees, session, lambda line: print(line, flush=True))
     figures = {tree.name: records(chosen, samples[tree.name], tree) for tree in trees}
-    if args.json:
-        payload = figures["this"] if len(trees) == 1 else figures
-        write_json(args.json, {"figures": payload})
     print()
     print(tables.run_table(figures["this"]))
     if failures:
         print(
             "\n" + "\n".join(f"{where}: {why.splitlines()[0]}" for where, why in failures.items())
         )
+    if json_path is not None:
+        # `tables` reads "figures" (this tree's); a comparison keeps the base's beside them.
+        payload = {
+            "figures": figures["this"],
+            **({"base": figures["base"]} if len(trees) > 1 else {}),
+        }
+        replace_file(json_path, json.dumps(payload, indent=1) + "\n", "--json")
     if args.command == "run":
         return 1 if any(not why.startswith("skipped") for why in failures.values()) else 0
+    return verdict(chosen, samples, failures, this.commit(), trees[1].commit())
+
+
+def verdict(
+    chosen: dict[Benchmark, list[Figure]],
+    samples: dict[str, Samples],
+    failures: dict[str, str],
+    this_commit: str,
+    base_commit: str,
+) -> int:
+    """compare's table and exit status: 1 where a figure of this tree is worse beyond its band,
+    failed here, or could not be compared (the base failed to measure it), else 0."""
     rows = compared(chosen, samples["this"], samples["base"])
     print()
-    print(tables.compare_table(rows, this.commit(), trees[1].commit()))
+    print(tables.compare_table(rows, this_commit, base_commit))
     worse = [figure.name for figure, _, _, verdict in rows if verdict == "worse"]
     failed_here = [where for where in failures if where.endswith(" in this")]
+    judged = {figure.name for figure, _, _, _ in rows}
+    unjudged = [
+        figure.name
+        for bench, figures in chosen.items()
+        for figure in figures
+        if figure.name not in judged
+        and f"{bench.name} in this" not in failures
+        and not failures.get(bench.name, "").startswith("skipped")
+    ]
+    if unjudged:
+        print(f"\nnot compared (the base did not measure them): {', '.join(unjudged)}")
     if worse or failed_here:
         print(f"\nworse than --base beyond the noise band: {', '.join(worse + failed_here)}")
+    if worse or failed_here or unjudged:
         return 1
     print("\nno figure worse than --base beyond its noise band")
     return 0

@@ -16,12 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.errors import BenchmarkUsageError
 from benchmarks.registry import Benchmark, Figure, registered
 from benchmarks.trees import MeasurementFailed, Tree
-
-
-class BenchmarkUsageError(Exception):
-    """A command line or file the benchmarks cannot use: one line, exit 2."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks.registry import LOWER, Context, Figure, benchmark
-from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
+from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree, own_group
 
 # name: (records, bytes a record or 0 for a tiny JPEG)
 SCALE_DBS = {"train_1k": (1000, 0), "train_1m": (1_281_167, 0), "test_50k": (50_000, 120_000)}
@@ -44,7 +44,11 @@ def make_scale_dbs(context: Context) -> None:
             partial = Path(building) / name
             command = [sys.executable, "-m", "benchmarks.make_scale_db", str(partial)]
             command += ["--records", str(records), "--record_bytes", str(record_bytes)]
-            subprocess.run(command, cwd=BENCHMARKS_ROOT, check=True)
+            with own_group(command, cwd=BENCHMARKS_ROOT, stderr=subprocess.PIPE, text=True) as made:
+                _, said = made.communicate()
+            if made.returncode:
+                last = said.strip().splitlines()[-1] if said.strip() else f"exit {made.returncode}"
+                raise MeasurementFailed(f"{name} could not be made in {target.parent}: {last}")
             put_in_place(partial, target)
 
 
@@ -62,7 +66,7 @@ def seconds_to_line(tree: Tree, flags: list[str], line: str, cwd: Path) -> float
     """Seconds from launching the tree's trainer with `flags` to the first output line holding
     `line`; the run is then left to finish (its exit status must be 0)."""
     started = time.perf_counter()
-    with subprocess.Popen(
+    with own_group(
         tree.trainer(flags),
         cwd=cwd,
         env=tree.environment(),

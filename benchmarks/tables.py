@@ -11,8 +11,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.errors import BenchmarkUsageError
+from benchmarks.output import output_path, replace_file
 from benchmarks.registry import HIGHER, Benchmark, Figure, registered
-from benchmarks.runner import BenchmarkUsageError
 from benchmarks.trees import BENCHMARKS_ROOT
 
 SPEED_DOC = BENCHMARKS_ROOT / "docs" / "speed.md"
@@ -167,6 +168,11 @@ def speed_doc(benchmarks: dict[str, Benchmark], text: str) -> str:
 
 
 def write(results: Sequence[Path], out: Path) -> None:
+    """BENCHMARKS.md (or `out`) and docs/speed.md's figure list, both made before either is
+    written; neither may be one of the results files, nor `out` speed.md itself."""
+    target = output_path(out, "--out", [*results, SPEED_DOC])
     benchmarks = registered()
-    out.write_text(benchmarks_page(benchmarks, read_results(results)))
-    SPEED_DOC.write_text(speed_doc(benchmarks, SPEED_DOC.read_text()))
+    page = benchmarks_page(benchmarks, read_results(results))
+    speed = speed_doc(benchmarks, SPEED_DOC.read_text())
+    replace_file(target, page, "--out")
+    replace_file(SPEED_DOC, speed, str(SPEED_DOC))

@@ -8,15 +8,19 @@ and another commit's in one run, each with its own code, and a sleep planted in 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.errors import BenchmarkUsageError
 from benchmarks.worker import RESULT_PREFIX
 
 # This benchmarks package's own root: its code drives every tree's measurements.
@@ -33,14 +37,29 @@ class MeasurementFailed(RuntimeError):
     """A measuring process failed: its command and the end of its output."""
 
 
+@contextlib.contextmanager
+def own_group(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """`command` started in a process group of its own, which is killed whole if the caller
+    leaves early (an error, Ctrl-C, SIGTERM): no measuring process, nor the trainer's input
+    processes it started, outlives the run that needs it."""
+    process = subprocess.Popen(command, start_new_session=True, **popen)
+    try:
+        with process:
+            yield process
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+
+
 @dataclass(frozen=True)
 class Tree:
     name: str
     path: Path
 
     def environment(self) -> dict[str, str]:
-        """The environment of this tree's processes: its trainer alone on PYTHONPATH, one thread
-        per process for torch's own pools (what a DataLoader worker gets), unbuffered output."""
+        """The environment of this tree's processes: its trainer alone on PYTHONPATH, unbuffered
+        output."""
         return dict(os.environ, PYTHONPATH=str(self.path), PYTHONUNBUFFERED="1")
 
     def call(self, target: str, threads: int | None = None, **arguments: object) -> Any:
@@ -51,17 +70,19 @@ class Tree:
         environment = self.environment()
         if threads is not None:
             environment["OMP_NUM_THREADS"] = str(threads)
-        done = subprocess.run(
+        with own_group(
             [*command, json.dumps(arguments)],
             env=environment,
             cwd="/",
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-        )
-        results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-        if done.returncode or not results:
-            tail = (done.stdout + done.stderr)[-3000:]
-            raise MeasurementFailed(f"{self.name}: {target} failed ({done.returncode}):\n{tail}")
+        ) as process:
+            stdout, stderr = process.communicate()
+        results = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        if process.returncode or not results:
+            tail = (stdout + stderr)[-3000:]
+            raise MeasurementFailed(f"{self.name}: {target} failed ({process.returncode}):\n{tail}")
         return json.loads(results[-1][len(RESULT_PREFIX) :])
 
     def trainer(self, flags: list[str]) -> list[str]:
@@ -95,6 +116,17 @@ class Tree:
         return [name for name in EXTENSIONS if not glob.glob(f"{package / name}.*.so")]
 
     def build(self) -> None:
+        """Builds the tree (`_build`); BenchmarkUsageError, one line, where it cannot be."""
+        try:
+            self._build()
+        except subprocess.CalledProcessError as failure:
+            said = (failure.stderr or b"").decode(errors="replace").strip().splitlines()
+            raise BenchmarkUsageError(
+                f"the {self.name} tree {self.path} cannot be built ({' '.join(failure.cmd[1:])}: "
+                f"{said[-1] if said else f'exit {failure.returncode}'}): give a working checkout"
+            ) from None
+
+    def _build(self) -> None:
         """Builds the tree's C modules in place where they are missing (as scripts/setup.sh does
         for this checkout), so that its figures are its code's, not a fallback's; and its
         bytecode, which a fresh checkout's first command would otherwise compile inside a

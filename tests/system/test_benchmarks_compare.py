@@ -1,6 +1,7 @@
 """`python -m benchmarks compare` on real trees: each tree's own trainer is measured (a sleep
 planted in one copy's resnet50_trainer/__init__.py shows in that copy's start-up figure, exit 1,
-the figure named), and two copies of the same code compare clean (exit 0)."""
+the figure named), two copies of the same code compare clean (exit 0), and a base that cannot
+run is no pass (exit 1, the figures named as not compared)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ def test_a_sleep_planted_in_this_tree_is_caught_and_an_unchanged_copy_is_not(tmp
     clean = compare(REPOSITORY, copy_of_this_tree(tmp_path / "copy"))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "no figure worse than --base" in clean.stdout
+
+
+def test_a_base_that_cannot_run_is_not_a_pass(tmp_path):
+    broken = copy_of_this_tree(tmp_path / "broken")
+    with open(f"{broken}/resnet50_trainer/__init__.py", "a") as init:
+        init.write("\nraise RuntimeError('planted')\n")
+    done = compare(REPOSITORY, broken)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "not compared (the base did not measure them): start_help_s" in done.stdout

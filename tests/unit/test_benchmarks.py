@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from benchmarks import tables
+from benchmarks.errors import BenchmarkUsageError
+from benchmarks.output import output_path, replace_file
 from benchmarks.registry import HIGHER, LOWER, Figure, all_figures, registered
-from benchmarks.runner import BenchmarkUsageError, compared, records, select
+from benchmarks.runner import compared, records, select
 from benchmarks.trees import BENCHMARKS_ROOT, Tree
 from trainer_runs import REPOSITORY
 
@@ -119,19 +121,43 @@ def run_benchmarks(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+RESULTS_FILE = os.path.join(RESULTS, "cpu_2_cores.json")
+
+
 @pytest.mark.parametrize(
     "argv, names",
     [
         (["run", "--only", "no_such_figure"], "no_such_figure"),
         (["compare", "--base", "/nonexistent", "--quick"], "/nonexistent"),
+        (["compare", "--base", "", "--quick"], "--base is empty"),
+        (["run", "--quick", "--data", ""], "--data is empty"),
+        (["run", "--quick", "--json", "/dev/null"], "not a regular file"),
         (["tables", "/nonexistent.json", "--out", "/tmp/never.md"], "/nonexistent.json"),
+        (["tables", RESULTS_FILE, "--out", RESULTS_FILE], "also an input"),
+        (["tables", RESULTS_FILE, "--out", str(tables.SPEED_DOC)], "also an input"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(argv, names):
+def test_bad_input_is_one_line_and_exit_2_and_nothing_is_written(argv, names):
+    before = {path: open(path).read() for path in (RESULTS_FILE, str(tables.SPEED_DOC))}
     done = run_benchmarks(*argv)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert names in line and "Traceback" not in done.stderr
+    assert before == {path: open(path).read() for path in before}
+
+
+def test_an_output_is_written_through_its_link_and_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "figures.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    replace_file(output_path(link, "--json"), "new", "--json")
+    assert link.is_symlink() and target.read_text() == "new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(BenchmarkUsageError, match="not a regular file"):
+        output_path(fifo, "--json")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["figures.json", "link.json", "pipe"]
 
 
 def test_a_results_file_that_is_not_one_is_refused(tmp_path):

@@ -11,6 +11,7 @@ database want to open an empty one; a trainer never does).
 from __future__ import annotations
 
 import ctypes
+import mmap
 import multiprocessing.util
 import os
 import re
@@ -204,6 +205,8 @@ class LmdbDatabase(Database):
         self._view_txn: lmdb.Transaction | None = None  # begun on the first view
         self._locator: _ValueLocator | None = None  # made by the first prefetch
         self._descriptor: int | None = None  # data.mdb, for prefetch's requests
+        self._prefetches = 0
+        self._all_cached = False  # as the last residency check found
 
     def _read_keys(self) -> list[bytes]:
         with self._txn.cursor() as cursor:
@@ -233,13 +236,19 @@ class LmdbDatabase(Database):
             if self._view_txn is None or self._env is None:
                 return
             self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
-        spans = [span for span in map(self._locator.span, keys) if span is not None]
-        if not spans:
-            return
-        if self._descriptor is None:
             self._descriptor = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY)
+        descriptor = self._descriptor
+        if descriptor is None:
+            return
+        if self._prefetches % _RESIDENCY_CHECK_EVERY == 0:
+            # Locating a value costs ~10 us: not spent while the whole DB is in the page cache.
+            self._all_cached = self._locator.cached_share(os.fstat(descriptor).st_size) > 0.99
+        self._prefetches += 1
+        if self._all_cached:
+            return
+        spans = [span for span in map(self._locator.span, keys) if span is not None]
         for start, length in _merged(spans):
-            os.posix_fadvise(self._descriptor, start, length, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(descriptor, start, length, os.POSIX_FADV_WILLNEED)
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
         # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
@@ -290,6 +299,18 @@ class _ValueLocator:
         """(offset in data.mdb, length) of the value under `key`, or None."""
         return self._span(key) if self._works else None
 
+    def cached_share(self, length: int) -> float:
+        """The share of the map's first `length` bytes in the page cache (mincore); 0 where it
+        cannot be told (the map not found, or mincore refused: it answers for files one may
+        write, or for pages this process mapped)."""
+        if self._map is None or length <= 0:
+            return 0.0
+        pages = -(-length // mmap.PAGESIZE)
+        residency = (ctypes.c_ubyte * pages)()
+        if _LIBC.mincore(ctypes.c_void_p(self._map), length, residency) != 0:
+            return 0.0
+        return sum(page & 1 for page in bytes(residency)) / pages
+
     def _span(self, key: bytes) -> tuple[int, int] | None:
         if not self._cursor.set_key(key):
             return None
@@ -338,6 +359,10 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 _PAGE = 4096
+# Prefetch asks the page cache whether the whole DB is there once in this many batches.
+_RESIDENCY_CHECK_EVERY = 64
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
 # LevelDB lets only one process open a database, even for reading, and opening it rewrites files
 # (it replays and rotates the log, writes a new MANIFEST and may compact). So no reader ever opens
