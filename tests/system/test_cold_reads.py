@@ -1,0 +1,63 @@
+"""A cold LMDB is read one request a record: `resnet50-db bench` over a DB dropped from the page
+cache, in a cgroup v1 blkio group that counts its reads (root only; skipped elsewhere). Before the
+batch's values were asked for together, py-lmdb faulted each value in one 4 KB page at a time:
+ten reads for a 40 KB record. A count of requests, not a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_runs import REPOSITORY, run_python
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+RECORDS, RECORD_BYTES, BATCH, BATCHES = 300, 40_000, 32, 4
+
+
+def reads_of(group: Path) -> int:
+    lines = (group / "blkio.throttle.io_serviced").read_text().splitlines()
+    return sum(int(line.split()[-1]) for line in lines if " Read " in line)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (BLKIO / "blkio.throttle.io_serviced").exists(),
+    reason="counting a process's reads needs root and cgroup v1's blkio controller",
+)
+def test_a_cold_lmdb_is_read_one_request_a_record(tmp_path):
+    db = tmp_path / "db"
+    made = subprocess.run(
+        [sys.executable, "-m", "benchmarks.make_scale_db", str(db), "--records", str(RECORDS)]
+        + ["--record_bytes", str(RECORD_BYTES)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    data = os.open(db / "data.mdb", os.O_RDONLY)
+    os.fsync(data)  # only clean pages can be dropped
+    os.posix_fadvise(data, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(data)
+    group = BLKIO / f"resnet50_test_{os.getpid()}"
+    group.mkdir()
+    try:
+        bench = (
+            "import os, sys\n"
+            f"open('{group}/tasks', 'w').write(str(os.getpid()))\n"
+            "from resnet50_trainer.tools.db.command import main\n"
+            "sys.exit(main(sys.argv[1:]))\n"
+        )
+        flags = ["bench", str(db), "--batch_size", str(BATCH), "--batches", str(BATCHES - 1)]
+        flags += ["--image_size", "32", "--num_workers", "0", "--crop", "random_resized"]
+        done = run_python(bench, *flags)
+        assert done.returncode == 0, done.stderr
+        reads = reads_of(group)
+    finally:
+        group.rmdir()
+    # Listing the keys reads each large value's first page once (LMDB checks it): RECORDS reads.
+    # Then each record read is one request, give or take the B-tree's pages.
+    records_read = BATCH * BATCHES
+    assert RECORDS < reads <= RECORDS + 2 * records_read, reads
