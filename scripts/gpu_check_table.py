@@ -2,7 +2,7 @@
 the same figures as benchmarks/' records (OUT.json beside OUT.md: what `python -m benchmarks run
 --json` writes, under the names benchmarks/train.py declares, for `python -m benchmarks tables`).
 
-usage: python scripts/gpu_check_table.py PARTS_DIR OUT.md
+usage: PYTHONPATH=. python scripts/gpu_check_table.py PARTS_DIR OUT.md (gpu_check.sh runs it so)
 PARTS_DIR holds NAME.json ({"figures": {...}, "peaks": {...}, "data": "..."}, as
 benchmarks/train.py --results writes them), NAME.failed (one line: why a part has no
 figures) and pytest.txt (pytest -m gpu's summary line)."""

@@ -91,6 +91,7 @@ def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
         [sys.executable, str(REPO / "scripts" / "gpu_check_table.py"), str(parts), str(out)],
         check=True,
         capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # as gpu_check.sh runs it: benchmarks/
     )
     table = out.read_text()
     assert f"torch {torch.__version__}" in table and "1024 JPEGs" in table
