@@ -255,7 +255,8 @@ def ratio(tree: Tree, numerator: dict, denominator: dict) -> tuple[float, float,
 
 
 def ratio_figure(name: str, goal: float | None, doc: str, quick: bool = False) -> Figure:
-    return Figure(name, "x", HIGHER, goal, 0.15, doc, quick=quick)
+    # 25%: on these 2 shared cores one tree's rounds move by as much (1.00-1.26 in one compare)
+    return Figure(name, "x", HIGHER, goal, 0.25, doc, quick=quick)
 
 
 def rate_figure(name: str, doc: str) -> Figure:
