@@ -78,10 +78,10 @@ class ImageRecords(Dataset):
         """A whole batch at once (the DataLoader's batched fetch, whose collate_fn then passes
         the strategy's batch on): its records asked of the storage together (Database.prefetch),
         then the strategy writes them into one batch."""
-        self._open().prefetch(self._locate(item)[0] for item in items)
+        located = [self._locate(item) for item in items]
+        self._open().prefetch(key for key, _ in located)
         fetched, outside = [], None
-        for item in items:
-            key, plan_for = self._locate(item)
+        for key, plan_for in located:
             try:
                 record: Record | None = self.read_record(key)
             except _LabelOutside as error:

@@ -306,10 +306,11 @@ class _ValueLocator:
         if self._map is None or length <= 0:
             return 0.0
         pages = -(-length // mmap.PAGESIZE)
-        residency = (ctypes.c_ubyte * pages)()
-        if _LIBC.mincore(ctypes.c_void_p(self._map), length, residency) != 0:
+        residency = np.zeros(pages, dtype=np.uint8)
+        vector = residency.ctypes.data_as(ctypes.c_void_p)
+        if _LIBC.mincore(ctypes.c_void_p(self._map), length, vector) != 0:
             return 0.0
-        return sum(page & 1 for page in bytes(residency)) / pages
+        return int(np.count_nonzero(residency & 1)) / pages
 
     def _span(self, key: bytes) -> tuple[int, int] | None:
         if not self._cursor.set_key(key):
