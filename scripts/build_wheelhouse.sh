@@ -48,7 +48,8 @@ env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform"
 missing = set()
 for wheel in wheels:
     with zipfile.ZipFile(wheel) as archive:
-        [meta] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        # The wheel's own METADATA: setuptools vendors other packages' dist-info folders.
+        [meta] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
         lines = archive.read(meta).decode().splitlines()
     for line in lines:
         if line.startswith("Requires-Dist:"):
