@@ -48,7 +48,30 @@ def build_optimizer(model: torch.nn.Module, settings: OptimizerSettings) -> torc
             group.update(kernels)
 
     optimizer.register_load_state_dict_post_hook(keep_kernels)
+    if optimizer.defaults["fused"]:
+        start_momentum_at_zero(optimizer)
     return optimizer
+
+
+def start_momentum_at_zero(optimizer: torch.optim.SGD) -> None:
+    """Before each step, a parameter with a gradient and no momentum buffer gets a zero one.
+
+    PyTorch's fused SGD makes its buffers at the first step with torch.empty_like and, when the
+    gradient scaler skips that step (float16's first steps overflow as a rule), leaves them
+    unwritten: the next step adds whatever the memory held to the weights (on an H100, weights of
+    2e35 by the third step; also LibreYOLO/libreyolo#771). From zero, the first applied step is
+    the same arithmetic (momentum x 0 + gradient) and a skipped one leaves them zero."""
+
+    def zero_buffers(optimizer: torch.optim.SGD, args: tuple, kwargs: dict) -> None:
+        for group in optimizer.param_groups:
+            if not group["momentum"]:
+                continue
+            for parameter in group["params"]:
+                state = optimizer.state[parameter]
+                if parameter.grad is not None and "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(parameter)
+
+    optimizer.register_step_pre_hook(zero_buffers)
 
 
 def _fused(model: torch.nn.Module) -> bool | None:
