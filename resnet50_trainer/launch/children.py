@@ -40,15 +40,21 @@ def wait_for(context) -> None:
     Not its join alone: that SIGTERMs the others at once, logging each, and may name a later
     failure than the first."""
     processes = context.processes
-    first_failed = None
-    while first_failed is None:
+    while True:
         running = [process.sentinel for process in processes if process.exitcode is None]
+        # Read after `running`: a process left out of it has its final status here, so processes
+        # that ended together between two looks are never taken for a clean end.
+        failed = [index for index, process in enumerate(processes) if process.exitcode]
+        if failed:
+            break
         if not running:
             return
-        multiprocessing.connection.wait(running)
-        failed = [index for index, process in enumerate(processes) if process.exitcode]
-        # Seen ended together: one killed by a signal is the cause, the others its survivors.
-        first_failed = min(failed, key=lambda index: processes[index].exitcode, default=None)
+        for ready in multiprocessing.connection.wait(running):
+            # Readable once the process has closed its files, a moment before its exit status
+            # can be collected (exitcode still None): collected here, waiting that moment.
+            next(process for process in processes if process.sentinel == ready).join()
+    # Seen ended together: one killed by a signal is the cause, the others its survivors.
+    first_failed = min(failed, key=lambda index: processes[index].exitcode)
     deadline = time.monotonic() + SURVIVORS_GRACE_S
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
