@@ -204,21 +204,22 @@ def test_lmdb_prefetch_brings_the_records_pages_into_the_page_cache_without_read
 @pytest.mark.parametrize("size", [10, 1000, 5000, 100_000])
 def test_the_values_are_located_where_lmdb_keeps_them(tmp_path, size):
     """Small values live in their leaf page, large ones on overflow pages: each located span is
-    where get() finds the value."""
-    values = {f"k{index:03d}".encode(): os.urandom(size) for index in range(20)}
+    where get() finds the value, whether the key was positioned on or read from its leaf page
+    (500 keys fill several leaf pages); absent keys are left out."""
+    values = {f"k{index:03d}".encode(): os.urandom(size) for index in range(500)}
     path = write_values(str(tmp_path / "db"), values)
     with open_database(path, "lmdb") as database:
         database.prefetch([b"k000"])
         locator = database._locator
         assert locator is not None
-        data = os.path.join(path, "data.mdb")
-        with open(data, "rb") as file:
-            for key, value in values.items():
-                span = locator.span(key)
-                assert span is not None and span[1] == size
-                file.seek(span[0])
-                assert file.read(size) == value
-        assert locator.span(b"absent") is None
+        asked = [b"k499", b"absent", *values, b"k0005", b"k250"]  # out of order, repeated
+        spans = locator.spans(asked)
+        assert len(spans) == len(values)
+        with open(os.path.join(path, "data.mdb"), "rb") as file:
+            for (start, length), value in zip(spans, values.values()):
+                file.seek(start)
+                assert length == size and file.read(size) == value
+        assert locator.spans([b"absent", b"k5000"]) == []
 
 
 def test_neighbouring_spans_are_one_request():

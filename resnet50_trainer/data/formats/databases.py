@@ -240,14 +240,18 @@ class LmdbDatabase(Database):
         descriptor = self._descriptor
         if descriptor is None:
             return
+        locator = self._locator
         if self._prefetches % _RESIDENCY_CHECK_EVERY == 0:
             # Locating a value costs ~10 us: not spent while the whole DB is in the page cache.
-            self._all_cached = self._locator.cached_share(os.fstat(descriptor).st_size) > 0.99
+            self._all_cached = locator.cached_share(0, os.fstat(descriptor).st_size) > 0.99
         self._prefetches += 1
         if self._all_cached:
             return
-        spans = [span for span in map(self._locator.span, keys) if span is not None]
-        for start, length in _merged(spans):
+        for start, length in _merged(locator.spans(keys)):
+            if length > _STRAY_PAGES_DROPPED_FROM and 0 < locator.cached_share(start, length) < 0.5:
+                # Pages cached here and there (listing the keys reads each large value's first
+                # page) would split the request at each: dropped, the stretch goes out whole.
+                os.posix_fadvise(descriptor, start, length, os.POSIX_FADV_DONTNEED)
             os.posix_fadvise(descriptor, start, length, os.POSIX_FADV_WILLNEED)
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
@@ -272,15 +276,21 @@ class LmdbDatabase(Database):
 
 
 class _ValueLocator:
-    """Where each record's value lies in data.mdb, read from the record's B-tree node without
-    touching the value: `Cursor.set_key` positions without py-lmdb's preload, and `Cursor.key()`
-    is a view into the leaf page, right after the node's header (LMDB's MDB_node: data size low
-    and high 16 bits, flags, key size); a large value (F_BIGDATA) lives on overflow pages whose
-    number follows the key, after their page header. Checked once against a real get(): where
-    the two disagree (another LMDB on-disk format), `span` answers None and nothing is asked."""
+    """Where records' values lie in data.mdb, read from their B-tree nodes without touching the
+    values. `Cursor.set_key` positions on a key's node (LMDB reads the first page of a large
+    value then, nothing more, and py-lmdb's preload is not run); `Cursor.key()` is a view into the
+    leaf page, right after the node's header (LMDB's MDB_node: data size low and high 16 bits,
+    flags, key size). The leaf page (MDB_page: number, padding, flags, lower and upper bounds,
+    then the nodes' offsets) gives the nodes after it, whose values are located from the page
+    alone: a run of consecutive records costs one positioning a leaf page, one touched first
+    page. A large value (F_BIGDATA) lives on overflow pages whose number follows the key, after
+    their page header. Checked once against real get()s: where they disagree (another LMDB
+    on-disk format), `spans` answers nothing and nothing is asked."""
 
     _NODE = struct.Struct("=HHHH")
     _PAGE_NUMBER = struct.Struct("@N")  # pgno_t: a size_t
+    _LOWER = struct.Struct("=H")  # MDB_page.mp_lower, after the number and two 16-bit fields
+    _LOWER_AT = _PAGE_NUMBER.size + 4
     _BIG_DATA = 0x01
     _PAGE_HEADER = 16
 
@@ -288,41 +298,79 @@ class _ValueLocator:
         self._cursor = transaction.cursor()
         self._page_size = int(environment.stat()["psize"])
         self._map = _mapped_at(os.path.join(environment.path(), "data.mdb"))
-        value = transaction.get(key)
-        found = self._span(key) if self._map is not None else None
-        self._works = value is not None and found == (
-            _address(value) - (self._map or 0),
-            len(value),
-        )
+        self._works = self._map is not None
+        checked = [key]
+        if self._cursor.set_key(key) and self._cursor.next():
+            checked.append(bytes(self._cursor.key()))  # located from the first one's leaf page
+        values = [transaction.get(one) for one in checked]
+        self._works = self._works and self.spans(checked) == [
+            (_address(value) - (self._map or 0), len(value))
+            for value in values
+            if value is not None
+        ]
 
-    def span(self, key: bytes) -> tuple[int, int] | None:
-        """(offset in data.mdb, length) of the value under `key`, or None."""
-        return self._span(key) if self._works else None
+    def spans(self, keys: Iterable[bytes]) -> list[tuple[int, int]]:
+        """(offset in data.mdb, length) of the values under those of `keys` that are in the DB,
+        in key order."""
+        if not self._works:
+            return []
+        wanted, spans, i = sorted(set(keys)), [], 0
+        while i < len(wanted):
+            if not self._cursor.set_key(wanted[i]):
+                i += 1
+                continue
+            node = _address(self._cursor.key()) - self._NODE.size
+            nodes = self._leaf_nodes(node)
+            if node not in nodes:  # not a plain leaf page: located one at a time
+                spans.append(self._node_span(node))
+                i += 1
+                continue
+            j, last_key = nodes.index(node), self._node_key(nodes[-1])
+            while i < len(wanted) and j < len(nodes) and wanted[i] <= last_key:
+                key = self._node_key(nodes[j])
+                if key < wanted[i]:
+                    j += 1
+                elif key == wanted[i]:
+                    spans.append(self._node_span(nodes[j]))
+                    i, j = i + 1, j + 1
+                else:  # not in the DB
+                    i += 1
+        return spans
 
-    def cached_share(self, length: int) -> float:
-        """The share of the map's first `length` bytes in the page cache (mincore); 0 where it
-        cannot be told (the map not found, or mincore refused: it answers for files one may
-        write, or for pages this process mapped)."""
+    def cached_share(self, start: int, length: int) -> float:
+        """The share of the map's bytes [start, start + length) in the page cache (mincore); 0
+        where it cannot be told (the map not found, or mincore refused: it answers for files one
+        may write, or for pages this process mapped)."""
         if self._map is None or length <= 0:
             return 0.0
+        first = start - start % mmap.PAGESIZE
+        length += start - first
         pages = -(-length // mmap.PAGESIZE)
         residency = np.zeros(pages, dtype=np.uint8)
         vector = residency.ctypes.data_as(ctypes.c_void_p)
-        if _LIBC.mincore(ctypes.c_void_p(self._map), length, vector) != 0:
+        if _LIBC.mincore(ctypes.c_void_p(self._map + first), length, vector) != 0:
             return 0.0
         return int(np.count_nonzero(residency & 1)) / pages
 
-    def _span(self, key: bytes) -> tuple[int, int] | None:
-        if not self._cursor.set_key(key):
-            return None
-        at = _address(self._cursor.key())
-        low, high, flags, key_size = self._NODE.unpack(ctypes.string_at(at - self._NODE.size, 8))
-        length = low | high << 16
+    def _leaf_nodes(self, node: int) -> list[int]:
+        """The addresses of the nodes of the leaf page holding the node at `node`, in key order."""
+        page = node - (node - (self._map or 0)) % self._page_size
+        (lower,) = self._LOWER.unpack(ctypes.string_at(page + self._LOWER_AT, self._LOWER.size))
+        count = (lower - self._PAGE_HEADER) // 2
+        offsets = np.frombuffer(ctypes.string_at(page + self._PAGE_HEADER, 2 * count), np.uint16)
+        return (page + offsets.astype(np.int64)).tolist()
+
+    def _node_key(self, node: int) -> bytes:
+        *_, key_size = self._NODE.unpack(ctypes.string_at(node, self._NODE.size))
+        return ctypes.string_at(node + self._NODE.size, key_size)
+
+    def _node_span(self, node: int) -> tuple[int, int]:
+        low, high, flags, key_size = self._NODE.unpack(ctypes.string_at(node, self._NODE.size))
+        length, data = low | high << 16, node + self._NODE.size + key_size
         if flags & self._BIG_DATA:
-            raw = ctypes.string_at(at + key_size, self._PAGE_NUMBER.size)
-            (page,) = self._PAGE_NUMBER.unpack(raw)
+            (page,) = self._PAGE_NUMBER.unpack(ctypes.string_at(data, self._PAGE_NUMBER.size))
             return page * self._page_size + self._PAGE_HEADER, length
-        return at + key_size - (self._map or 0), length  # in the leaf page itself
+        return data - (self._map or 0), length  # in the leaf page itself
 
 
 def _mapped_at(path: str) -> int | None:
@@ -360,6 +408,9 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 _PAGE = 4096
+# A stretch of values longer than this (a run of --read_order quasi_random) is asked for whole, its
+# stray cached pages dropped first; a record's value alone keeps its cached first page.
+_STRAY_PAGES_DROPPED_FROM = 256 * 1024
 # Prefetch asks the page cache whether the whole DB is there once in this many batches.
 _RESIDENCY_CHECK_EVERY = 64
 _LIBC = ctypes.CDLL(None, use_errno=True)
