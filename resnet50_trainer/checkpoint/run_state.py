@@ -21,6 +21,9 @@ class RunState:
     # images, correct, images, bad records; and seconds); None and 0 once that epoch has ended.
     resumed_sums: torch.Tensor | None = None
     resumed_seconds: float = 0.0
+    # The current epoch's order (--read_order): (run_length, window_runs); (1, 1) is random, as
+    # every checkpoint without it read. A mid-epoch resume finishes the epoch in it.
+    read_order: tuple[int, int] = (1, 1)
 
     def step_done(self) -> None:
         self.steps_into_epoch += 1
@@ -37,12 +40,14 @@ class RunState:
             "total_seconds": self.total_seconds,
             "epoch_sums": None if epoch_sums is None else epoch_sums.cpu(),
             "epoch_seconds": epoch_seconds,
+            "read_order": dict(zip(("run_length", "window_runs"), self.read_order)),
         }
 
     @classmethod
     def from_checkpoint(cls, state: dict) -> RunState:
         """The run's position and totals as the checkpoint left them."""
         mid_epoch = bool(state["step"])
+        read_order = state.get("read_order")  # absent before --read_order: random
         return cls(
             state["epoch"],
             state["step"],
@@ -51,6 +56,7 @@ class RunState:
             state["total_images"],
             state["epoch_sums"] if mid_epoch else None,
             state["epoch_seconds"] if mid_epoch else 0.0,
+            (read_order["run_length"], read_order["window_runs"]) if read_order else (1, 1),
         )
 
     def epoch_done(self, seconds: float, images: int) -> None:

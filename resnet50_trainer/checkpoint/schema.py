@@ -63,6 +63,15 @@ def _ema_problem(ema: dict | None) -> str | None:
     return _named_tensors(ema["model"])
 
 
+def _read_order_problem(order: dict) -> str | None:
+    """{"run_length": n, "window_runs": m}, both whole numbers from 1."""
+    if order.keys() == {"run_length", "window_runs"} and all(
+        type(value) is int and 1 <= value < 2**63 for value in order.values()
+    ):
+        return None
+    return "a read order that is not a run length and a window of runs"
+
+
 def _spec(
     types: Any,
     least: int | None = None,
@@ -99,6 +108,8 @@ class CheckpointFields:
     ema: dict | None = _spec((dict, type(None)), optional=True, check=_ema_problem)
     # --grad_compression and PowerSGD's state (grad_compression_entry.py); absent: none.
     grad_compression: dict | None = _spec((dict, type(None)), optional=True, check=entry_problem)
+    # The order the checkpoint's epoch reads in (RunState.read_order); absent: random.
+    read_order: dict = _spec(dict, optional=True, check=_read_order_problem)
 
 
 REQUIRED_KEYS = frozenset(

@@ -17,7 +17,8 @@ from resnet50_trainer.data.batch import Batch, Fetched
 from resnet50_trainer.data.formats.databases import Database, open_database
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import Record
-from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
+from resnet50_trainer.data.order import RecordOrder
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, WINDOW_RUNS, InputSettings
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,13 @@ class ImageRecords(Dataset):
         settings: InputSettings,
         train: bool,
         decoding: DecodeStrategy,
+        order: RecordOrder | None = None,
     ):
         self.path, self.db_type, self.keys = path, db_type, keys
         self.settings, self.train, self.decoding = settings, train, decoding
+        self.order = order  # the training stream's, whose next runs are asked for ahead
         self._database: Database | None = None
+        self._asked_runs: set[int] = set()  # runs of --read_order already asked of storage
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -79,7 +83,7 @@ class ImageRecords(Dataset):
         the strategy's batch on): its records asked of the storage together (Database.prefetch),
         then the strategy writes them into one batch."""
         located = [self._locate(item) for item in items]
-        self._open().prefetch(key for key, _ in located)
+        self._open().prefetch(self._keys_to_ask(items, located))
         fetched, outside = [], None
         for key, plan_for in located:
             try:
@@ -93,6 +97,30 @@ class ImageRecords(Dataset):
             fetched.append(Fetched(record, key, plan_for))
         batch = self.decoding.batch(fetched)
         return batch if outside is None else batch._replace(label_outside=outside)
+
+    def _keys_to_ask(
+        self, items: Sequence, located: list[tuple[bytes, transforms.PlanFor]]
+    ) -> list[bytes]:
+        """The batch's records and, in quasi-random order, the whole run of each one whose run
+        was not asked for yet, and of the stream's as many records after the batch: storage
+        serves a run in one request (those ahead while this batch decodes), and the batches after
+        find the rest of it in the page cache (a window of runs, 512 MB, stays there)."""
+        keys = [key for key, _ in located]
+        length = self.settings.run_length
+        if not self.train or length == 1:
+            return keys
+        if len(self._asked_runs) > 4 * WINDOW_RUNS:  # windows read long ago: asked again later
+            self._asked_runs.clear()
+        indices = [index for _, index in items]
+        if self.order is not None:
+            after = items[-1][0] + 1
+            indices += self.order.records_at(range(after, after + len(items)))
+        for index in indices:
+            run = index // length
+            if run not in self._asked_runs:
+                self._asked_runs.add(run)
+                keys.extend(self.keys[run * length : (run + 1) * length])
+        return keys
 
     def _locate(self, item) -> tuple[bytes, transforms.PlanFor]:
         """The key of an item and its crop. Training items are (stream position, record index):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # --crop: scale, the original's (shorter side to --scale, a random square); random_resized,
@@ -11,6 +12,74 @@ RANDOM_RESIZED_CROP = "random_resized"
 CROPS = (SCALE_CROP, RANDOM_RESIZED_CROP)
 DEFAULT_CROP_AREA = (0.08, 1.0)
 DEFAULT_CROP_RATIO = (3 / 4, 4 / 3)
+
+
+# --read_order: the order of each pass over the training DB (data/order.py). random: any record
+# anywhere; quasi_random: runs of consecutive records (RUN_BYTES each) in a random order, shuffled
+# within windows of WINDOW_RUNS runs, so that storage serves whole runs; auto: quasi_random when
+# the DB is more than half of a machine's memory (it cannot stay in the page cache), else random.
+RANDOM_ORDER = "random"
+QUASI_RANDOM_ORDER = "quasi_random"
+AUTO_ORDER = "auto"
+READ_ORDERS = (AUTO_ORDER, RANDOM_ORDER, QUASI_RANDOM_ORDER)
+RUN_BYTES = 2**19  # 512 KB: one request, large enough for a disk or NFS to serve at speed
+WINDOW_RUNS = 1024  # 1,024 runs of 512 KB: 512 MB of records shuffled together
+
+
+@dataclass(frozen=True)
+class ReadOrder:
+    """The order a run reads its training DB in: its name, its runs of consecutive records (1:
+    random order) shuffled in windows of `window_runs` runs, and why (the run's start line)."""
+
+    name: str
+    run_length: int
+    window_runs: int
+    why: str = ""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(run_length, window_runs): what a checkpoint records of the order its epoch read in."""
+        return self.run_length, self.window_runs
+
+
+def describe_order(run_length: int, window_runs: int) -> str:
+    """An order by its shape, as the start line and a resume name it."""
+    if run_length == 1:
+        return RANDOM_ORDER
+    runs = f"runs of {run_length} records shuffled in windows of {window_runs} runs"
+    return f"{QUASI_RANDOM_ORDER}, {runs}"
+
+
+def resolve_read_order(
+    asked: str, num_records: int, db_bytes: int, memory: int, larger_elsewhere: bool = False
+) -> ReadOrder:
+    """--read_order for a DB of `db_bytes` in `num_records` records on a machine of `memory`
+    bytes; `larger_elsewhere`: another machine of the run cannot hold the DB in half its memory."""
+    large_here = db_bytes > memory / 2
+    if asked == AUTO_ORDER:
+        quasi = large_here or larger_elsewhere
+        where = (
+            f"{'more' if large_here else 'less'} than half this machine's {memory / 2**30:.0f} GiB"
+            if large_here or not larger_elsewhere
+            else "more than half of another machine's memory"
+        )
+        why = f"--read_order auto: the DB's {db_bytes / 2**30:.1f} GiB is {where}"
+    else:
+        quasi, why = asked == QUASI_RANDOM_ORDER, f"--read_order {asked}"
+    if not quasi:
+        return ReadOrder(RANDOM_ORDER, 1, 1, why)
+    record_bytes = max(1.0, db_bytes / max(1, num_records))
+    run_length = max(1, min(num_records, round(RUN_BYTES / record_bytes)))
+    return ReadOrder(QUASI_RANDOM_ORDER, run_length, WINDOW_RUNS, why)
+
+
+def database_bytes(path: str) -> int:
+    """The size of the DB's files: LMDB's data.mdb, LevelDB's tables and logs."""
+    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+
+
+def memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @dataclass(frozen=True)
@@ -28,3 +97,4 @@ class InputSettings:
     crop: str = SCALE_CROP  # a training crop of CROPS
     crop_area: tuple[float, float] = DEFAULT_CROP_AREA  # random_resized: share of the image's area
     crop_ratio: tuple[float, float] = DEFAULT_CROP_RATIO  # random_resized: width / height
+    run_length: int = 1  # --read_order's run of consecutive records, asked of storage whole

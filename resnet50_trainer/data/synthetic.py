@@ -28,6 +28,11 @@ class SyntheticBatches:
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         self.start_step = start_step
 
+    def finish_epoch_in(self, epoch: int, run_length: int, window_runs: int) -> bool:
+        return False  # one batch, no order
+
+    epoch_order_shape = (1, 1)  # in a checkpoint: as random order's
+
     def __len__(self) -> int:
         return self.steps_per_epoch - self.start_step
 

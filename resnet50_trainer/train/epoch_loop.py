@@ -146,6 +146,7 @@ class EpochLoop:
     def train_epoch(self) -> EpochResult:
         config, run, steps = self.config, self.run, self.input.steps_per_epoch
         self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
+        run.read_order = self.input.epoch_plan.epoch_order_shape
         self.replica.train_module.train()
         # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
         device_sums = torch.zeros(

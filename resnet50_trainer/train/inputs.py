@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+import torch.distributed as dist
 
 from resnet50_trainer.config.settings import SYNTHETIC_EPOCH_SIZE, Config
 from resnet50_trainer.data.batch import Batch
@@ -20,8 +21,13 @@ from resnet50_trainer.data.settings import (
     DEFAULT_CROP_RATIO,
     SCALE_CROP,
     InputSettings,
+    ReadOrder,
+    database_bytes,
+    memory_bytes,
+    resolve_read_order,
 )
 from resnet50_trainer.data.synthetic import SyntheticBatches
+from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.errors import UserError
 
@@ -33,6 +39,7 @@ class TrainInput:
     batches: Iterable[Batch]  # on the training device
     epoch_plan: ShardBatchSampler | SyntheticBatches  # set_epoch(epoch, start_step)
     steps_per_epoch: int
+    order: ReadOrder | None = None  # how the DB is read (None: synthetic data)
 
 
 def input_settings(config: Config, train: bool) -> InputSettings:
@@ -61,8 +68,10 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
         return TrainInput(synthetic, synthetic, steps)
     keys = read_keys(config.train_data, config.db_type)
     steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
+    order = _agreed_read_order(config, len(keys), placement, device)
+    settings = replace(settings, run_length=order.run_length)
     sampler = ShardBatchSampler(
-        RecordOrder(len(keys), config.seed),
+        RecordOrder(len(keys), config.seed, *order.shape),
         steps,
         config.global_batch_size,
         config.device_batch_size,
@@ -71,7 +80,25 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
     batches = device_batches(
         config.train_data, config.db_type, keys, sampler, device, settings, train=True
     )
-    return TrainInput(batches, sampler, steps)
+    return TrainInput(batches, sampler, steps, order)
+
+
+def _agreed_read_order(
+    config: Config, num_records: int, placement: Placement, device: torch.device
+) -> ReadOrder:
+    """--read_order, the same on every process, which read one global stream: the runs are sized
+    by the first process's DB (machines may hold copies that differ in size), and auto takes
+    quasi_random when any machine's memory cannot hold the DB."""
+    memory = memory_bytes()
+    db_bytes = database_bytes(config.train_data)
+    mine = [db_bytes > memory / 2, db_bytes if placement.is_main else 0]
+    agreed = torch.tensor(mine, dtype=torch.int64, device=device)
+    with process_group.waiting_for_peers("the agreement on the read order"):
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        larger_anywhere, first_db_bytes = agreed.tolist()
+    return resolve_read_order(
+        config.read_order, num_records, first_db_bytes, memory, bool(larger_anywhere)
+    )
 
 
 def build_test_input(

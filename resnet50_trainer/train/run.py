@@ -17,6 +17,7 @@ from resnet50_trainer.checkpoint.resume import resume
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.data.settings import RANDOM_ORDER, ReadOrder, describe_order
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.devices import replica_devices
 from resnet50_trainer.distributed.process_group import Placement
@@ -82,11 +83,20 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
             schedule,
             train_input.steps_per_epoch,
         )
+    if run.steps_into_epoch and train_input.epoch_plan.finish_epoch_in(
+        run.epochs_done, *run.read_order
+    ):
+        log.info(
+            "Epoch %d goes on in the order it began in (%s); the epochs after it read in %s",
+            run.epochs_done + 1,
+            describe_order(*run.read_order),
+            describe_order(*train_input.order.shape) if train_input.order else RANDOM_ORDER,
+        )
     if run.epochs_done >= config.num_epochs:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     outputs = _open_outputs(config, placement, device, started, lineage, run.iteration)
-    _log_start(config, placement, schedule, outputs)
+    _log_start(config, placement, schedule, outputs, train_input.order)
     learner = Learner(placement, device, replica, schedule)
     saver = CheckpointSaver(config, learner, lineage)
     loop = EpochLoop(config, learner, train_input, test_batches, run, saver, outputs)
@@ -144,7 +154,11 @@ def _replica_devices(
 
 
 def _log_start(
-    config: Config, placement: Placement, schedule: LearningRateSchedule, outputs: Outputs
+    config: Config,
+    placement: Placement,
+    schedule: LearningRateSchedule,
+    outputs: Outputs,
+    order: ReadOrder | None,
 ) -> None:
     passes = (
         f" in {config.iter_size} passes of {config.device_batch_size // config.iter_size}"
@@ -153,7 +167,7 @@ def _log_start(
     )
     log.info(
         "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
-        "(%s), %s, %d iterations per epoch%s%s",
+        "(%s), %s, %d iterations per epoch%s%s%s",
         config.num_layers,
         placement.world_size,
         config.device_batch_size,
@@ -165,6 +179,7 @@ def _log_start(
         schedule.iterations_per_epoch,
         f"; log {outputs.runlog.path}" if outputs.runlog else "",
         f"; TensorBoard {outputs.tensorboard.directory}" if outputs.tensorboard else "",
+        f"; read order {describe_order(*order.shape)} ({order.why})" if order else "",
     )
 
 

@@ -279,10 +279,15 @@ def crafted(state: dict) -> list[tuple[str, dict, str]]:
             {"step": 2, "epoch_sums": torch.tensor([1, -27, -96, 0], dtype=torch.float64)},
             "epoch_sums [1.0, -27.0, -96.0, 0.0] that no epoch adds up to",
         ),
+        (
+            "runs of no records",
+            {"read_order": {"run_length": 0, "window_runs": 1024}},
+            "a read order that is not a run length and a window of runs",
+        ),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(13))
 def test_a_crafted_checkpoint_is_one_line(capsys, earlier, tmp_path, case):
     database, out = earlier
     state = torch.load(out / f"{NAME}_1.pt", weights_only=True)

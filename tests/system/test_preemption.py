@@ -8,11 +8,12 @@ known optimizer step by tests/support/hooks/sitecustomize.py, never at a time.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 
 import pytest
 
-from dbfactory import write_image_db
+from dbfactory import caffe_key, datum_record, smooth_pixels, write_db, write_image_db
 from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
 from trainer_runs import HOOKS, REPOSITORY, RUN_TIMEOUT_S, trainer_command, trainer_env
 
@@ -22,6 +23,7 @@ DIGEST = re.compile(r"Parameters identical on all (\d) processes \(sha256 ([0-9a
 # traceback) fails the test.
 OUR_LINES = re.compile(
     r"ResNet-18, \d processes x .*"
+    r"|Epoch 2 goes on in the order it began in .*"
     r"|Finished iteration \d+/4 of epoch \d .*"
     r"|Training loss: .*"
     r"|Epoch \d: loss .*"
@@ -125,3 +127,39 @@ def test_signal_to_the_launcher_alone_reaches_every_process(database, uninterrup
     )
     resumed = two_epochs(database, tmp_path, 2, "--print_every", "1", "--auto_resume")
     assert digest(resumed, 2) == uninterrupted(2)
+
+
+SIGTERM_AT_5 = signalled(5, "SIGTERM", 0, "group")
+
+
+@pytest.fixture(scope="module")
+def large_records(module_tmp_path):
+    """Raw 160x200 Datum records, ~100 KB each: quasi-random order's runs (512 KB) hold 5."""
+    records = [
+        (caffe_key(i, f"img{i}"), datum_record(i % 4, pixels=smooth_pixels(160, 200, 3, seed=i)))
+        for i in range(RECORDS)
+    ]
+    return write_db(str(module_tmp_path / "large"), "lmdb", records)
+
+
+def test_quasi_random_order_resumes_bitwise_equal_and_keeps_its_epoch_s_order(
+    large_records, tmp_path
+):
+    """Stopped mid-epoch by SIGTERM in quasi-random order; resumed once as it was, once asking
+    for random order: both finish that epoch in the order it began in and end bitwise equal to
+    the uninterrupted run."""
+    quasi = ("--read_order", "quasi_random", "--print_every", "3")
+    straight = two_epochs(large_records, tmp_path / "straight", 2, *quasi)
+    assert "read order quasi_random, runs of 5 records shuffled in windows of" in straight.stderr
+    stopped = two_epochs(large_records, tmp_path / "quasi_random", 2, *quasi, **SIGTERM_AT_5)
+    assert stopped.returncode == PREEMPTED_EXIT_STATUS, stopped.stderr
+    shutil.copytree(tmp_path / "quasi_random", tmp_path / "random")
+    for resumed_order in ("quasi_random", "random"):
+        again = ("--read_order", resumed_order, "--print_every", "3", "--auto_resume")
+        resumed = two_epochs(large_records, tmp_path / resumed_order, 2, *again)
+        assert digest(resumed, 2) == digest(straight, 2)
+        switched = (
+            "Epoch 2 goes on in the order it began in (quasi_random, runs of 5 records shuffled "
+            "in windows of 1024 runs); the epochs after it read in random" in resumed.stderr
+        )
+        assert switched == (resumed_order == "random"), resumed.stderr

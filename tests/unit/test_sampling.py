@@ -1,15 +1,32 @@
-"""The split of records across processes: disjoint, complete, reshuffled per epoch, resumable."""
+"""The split of records across processes: disjoint, complete, reshuffled per epoch, resumable;
+in random order and in quasi-random order (runs of consecutive records, shuffled in windows)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler, evaluation_batches
+from resnet50_trainer.data.order import (
+    RecordOrder,
+    ShardBatchSampler,
+    evaluation_batches,
+    quasi_random_permutation,
+)
+from resnet50_trainer.data.settings import (
+    QUASI_RANDOM_ORDER,
+    RANDOM_ORDER,
+    WINDOW_RUNS,
+    resolve_read_order,
+)
+
+# (run_length, window_runs): random order, short runs in small windows, runs longer than the DB.
+ORDERS = [(1, 1), (5, 3), (7, 2), (200, 4)]
+RUN = pytest.mark.parametrize("run", ORDERS, ids=lambda run: f"run{run[0]}x{run[1]}")
 
 
-def epoch_reads(num_records, seed, epoch, world, device_batch, steps, start_step=0):
+def epoch_reads(num_records, seed, epoch, world, device_batch, steps, start_step=0, run=(1, 1)):
     """{rank: [record index, ...]} of one epoch."""
-    order = RecordOrder(num_records, seed)
+    order = RecordOrder(num_records, seed, *run)
     reads = {}
     for rank in range(world):
         sampler = ShardBatchSampler(order, steps, device_batch * world, device_batch, rank)
@@ -18,46 +35,124 @@ def epoch_reads(num_records, seed, epoch, world, device_batch, steps, start_step
     return reads
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
-def test_no_record_is_read_twice_in_an_epoch_across_processes(world):
+@RUN
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_no_record_is_read_twice_in_an_epoch_across_processes(world, run):
     num_records, device_batch = 103, 4
     steps = num_records // (device_batch * world)
     for epoch in range(3):
-        reads = epoch_reads(num_records, 7, epoch, world, device_batch, steps)
+        reads = epoch_reads(num_records, 7, epoch, world, device_batch, steps, run=run)
         everything = [index for indices in reads.values() for index in indices]
         assert len(everything) == steps * device_batch * world
         assert len(set(everything)) == len(everything)
         assert all(len(indices) == steps * device_batch for indices in reads.values())
 
 
-def test_order_changes_every_epoch_and_depends_on_the_seed():
-    first = epoch_reads(64, 0, 0, 2, 4, 8)
-    assert first != epoch_reads(64, 0, 1, 2, 4, 8)
-    assert first != epoch_reads(64, 1, 0, 2, 4, 8)
-    assert first == epoch_reads(64, 0, 0, 2, 4, 8)
+@RUN
+def test_order_changes_every_epoch_and_depends_on_the_seed(run):
+    first = epoch_reads(64, 0, 0, 2, 4, 8, run=run)
+    assert first != epoch_reads(64, 0, 1, 2, 4, 8, run=run)
+    assert first != epoch_reads(64, 1, 0, 2, 4, 8, run=run)
+    assert first == epoch_reads(64, 0, 0, 2, 4, 8, run=run)
 
 
-def test_global_order_does_not_depend_on_the_number_of_processes():
-    one = epoch_reads(64, 3, 2, 1, 8, 8)[0]
-    two = epoch_reads(64, 3, 2, 2, 4, 8)
+@RUN
+@pytest.mark.parametrize("world", [2, 3])
+def test_global_order_does_not_depend_on_the_number_of_processes(world, run):
+    steps, device_batch = 5, 4
+    one = epoch_reads(120, 3, 2, 1, device_batch * world, steps, run=run)[0]
+    many = epoch_reads(120, 3, 2, world, device_batch, steps, run=run)
     interleaved = [
         index
-        for step in range(8)
-        for rank in (0, 1)
-        for index in two[rank][step * 4 : (step + 1) * 4]
+        for step in range(steps)
+        for rank in range(world)
+        for index in many[rank][step * device_batch : (step + 1) * device_batch]
     ]
     assert interleaved == one
 
 
-def test_resuming_mid_epoch_reads_the_rest_of_the_epoch():
-    full = epoch_reads(64, 0, 1, 2, 4, 8)
-    rest = epoch_reads(64, 0, 1, 2, 4, 8, start_step=3)
-    assert all(rest[rank] == full[rank][3 * 4 :] for rank in (0, 1))
+@RUN
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_resuming_mid_epoch_reads_the_rest_of_the_epoch(world, run):
+    full = epoch_reads(96, 0, 1, world, 4, 8, run=run)
+    rest = epoch_reads(96, 0, 1, world, 4, 8, start_step=3, run=run)
+    assert all(rest[rank] == full[rank][3 * 4 :] for rank in range(world))
 
 
-def test_epoch_size_larger_than_the_db_wraps_into_new_passes():
-    reads = epoch_reads(10, 0, 0, 1, 5, 4)[0]  # 20 images from a 10-record DB
+@RUN
+def test_epoch_size_larger_than_the_db_wraps_into_new_passes(run):
+    reads = epoch_reads(10, 0, 0, 1, 5, 4, run=run)[0]  # 20 images from a 10-record DB
     assert sorted(reads[:10]) == list(range(10)) and sorted(reads[10:]) == list(range(10))
+
+
+def test_random_order_is_the_permutation_every_version_drew():
+    """Runs of 1: numpy's permutation seeded by (seed, pass), so a checkpoint of an earlier
+    version resumes in the same order."""
+    order = RecordOrder(50, 9)
+    expected = np.random.default_rng([9, 1]).permutation(50)
+    assert order.records_at(range(50, 100)) == expected.tolist()
+
+
+@pytest.mark.parametrize("num_records", [1, 9, 10, 11, 1003])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_quasi_random_window_holds_whole_runs_of_consecutive_records(num_records, seed):
+    """The pass is windows of 3 whole runs of 10 (the DB's last run shorter, anywhere in the
+    pass), each window's records shuffled: storage serves a run in one read; every record once."""
+    permutation = quasi_random_permutation(num_records, 10, 3, np.random.default_rng(seed))
+    assert sorted(permutation.tolist()) == list(range(num_records))
+
+    def records_of(runs: set[int]) -> set[int]:
+        return {index for run in runs for index in range(run * 10, min(num_records, run * 10 + 10))}
+
+    start = 0
+    while start < num_records:
+        end, runs = start, set()
+        while end < num_records and (len(runs) < 3 or len(records_of(runs)) != end - start):
+            runs.add(int(permutation[end]) // 10)
+            end += 1
+        assert len(runs) <= 3 and set(permutation[start:end].tolist()) == records_of(runs)
+        start = end
+    if num_records > 30:
+        assert permutation[:30].tolist() != sorted(permutation[:30].tolist())
+
+
+GIB = 2**30
+
+
+def test_auto_reads_in_runs_only_when_the_db_cannot_stay_in_memory():
+    small = resolve_read_order("auto", 1000, 3 * GIB, 8 * GIB)
+    assert small.shape == (1, 1) and small.name == RANDOM_ORDER
+    assert "3.0 GiB is less than half this machine's 8 GiB" in small.why
+    large = resolve_read_order("auto", 1000, 5 * GIB, 8 * GIB)
+    assert large.name == QUASI_RANDOM_ORDER and "more than half this machine's 8 GiB" in large.why
+    # Every process reads one stream: a machine that can hold it follows one that cannot.
+    elsewhere = resolve_read_order("auto", 1000, 3 * GIB, 8 * GIB, larger_elsewhere=True)
+    assert elsewhere.shape == large.shape and "another machine's memory" in elsewhere.why
+
+
+def test_explicit_orders_win_and_runs_hold_about_512_kb():
+    assert resolve_read_order("random", 1000, 500 * GIB, 8 * GIB).shape == (1, 1)
+    quasi = resolve_read_order("quasi_random", 1_281_167, 140 * GIB, 512 * GIB)
+    assert quasi.shape == (4, WINDOW_RUNS)  # ImageNet: ~117 KB a record
+    assert resolve_read_order("quasi_random", 400, 40_000, GIB).run_length == 400  # the whole DB
+    assert resolve_read_order("quasi_random", 10, 10 * 2**20, GIB).run_length == 1  # 1 MB records
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_a_mid_epoch_resume_finishes_the_epoch_in_the_order_it_began_in(world):
+    """The checkpoint's epoch goes on in its own order (here random) whatever this run's order
+    (quasi-random): the epoch reads each record once; the next epoch reads in this run's."""
+    began, now = RecordOrder(96, 0), RecordOrder(96, 0, 5, 3)
+    full = epoch_reads(96, 0, 1, world, 4, 8)
+    for rank in range(world):
+        sampler = ShardBatchSampler(now, 8, 4 * world, 4, rank)
+        assert sampler.finish_epoch_in(1, *began.shape)
+        sampler.set_epoch(1, start_step=3)
+        assert [index for batch in sampler for _, index in batch] == full[rank][3 * 4 :]
+        assert sampler.epoch_order_shape == (1, 1)
+        sampler.set_epoch(2)
+        assert sampler.epoch_order_shape == (5, 3)
+    assert not ShardBatchSampler(now, 8, 4, 4, 0).finish_epoch_in(1, 5, 3)
 
 
 def test_evaluation_covers_every_test_record_once():

@@ -9,6 +9,12 @@ from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
 )
+from resnet50_trainer.data.settings import (
+    AUTO_ORDER,
+    READ_ORDERS,
+    RUN_BYTES,
+    WINDOW_RUNS,
+)
 
 
 def add_data_flags(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +29,17 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
         "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
     )
     data.add_argument("--num_labels", type=NUM_LABELS, default=1000, help="number of classes")
+    data.add_argument(
+        "--read_order",
+        default=AUTO_ORDER,
+        choices=READ_ORDERS,
+        help="order of each pass over the training DB: random (any record anywhere, one "
+        f"storage request a record), quasi_random (runs of consecutive records, about "
+        f"{RUN_BYTES // 1024} KB each, in a random order, shuffled within windows of "
+        f"{WINDOW_RUNS} runs: one request a run, for a DB larger than memory or on a network "
+        "disk) or auto (quasi_random when the DB is more than half of this machine's memory, "
+        "else random); the start line says which and why",
+    )
     data.add_argument(
         "--test_epoch_size",
         type=Number(int, 1, 10**12),

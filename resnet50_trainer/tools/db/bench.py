@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from resnet50_trainer.config.settings import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
-from resnet50_trainer.data.settings import CROPS, SCALE_CROP
+from resnet50_trainer.data.settings import AUTO_ORDER, CROPS, READ_ORDERS, SCALE_CROP
 from resnet50_trainer.errors import UserError, run_command
 
 if TYPE_CHECKING:
@@ -83,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cpu", "gpu"),
         help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda",
     )
+    parser.add_argument(
+        "--read_order",
+        default=AUTO_ORDER,
+        choices=READ_ORDERS,
+        help="order of the records, as the trainer's --read_order (auto: quasi_random when the "
+        "DB is more than half of this machine's memory)",
+    )
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the order and the crops")
 
 
@@ -97,7 +104,13 @@ def bench(args: argparse.Namespace) -> float:
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
     from resnet50_trainer.data.input_pipeline import device_batches
     from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
-    from resnet50_trainer.data.settings import InputSettings
+    from resnet50_trainer.data.settings import (
+        InputSettings,
+        database_bytes,
+        describe_order,
+        memory_bytes,
+        resolve_read_order,
+    )
 
     device = _device(args)
     db_type = args.db_type or detect_db_type(args.db) or "lmdb"
@@ -105,10 +118,16 @@ def bench(args: argparse.Namespace) -> float:
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
+    order = resolve_read_order(args.read_order, len(keys), database_bytes(args.db), memory_bytes())
+    print(f"read order {describe_order(*order.shape)} ({order.why})")
     # One process of a run whose global batch is this batch: the trainer's order, wrapping around
     # the DB as often as the batches need.
     sampler = ShardBatchSampler(
-        RecordOrder(len(keys), args.seed), steps, args.batch_size, args.batch_size, rank=0
+        RecordOrder(len(keys), args.seed, *order.shape),
+        steps,
+        args.batch_size,
+        args.batch_size,
+        rank=0,
     )
     settings = InputSettings(
         ANY_LABEL,
@@ -119,6 +138,7 @@ def bench(args: argparse.Namespace) -> float:
         args.num_workers,
         args.decode_device == "gpu",
         crop=args.crop,
+        run_length=order.run_length,
     )
     batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
     next(batches)  # warm-up: input processes start, the DB opens
