@@ -178,7 +178,7 @@ def measure_cold_reads(context: Context, tree: Tree) -> dict[str, float]:
         (db / "data.mdb").read_bytes()  # cached: read once, unthrottled
         # The two cached rates are close and this machine drifts within a round: each the better
         # of two, taken in the order random, quasi, quasi, random.
-        cached = {order: [] for order in ("random", "quasi_random")}
+        cached: dict[str, list[float]] = {order: [] for order in ("random", "quasi_random")}
         for order in ("random", "quasi_random", "quasi_random", "random"):
             cached[order].append(rate(order, cold=False))
         cached_random, cached_quasi = max(cached["random"]), max(cached["quasi_random"])
