@@ -102,6 +102,7 @@ def ours_rate(
         device="cpu",
         decode_device="cpu",
         seed=0,
+        read_order="auto",  # the command's default (a tree before --read_order ignores it)
     )
     return bench.bench(args)
 
