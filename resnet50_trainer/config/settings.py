@@ -155,9 +155,9 @@ class Config:
     solver: str | None
     recipe: str
     crop: str
-    read_order: str  # as given: auto is resolved with the DB (train/inputs._agreed_read_order)
     crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
     crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
+    read_order: str  # as given: auto is resolved with the DB (train/inputs._agreed_read_order)
     test_resize: int | None  # None: scale
     test_image_size: int | None  # None: image_size
     label_smoothing: float

@@ -1,15 +1,18 @@
 """The on-disk checkpoint format does not change unnoticed: a checkpoint written now holds the
 keys, types, dtypes and shapes one written before the package moved into folders held
 (tests/checkpoint_format.json, pinned from a run of 27c2c92 with the flags below), so checkpoints
-written before still resume. The run's settings ('arguments') may gain flags, never lose one."""
+written before still resume. It may gain fields a checkpoint may lack (the schema's optional ones:
+read_order since), and the run's settings ('arguments') may gain flags; it never loses either."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 
 import torch
 
 from checkpoint_format import pinned, signature
+from resnet50_trainer.checkpoint.schema import CheckpointFields
 from trainer_runs import run_trainer
 
 # The pinned checkpoint's run: a mid-epoch checkpoint (the epoch's sums) with an EMA.
@@ -27,5 +30,10 @@ def test_a_checkpoint_holds_what_one_written_before_the_move_held(tmp_path):
     )
     now, before = signature(state), pinned()
     arguments_now, arguments_before = now.pop("'arguments'"), before.pop("'arguments'")
-    assert now == before
+    assert {key: now[key] for key in before} == before
+    # A field added since is one a checkpoint may lack: those written before still resume.
+    optional = {
+        repr(field.name) for field in fields(CheckpointFields) if field.metadata["optional"]
+    }
+    assert now.keys() - before.keys() <= optional
     assert {key: arguments_now[key] for key in arguments_before} == arguments_before
