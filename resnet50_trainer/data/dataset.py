@@ -17,7 +17,7 @@ from resnet50_trainer.data.batch import Batch, Fetched
 from resnet50_trainer.data.formats.databases import Database, open_database
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import Record
-from resnet50_trainer.data.order import RecordOrder
+from resnet50_trainer.data.order import StepReads
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, WINDOW_RUNS, InputSettings
 from resnet50_trainer.errors import RecordError
 
@@ -57,13 +57,13 @@ class ImageRecords(Dataset):
         settings: InputSettings,
         train: bool,
         decoding: DecodeStrategy,
-        order: RecordOrder | None = None,
     ):
         self.path, self.db_type, self.keys = path, db_type, keys
         self.settings, self.train, self.decoding = settings, train, decoding
-        self.order = order  # the training stream's, whose next runs are asked for ahead
         self._database: Database | None = None
-        self._asked_runs: set[int] = set()  # runs of --read_order already asked of storage
+        # Runs of --read_order already asked of storage, and their length.
+        self._asked_runs: set[int] = set()
+        self._asked_run_length = 1
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -78,12 +78,17 @@ class ImageRecords(Dataset):
             log.debug("record %r: %s", key, error)
             return self.decoding.failed(key)
 
-    def __getitems__(self, items: Sequence) -> Any:
+    def __getitems__(self, reads: StepReads | Sequence) -> Any:
         """A whole batch at once (the DataLoader's batched fetch, whose collate_fn then passes
-        the strategy's batch on): its records asked of the storage together (Database.prefetch),
-        then the strategy writes them into one batch."""
+        the strategy's batch on): a training step's reads (StepReads), or test record indices.
+        Its records are asked of the storage together (Database.prefetch), then the strategy
+        writes them into one batch."""
+        items = reads.items if isinstance(reads, StepReads) else reads
         located = [self._locate(item) for item in items]
-        self._open().prefetch(self._keys_to_ask(items, located))
+        keys = [key for key, _ in located]
+        if isinstance(reads, StepReads) and reads.run_length > 1:
+            keys += self._runs_to_ask(reads)
+        self._open().prefetch(keys)
         fetched, outside = [], None
         for key, plan_for in located:
             try:
@@ -98,24 +103,18 @@ class ImageRecords(Dataset):
         batch = self.decoding.batch(fetched)
         return batch if outside is None else batch._replace(label_outside=outside)
 
-    def _keys_to_ask(
-        self, items: Sequence, located: list[tuple[bytes, transforms.PlanFor]]
-    ) -> list[bytes]:
-        """The batch's records and, in quasi-random order, the whole run of each one whose run
-        was not asked for yet, and of the stream's as many records after the batch: storage
-        serves a run in one request (those ahead while this batch decodes), and the batches after
-        find the rest of it in the page cache (a window of runs, 512 MB, stays there)."""
-        keys = [key for key, _ in located]
-        length = self.settings.run_length
-        if not self.train or length == 1:
-            return keys
-        if len(self._asked_runs) > 4 * WINDOW_RUNS:  # windows read long ago: asked again later
+    def _runs_to_ask(self, reads: StepReads) -> list[bytes]:
+        """In quasi-random order, the keys of the whole run of each record of this step and of
+        the next whose run was not asked for yet: storage serves a run in one request (the next
+        step's while this one decodes), and the steps after find the rest of it in the page
+        cache (a window of runs, 512 MB, stays there)."""
+        length = reads.run_length
+        too_many = len(self._asked_runs) > 4 * WINDOW_RUNS  # windows read long ago: ask again
+        if length != self._asked_run_length or too_many:
             self._asked_runs.clear()
-        indices = [index for _, index in items]
-        if self.order is not None:
-            after = items[-1][0] + 1
-            indices += self.order.records_at(range(after, after + len(items)))
-        for index in indices:
+            self._asked_run_length = length
+        keys: list[bytes] = []
+        for index in [index for _, index in reads.items] + reads.ahead:
             run = index // length
             if run not in self._asked_runs:
                 self._asked_runs.add(run)

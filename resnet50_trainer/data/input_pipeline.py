@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
-from resnet50_trainer.data.order import ShardBatchSampler
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import END_SIGNAL, PREEMPT_SIGNALS, end_input_processes_at_exit
@@ -68,9 +67,7 @@ def device_batches(
     """Batches of the DB at `path` in `batch_sampler`'s order, decoded, cropped and on `device`.
     A batch in which every record failed stops training; evaluation counts its keys."""
     decoding = decode_strategy(settings)
-    # Training batches come in the order of a ShardBatchSampler: its runs are asked for ahead.
-    order = batch_sampler.order if isinstance(batch_sampler, ShardBatchSampler) else None
-    records = ImageRecords(path, db_type, keys, settings, train, decoding, order)
+    records = ImageRecords(path, db_type, keys, settings, train, decoding)
     loader = make_loader(
         records, batch_sampler, settings.num_workers, pin_memory=device.type == "cuda"
     )

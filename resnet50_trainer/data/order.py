@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -73,8 +74,20 @@ class RecordOrder:
         return int(self._permutation[offset])
 
 
+class StepReads(NamedTuple):
+    """What one process reads at one step: its (stream position, record index) pairs, and, for
+    the storage, the epoch's runs (`run_length` consecutive records; 1 in random order) and the
+    records of this process's next step in the epoch (their runs are asked for ahead)."""
+
+    items: list[tuple[int, int]]
+    run_length: int
+    ahead: list[int]
+
+
 class ShardBatchSampler(Sampler):
-    """This process's (position, record index) pairs, one list per step of the current epoch."""
+    """This process's reads (StepReads), one per step of the current epoch. They carry the
+    epoch's order to the input processes, which outlive an epoch and may read the next one in
+    another order (a mid-epoch resume finishes its epoch in the checkpoint's order)."""
 
     def __init__(
         self,
@@ -125,12 +138,21 @@ class ShardBatchSampler(Sampler):
     def __len__(self) -> int:
         return self.steps_per_epoch - self.start_step
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        epoch_start, order = self.epoch * self.positions_per_epoch, self.epoch_order
+    def __iter__(self) -> Iterator[StepReads]:
+        order = self.epoch_order
+        ahead = self._step_records(order, self.start_step) if len(self) else []
         for step in range(self.start_step, self.steps_per_epoch):
-            first = epoch_start + step * self.global_batch + self.rank * self.device_batch
-            positions = range(first, first + self.device_batch)
-            yield list(zip(positions, order.records_at(positions)))
+            records = ahead
+            ahead = self._step_records(order, step + 1) if step + 1 < self.steps_per_epoch else []
+            yield StepReads(list(zip(self._step_positions(step), records)), order.run_length, ahead)
+
+    def _step_positions(self, step: int) -> range:
+        epoch_start = self.epoch * self.positions_per_epoch
+        first = epoch_start + step * self.global_batch + self.rank * self.device_batch
+        return range(first, first + self.device_batch)
+
+    def _step_records(self, order: RecordOrder, step: int) -> list[int]:
+        return order.records_at(self._step_positions(step))
 
 
 def evaluation_batches(

@@ -28,10 +28,10 @@ WINDOW_RUNS = 1024  # 1,024 runs of 512 KB: 512 MB of records shuffled together
 
 @dataclass(frozen=True)
 class ReadOrder:
-    """The order a run reads its training DB in: its name, its runs of consecutive records (1:
-    random order) shuffled in windows of `window_runs` runs, and why (the run's start line)."""
+    """The order a run reads its training DB in: runs of consecutive records (1: random order)
+    shuffled in windows of `window_runs` runs (describe_order names it), and why (the run's
+    start line)."""
 
-    name: str
     run_length: int
     window_runs: int
     why: str = ""
@@ -67,10 +67,10 @@ def resolve_read_order(
     else:
         quasi, why = asked == QUASI_RANDOM_ORDER, f"--read_order {asked}"
     if not quasi:
-        return ReadOrder(RANDOM_ORDER, 1, 1, why)
+        return ReadOrder(1, 1, why)
     record_bytes = max(1.0, db_bytes / max(1, num_records))
     run_length = max(1, min(num_records, round(RUN_BYTES / record_bytes)))
-    return ReadOrder(QUASI_RANDOM_ORDER, run_length, WINDOW_RUNS, why)
+    return ReadOrder(run_length, WINDOW_RUNS if run_length > 1 else 1, why)
 
 
 def database_bytes(path: str) -> int:
@@ -97,4 +97,3 @@ class InputSettings:
     crop: str = SCALE_CROP  # a training crop of CROPS
     crop_area: tuple[float, float] = DEFAULT_CROP_AREA  # random_resized: share of the image's area
     crop_ratio: tuple[float, float] = DEFAULT_CROP_RATIO  # random_resized: width / height
-    run_length: int = 1  # --read_order's run of consecutive records, asked of storage whole

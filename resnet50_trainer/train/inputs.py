@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -69,7 +69,6 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
     keys = read_keys(config.train_data, config.db_type)
     steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
     order = _agreed_read_order(config, len(keys), placement, device)
-    settings = replace(settings, run_length=order.run_length)
     sampler = ShardBatchSampler(
         RecordOrder(len(keys), config.seed, *order.shape),
         steps,

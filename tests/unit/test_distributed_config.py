@@ -191,7 +191,7 @@ def test_two_shards_of_two_processes_read_each_record_once_per_epoch():
                     placement.rank,
                 )
                 sampler.set_epoch(epoch)
-                read.update(index for batch in sampler for _, index in batch)
+                read.update(index for step in sampler for _, index in step.items)
         assert ranks == [0, 1, 2, 3]
         assert read == Counter(range(records))
 

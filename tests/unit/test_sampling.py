@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from image_records import records_of
+from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.order import (
     RecordOrder,
     ShardBatchSampler,
+    StepReads,
     evaluation_batches,
     quasi_random_permutation,
 )
@@ -16,6 +19,7 @@ from resnet50_trainer.data.settings import (
     QUASI_RANDOM_ORDER,
     RANDOM_ORDER,
     WINDOW_RUNS,
+    describe_order,
     resolve_read_order,
 )
 
@@ -31,7 +35,7 @@ def epoch_reads(num_records, seed, epoch, world, device_batch, steps, start_step
     for rank in range(world):
         sampler = ShardBatchSampler(order, steps, device_batch * world, device_batch, rank)
         sampler.set_epoch(epoch, start_step)
-        reads[rank] = [index for batch in sampler for _, index in batch]
+        reads[rank] = [index for step in sampler for _, index in step.items]
     return reads
 
 
@@ -121,12 +125,15 @@ GIB = 2**30
 
 def test_auto_reads_in_runs_only_when_the_db_cannot_stay_in_memory():
     small = resolve_read_order("auto", 1000, 3 * GIB, 8 * GIB)
-    assert small.shape == (1, 1) and small.name == RANDOM_ORDER
+    assert small.shape == (1, 1) and describe_order(*small.shape) == RANDOM_ORDER
     assert "3.0 GiB is less than half this machine's 8 GiB" in small.why
-    large = resolve_read_order("auto", 1000, 5 * GIB, 8 * GIB)
-    assert large.name == QUASI_RANDOM_ORDER and "more than half this machine's 8 GiB" in large.why
+    large = resolve_read_order("auto", 100_000, 5 * GIB, 8 * GIB)
+    assert (
+        describe_order(*large.shape).startswith(QUASI_RANDOM_ORDER)
+        and "more than half this machine's 8 GiB" in large.why
+    )
     # Every process reads one stream: a machine that can hold it follows one that cannot.
-    elsewhere = resolve_read_order("auto", 1000, 3 * GIB, 8 * GIB, larger_elsewhere=True)
+    elsewhere = resolve_read_order("auto", 100_000, 5 * GIB, 16 * GIB, larger_elsewhere=True)
     assert elsewhere.shape == large.shape and "another machine's memory" in elsewhere.why
 
 
@@ -135,7 +142,8 @@ def test_explicit_orders_win_and_runs_hold_about_512_kb():
     quasi = resolve_read_order("quasi_random", 1_281_167, 140 * GIB, 512 * GIB)
     assert quasi.shape == (4, WINDOW_RUNS)  # ImageNet: ~117 KB a record
     assert resolve_read_order("quasi_random", 400, 40_000, GIB).run_length == 400  # the whole DB
-    assert resolve_read_order("quasi_random", 10, 10 * 2**20, GIB).run_length == 1  # 1 MB records
+    huge_records = resolve_read_order("quasi_random", 10, 10 * 2**20, GIB)  # 1 MB a record
+    assert huge_records.shape == (1, 1)  # random order's, as a checkpoint records it
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -148,11 +156,39 @@ def test_a_mid_epoch_resume_finishes_the_epoch_in_the_order_it_began_in(world):
         sampler = ShardBatchSampler(now, 8, 4 * world, 4, rank)
         assert sampler.finish_epoch_in(1, *began.shape)
         sampler.set_epoch(1, start_step=3)
-        assert [index for batch in sampler for _, index in batch] == full[rank][3 * 4 :]
+        assert [index for step in sampler for _, index in step.items] == full[rank][3 * 4 :]
         assert sampler.epoch_order_shape == (1, 1)
         sampler.set_epoch(2)
         assert sampler.epoch_order_shape == (5, 3)
     assert not ShardBatchSampler(now, 8, 4, 4, 0).finish_epoch_in(1, 5, 3)
+
+
+def test_each_step_carries_its_epochs_runs_and_the_next_steps_records():
+    """The input processes outlive an epoch: each step tells them the run length of its own
+    epoch's order (a resumed epoch's may differ from the next) and this process's next reads."""
+    sampler = ShardBatchSampler(RecordOrder(96, 0, 5, 3), 8, 8, 4, rank=1)
+    assert sampler.finish_epoch_in(1, 1, 1)
+    for epoch, start_step, run_length in [(1, 3, 1), (2, 0, 5)]:
+        sampler.set_epoch(epoch, start_step)
+        steps = list(sampler)
+        assert len(steps) == 8 - start_step
+        assert {step.run_length for step in steps} == {run_length}
+        following = [[index for _, index in step.items] for step in steps[1:]]
+        assert [step.ahead for step in steps] == [*following, []]
+
+
+def test_a_quasi_random_step_asks_storage_for_whole_runs_once(image_db):
+    """The runs of this step's records and of the next step's, each asked of storage once (until
+    the run length changes with the epoch's order)."""
+    records = records_of(CpuDecode, image_db("runs", 30, 4))
+
+    def asked(items, run_length, ahead):
+        keys = records._runs_to_ask(StepReads(items, run_length, ahead))
+        return [records.keys.index(key) for key in keys]
+
+    assert asked([(0, 12), (1, 3)], 5, [27]) == [*range(10, 15), *range(0, 5), *range(25, 30)]
+    assert asked([(2, 13)], 5, [29, 0]) == []
+    assert asked([(3, 13)], 4, []) == [*range(12, 16)]
 
 
 def test_evaluation_covers_every_test_record_once():

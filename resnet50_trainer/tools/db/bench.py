@@ -138,7 +138,6 @@ def bench(args: argparse.Namespace) -> float:
         args.num_workers,
         args.decode_device == "gpu",
         crop=args.crop,
-        run_length=order.run_length,
     )
     batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
     next(batches)  # warm-up: input processes start, the DB opens
