@@ -95,6 +95,7 @@ def bench_rate(db: str, order: str, workers: int, group: str, cold: bool) -> flo
     arguments = dict(db=db, db_type="lmdb", batch_size=BATCH, image_size=224, scale=None)
     arguments |= dict(crop="random_resized", num_channels=3, num_workers=workers)
     arguments |= dict(batches=BATCHES, device="cpu", decode_device="cpu", seed=0, read_order=order)
+    arguments |= dict(read_window_mb=512)
     return bench.bench(argparse.Namespace(**arguments))
 
 

@@ -102,7 +102,9 @@ def ours_rate(
         device="cpu",
         decode_device="cpu",
         seed=0,
-        read_order="auto",  # the command's default (a tree before --read_order ignores it)
+        # The command's defaults (a tree before these flags ignores them).
+        read_order="auto",
+        read_window_mb=512,
     )
     return bench.bench(args)
 

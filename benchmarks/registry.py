@@ -24,6 +24,7 @@ MODULES = (
     "benchmarks.startup",
     "benchmarks.input_pipeline",
     "benchmarks.cold_reads",
+    "benchmarks.sorted_db",
     "benchmarks.train",
 )
 

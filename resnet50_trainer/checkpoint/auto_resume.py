@@ -28,7 +28,7 @@ MAY_DIFFER_ON_RESTART = frozenset(
         *("num_shards", "shard_id", "run_id", "redis_host", "redis_port", "redis_password"),
         *("file_store_path", "distributed_transport", "distributed_interfaces"),
         *("first_iter_timeout", "timeout", "num_workers", "compile", "decode_device"),
-        "read_order",  # a mid-epoch checkpoint's epoch goes on in the order it began in
+        *("read_order", "read_window_mb"),  # a mid-epoch checkpoint's epoch keeps its order
         *("cudnn_workspace_limit_mb", "enable_tensor_core", "num_epochs", "max_bad_records"),
         *("log_dir", "checkpoint_dir", "print_every", "profile_iters", "log_top5"),
         *("keep_checkpoints", "checkpoint_every_iters", "test_data", "test_epoch_size"),

@@ -158,6 +158,7 @@ class Config:
     crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
     crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
     read_order: str  # as given: auto is resolved with the DB (train/inputs._agreed_read_order)
+    read_window_mb: int
     test_resize: int | None  # None: scale
     test_image_size: int | None  # None: image_size
     label_smoothing: float

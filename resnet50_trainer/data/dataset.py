@@ -18,7 +18,7 @@ from resnet50_trainer.data.formats.databases import Database, open_database
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.order import StepReads
-from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, WINDOW_RUNS, InputSettings
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)
@@ -107,9 +107,9 @@ class ImageRecords(Dataset):
         """In quasi-random order, the keys of the whole run of each record of this step and of
         the next whose run was not asked for yet: storage serves a run in one request (the next
         step's while this one decodes), and the steps after find the rest of it in the page
-        cache (a window of runs, 512 MB, stays there)."""
+        cache (a window of runs, --read_window_mb, stays there)."""
         length = reads.run_length
-        too_many = len(self._asked_runs) > 4 * WINDOW_RUNS  # windows read long ago: ask again
+        too_many = len(self._asked_runs) > 4 * reads.window_runs  # windows read long ago: again
         if length != self._asked_run_length or too_many:
             self._asked_runs.clear()
             self._asked_run_length = length

@@ -76,11 +76,13 @@ class RecordOrder:
 
 class StepReads(NamedTuple):
     """What one process reads at one step: its (stream position, record index) pairs, and, for
-    the storage, the epoch's runs (`run_length` consecutive records; 1 in random order) and the
-    records of this process's next step in the epoch (their runs are asked for ahead)."""
+    the storage, the epoch's order (runs of `run_length` consecutive records, 1 in random order,
+    shuffled in windows of `window_runs`) and the records of this process's next step in the
+    epoch (their runs are asked for ahead)."""
 
     items: list[tuple[int, int]]
     run_length: int
+    window_runs: int
     ahead: list[int]
 
 
@@ -144,7 +146,8 @@ class ShardBatchSampler(Sampler):
         for step in range(self.start_step, self.steps_per_epoch):
             records = ahead
             ahead = self._step_records(order, step + 1) if step + 1 < self.steps_per_epoch else []
-            yield StepReads(list(zip(self._step_positions(step), records)), order.run_length, ahead)
+            items = list(zip(self._step_positions(step), records))
+            yield StepReads(items, *order.shape, ahead)
 
     def _step_positions(self, step: int) -> range:
         epoch_start = self.epoch * self.positions_per_epoch

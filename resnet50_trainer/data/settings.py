@@ -16,14 +16,15 @@ DEFAULT_CROP_RATIO = (3 / 4, 4 / 3)
 
 # --read_order: the order of each pass over the training DB (data/order.py). random: any record
 # anywhere; quasi_random: runs of consecutive records (RUN_BYTES each) in a random order, shuffled
-# within windows of WINDOW_RUNS runs, so that storage serves whole runs; auto: quasi_random when
-# the DB is more than half of a machine's memory (it cannot stay in the page cache), else random.
+# within windows of runs (--read_window_mb of them), so that storage serves whole runs; auto:
+# quasi_random when the DB is more than half of a machine's memory (it cannot stay in the page
+# cache), else random.
 RANDOM_ORDER = "random"
 QUASI_RANDOM_ORDER = "quasi_random"
 AUTO_ORDER = "auto"
 READ_ORDERS = (AUTO_ORDER, RANDOM_ORDER, QUASI_RANDOM_ORDER)
 RUN_BYTES = 2**19  # 512 KB: one request, large enough for a disk or NFS to serve at speed
-WINDOW_RUNS = 1024  # 1,024 runs of 512 KB: 512 MB of records shuffled together
+DEFAULT_WINDOW_MB = 512  # 1,024 runs of 512 KB shuffled together, held in the page cache
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,16 @@ def describe_order(run_length: int, window_runs: int) -> str:
 
 
 def resolve_read_order(
-    asked: str, num_records: int, db_bytes: int, memory: int, larger_elsewhere: bool = False
+    asked: str,
+    num_records: int,
+    db_bytes: int,
+    memory: int,
+    larger_elsewhere: bool = False,
+    window_mb: int = DEFAULT_WINDOW_MB,
 ) -> ReadOrder:
     """--read_order for a DB of `db_bytes` in `num_records` records on a machine of `memory`
-    bytes; `larger_elsewhere`: another machine of the run cannot hold the DB in half its memory."""
+    bytes; `larger_elsewhere`: another machine of the run cannot hold the DB in half its memory;
+    `window_mb`: --read_window_mb."""
     large_here = db_bytes > memory / 2
     if asked == AUTO_ORDER:
         quasi = large_here or larger_elsewhere
@@ -70,7 +77,15 @@ def resolve_read_order(
         return ReadOrder(1, 1, why)
     record_bytes = max(1.0, db_bytes / max(1, num_records))
     run_length = max(1, min(num_records, round(RUN_BYTES / record_bytes)))
-    return ReadOrder(run_length, WINDOW_RUNS if run_length > 1 else 1, why)
+    if run_length == 1:
+        return ReadOrder(1, 1, why)
+    window_bytes = window_mb * 2**20
+    if memory / 2 < window_bytes < db_bytes:
+        why += (
+            f"; a window of {window_mb} MB cannot stay in half this machine's memory, so its runs "
+            "are read twice: lower --read_window_mb"
+        )
+    return ReadOrder(run_length, max(1, window_bytes // RUN_BYTES), why)
 
 
 def database_bytes(path: str) -> int:

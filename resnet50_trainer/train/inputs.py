@@ -4,7 +4,7 @@ training device."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +14,7 @@ from resnet50_trainer.config.settings import SYNTHETIC_EPOCH_SIZE, Config
 from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import device_batches
+from resnet50_trainer.data.label_mix import poor_mix_warning
 from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler, evaluation_batches
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import (
@@ -76,10 +77,25 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
         config.device_batch_size,
         placement.rank,
     )
+    if placement.is_main:
+        _warn_of_a_poor_mix(config, keys, sampler.order)
     batches = device_batches(
         config.train_data, config.db_type, keys, sampler, device, settings, train=True
     )
     return TrainInput(batches, sampler, steps, order)
+
+
+def _warn_of_a_poor_mix(config: Config, keys: Sequence[bytes], order: RecordOrder) -> None:
+    mix = poor_mix_warning(
+        config.train_data,
+        config.db_type,
+        keys,
+        order,
+        config.read_window_mb,
+        config.global_batch_size,
+    )
+    if mix:
+        log.warning(mix)
 
 
 def _agreed_read_order(
@@ -96,7 +112,12 @@ def _agreed_read_order(
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         larger_anywhere, first_db_bytes = agreed.tolist()
     return resolve_read_order(
-        config.read_order, num_records, first_db_bytes, memory, bool(larger_anywhere)
+        config.read_order,
+        num_records,
+        first_db_bytes,
+        memory,
+        bool(larger_anywhere),
+        config.read_window_mb,
     )
 
 

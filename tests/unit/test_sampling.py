@@ -18,7 +18,6 @@ from resnet50_trainer.data.order import (
 from resnet50_trainer.data.settings import (
     QUASI_RANDOM_ORDER,
     RANDOM_ORDER,
-    WINDOW_RUNS,
     describe_order,
     resolve_read_order,
 )
@@ -140,7 +139,7 @@ def test_auto_reads_in_runs_only_when_the_db_cannot_stay_in_memory():
 def test_explicit_orders_win_and_runs_hold_about_512_kb():
     assert resolve_read_order("random", 1000, 500 * GIB, 8 * GIB).shape == (1, 1)
     quasi = resolve_read_order("quasi_random", 1_281_167, 140 * GIB, 512 * GIB)
-    assert quasi.shape == (4, WINDOW_RUNS)  # ImageNet: ~117 KB a record
+    assert quasi.shape == (4, 1024)  # ImageNet: ~117 KB a record; 512 MB windows
     assert resolve_read_order("quasi_random", 400, 40_000, GIB).run_length == 400  # the whole DB
     huge_records = resolve_read_order("quasi_random", 10, 10 * 2**20, GIB)  # 1 MB a record
     assert huge_records.shape == (1, 1)  # random order's, as a checkpoint records it
@@ -183,7 +182,7 @@ def test_a_quasi_random_step_asks_storage_for_whole_runs_once(image_db):
     records = records_of(CpuDecode, image_db("runs", 30, 4))
 
     def asked(items, run_length, ahead):
-        keys = records._runs_to_ask(StepReads(items, run_length, ahead))
+        keys = records._runs_to_ask(StepReads(items, run_length, 3, ahead))
         return [records.keys.index(key) for key in keys]
 
     assert asked([(0, 12), (1, 3)], 5, [27]) == [*range(10, 15), *range(0, 5), *range(25, 30)]

@@ -9,12 +9,7 @@ from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
 )
-from resnet50_trainer.data.settings import (
-    AUTO_ORDER,
-    READ_ORDERS,
-    RUN_BYTES,
-    WINDOW_RUNS,
-)
+from resnet50_trainer.data.settings import AUTO_ORDER, DEFAULT_WINDOW_MB, READ_ORDERS, RUN_BYTES
 
 
 def add_data_flags(parser: argparse.ArgumentParser) -> None:
@@ -29,17 +24,7 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
         "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
     )
     data.add_argument("--num_labels", type=NUM_LABELS, default=1000, help="number of classes")
-    data.add_argument(
-        "--read_order",
-        default=AUTO_ORDER,
-        choices=READ_ORDERS,
-        help="order of each pass over the training DB: random (any record anywhere, one "
-        f"storage request a record), quasi_random (runs of consecutive records, about "
-        f"{RUN_BYTES // 1024} KB each, in a random order, shuffled within windows of "
-        f"{WINDOW_RUNS} runs: one request a run, for a DB larger than memory or on a network "
-        "disk) or auto (quasi_random when the DB is more than half of this machine's memory, "
-        "else random); the start line says which and why",
-    )
+    add_read_order_flags(data)
     data.add_argument(
         "--test_epoch_size",
         type=Number(int, 1, 10**12),
@@ -52,4 +37,26 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
         default=0.01,
         help="fraction of an epoch's records that may fail to decode (skipped and "
         "named) before the run stops",
+    )
+
+
+def add_read_order_flags(group: argparse._ActionsContainer) -> None:
+    """--read_order and --read_window_mb: the trainer's, and resnet50-db bench's."""
+    group.add_argument(
+        "--read_order",
+        default=AUTO_ORDER,
+        choices=READ_ORDERS,
+        help="order of each pass over the training DB: random (any record anywhere, one "
+        f"storage request a record), quasi_random (runs of consecutive records, about "
+        f"{RUN_BYTES // 1024} KB each, in a random order, shuffled within windows of runs: one "
+        "request a run, for a DB larger than memory or on a network disk) or auto "
+        "(quasi_random when the DB is more than half of this machine's memory, else random); "
+        "the start line says which and why",
+    )
+    group.add_argument(
+        "--read_window_mb",
+        type=Number(int, 1, 2**20),
+        default=DEFAULT_WINDOW_MB,
+        help="quasi_random: the records shuffled together, in MB of the DB (held in the page "
+        "cache while its batches read it): larger mixes a DB more, smaller leaves more memory",
     )

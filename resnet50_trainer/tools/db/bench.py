@@ -16,10 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from resnet50_trainer.config.flags.data import add_read_order_flags
 from resnet50_trainer.config.settings import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
-from resnet50_trainer.data.settings import AUTO_ORDER, CROPS, READ_ORDERS, SCALE_CROP
+from resnet50_trainer.data.settings import CROPS, SCALE_CROP
 from resnet50_trainer.errors import UserError, run_command
 
 if TYPE_CHECKING:
@@ -83,13 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cpu", "gpu"),
         help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda",
     )
-    parser.add_argument(
-        "--read_order",
-        default=AUTO_ORDER,
-        choices=READ_ORDERS,
-        help="order of the records, as the trainer's --read_order (auto: quasi_random when the "
-        "DB is more than half of this machine's memory)",
-    )
+    add_read_order_flags(parser)
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the order and the crops")
 
 
@@ -103,6 +98,7 @@ def bench(args: argparse.Namespace) -> float:
     """Images per second over args.batches batches after a warm-up batch."""
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
     from resnet50_trainer.data.input_pipeline import device_batches
+    from resnet50_trainer.data.label_mix import poor_mix_warning
     from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
     from resnet50_trainer.data.settings import (
         InputSettings,
@@ -118,7 +114,13 @@ def bench(args: argparse.Namespace) -> float:
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
-    order = resolve_read_order(args.read_order, len(keys), database_bytes(args.db), memory_bytes())
+    order = resolve_read_order(
+        args.read_order,
+        len(keys),
+        database_bytes(args.db),
+        memory_bytes(),
+        window_mb=args.read_window_mb,
+    )
     print(f"read order {describe_order(*order.shape)} ({order.why})")
     # One process of a run whose global batch is this batch: the trainer's order, wrapping around
     # the DB as often as the batches need.
@@ -129,6 +131,11 @@ def bench(args: argparse.Namespace) -> float:
         args.batch_size,
         rank=0,
     )
+    mix = poor_mix_warning(
+        args.db, db_type, keys, sampler.order, args.read_window_mb, args.batch_size
+    )
+    if mix:
+        print(f"Warning: {mix}")
     settings = InputSettings(
         ANY_LABEL,
         args.num_channels,
