@@ -6,7 +6,8 @@ the rate the storage streams at. Needs root and cgroup v1's blkio controller: el
 benchmark says so and is skipped. The DB: 2,000 JPEGs cut from photographs (bench_data.py),
 records in key order. Also (label_mix, no root) how well quasi-random order mixes the classes of
 an ImageNet-shaped DB sorted by class.
-Run: python -m benchmarks run --only cold_reads"""
+Also (many_readers) two processes of one run reading their shares of the same cold DB together.
+Run: python -m benchmarks run --only cold_reads many_readers"""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks import bench_data
@@ -29,6 +31,7 @@ RECORDS = 2000
 # 1,984 records a measurement, the warm-up batch's included: a pass over the DB (as an epoch reads
 # it; quasi-random order asks for whole runs, which a part of a pass would not all use), none twice.
 BATCH, BATCHES = 64, 30
+READERS = 2  # training processes reading one DB (many_readers)
 
 
 def cold_db(context: Context) -> Path:
@@ -81,9 +84,12 @@ def _unavailable() -> str | None:
     return None
 
 
-def bench_rate(db: str, order: str, workers: int, group: str, cold: bool) -> float:
+def bench_rate(
+    db: str, order: str, workers: int, group: str, cold: bool, rank: int = 0, world_size: int = 1
+) -> float:
     """Runs in a tree's process: joins `group` (its input processes too), drops the DB from the
-    page cache if `cold`, and times `resnet50-db bench`'s pipeline."""
+    page cache if `cold`, and times `resnet50-db bench`'s pipeline (as process `rank` of a run of
+    `world_size`: its share of a pass)."""
     import argparse
 
     from resnet50_trainer.tools.db import bench
@@ -94,9 +100,11 @@ def bench_rate(db: str, order: str, workers: int, group: str, cold: bool) -> flo
         evict(Path(db))
     arguments = dict(db=db, db_type="lmdb", batch_size=BATCH, image_size=224, scale=None)
     arguments |= dict(crop="random_resized", num_channels=3, num_workers=workers)
-    arguments |= dict(batches=BATCHES, device="cpu", decode_device="cpu", seed=0, read_order=order)
-    arguments |= dict(read_window_mb=512)
-    return bench.bench(argparse.Namespace(**arguments))
+    arguments |= dict(batches=(BATCHES + 1) // world_size - 1, device="cpu", decode_device="cpu")
+    arguments |= dict(seed=0, read_order=order, read_window_mb=None)
+    if world_size == 1:  # a tree before many readers were measured knows no rank
+        return bench.bench(argparse.Namespace(**arguments))
+    return bench.bench(argparse.Namespace(**arguments), rank, world_size)
 
 
 def streamed_records_s(db: Path, group: Path) -> float:
@@ -191,6 +199,76 @@ def measure_cold_reads(context: Context, tree: Tree) -> dict[str, float]:
             "cached_quasi_random_vs_random": cached_quasi / cached_random,
             "cached_random_images_s": cached_random,
             "cached_quasi_random_images_s": cached_quasi,
+        }
+        return figures
+    finally:
+        group.rmdir()
+
+
+def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | None) -> float:
+    """Images/s of two processes of one run reading their shares of one pass together (each with
+    `workers` input processes), the DB dropped from the page cache first where `group` throttles
+    it: the sum of their rates."""
+    if group is not None:
+        evict(db)
+
+    def reader(rank: int) -> float:
+        return float(
+            tree.call(
+                "benchmarks.cold_reads:bench_rate",
+                db=str(db),
+                order=order,
+                workers=workers,
+                group=str(group or ""),
+                cold=False,
+                rank=rank,
+                world_size=READERS,
+            )
+        )
+
+    with ThreadPoolExecutor(READERS) as readers:
+        return sum(readers.map(reader, range(READERS)))
+
+
+@benchmark(
+    "many_readers",
+    "Two training processes reading one DB from storage (500 reads/s, 50 MB/s)",
+    (
+        _figure(
+            "readers_quasi_random_vs_bound",
+            0.8,
+            "two processes of a run, each with 2 input processes, reading their shares of one "
+            "pass of the cold throttled DB of cold_reads in quasi-random order: their images/s "
+            "together over the lower of the same on the cached DB and `cat data.mdb` through "
+            "the throttle (records/s)",
+        ),
+        _figure("readers_quasi_random_images_s", None, "the same, 0 input processes"),
+        _figure("readers_quasi_random_w2_images_s", None, "the two, 2 input processes each"),
+        _figure("readers_random_images_s", None, "random order, 0 input processes"),
+        _figure("readers_random_w2_images_s", None, "random order, 2 input processes each"),
+        _figure("readers_cached_quasi_random_w2_images_s", None, "the DB cached, 2 each"),
+        _figure("readers_streamed_records_s", None, "`cat data.mdb` through the throttle"),
+    ),
+    prepare=make_cold_db,
+    unavailable=_unavailable,
+    rounds=(2, 3),
+)
+def measure_many_readers(context: Context, tree: Tree) -> dict[str, float]:
+    db = cold_db(context)
+    group = throttled_group(disk_of(db))
+    try:
+        figures = {
+            f"readers_{order}{suffix}_images_s": readers_rate(tree, db, order, workers, group)
+            for order in ("quasi_random", "random")
+            for workers, suffix in ((0, ""), (2, "_w2"))
+        }
+        figures["readers_streamed_records_s"] = streamed_records_s(db, group)
+        (db / "data.mdb").read_bytes()  # cached: read once, unthrottled
+        cached = readers_rate(tree, db, "quasi_random", 2, None)
+        bound = min(cached, figures["readers_streamed_records_s"])
+        figures |= {
+            "readers_cached_quasi_random_w2_images_s": cached,
+            "readers_quasi_random_vs_bound": figures["readers_quasi_random_w2_images_s"] / bound,
         }
         return figures
     finally:

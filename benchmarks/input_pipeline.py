@@ -104,7 +104,7 @@ def ours_rate(
         seed=0,
         # The command's defaults (a tree before these flags ignores them).
         read_order="auto",
-        read_window_mb=512,
+        read_window_mb=None,
     )
     return bench.bench(args)
 

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from resnet50_trainer.data.settings import DEFAULT_WINDOW_MB
 from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
@@ -158,7 +159,7 @@ class Config:
     crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
     crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
     read_order: str  # as given: auto is resolved with the DB (train/inputs._agreed_read_order)
-    read_window_mb: int
+    read_window_mb: int | None  # None: DEFAULT_WINDOW_MB; refused with --read_order random
     test_resize: int | None  # None: scale
     test_image_size: int | None  # None: image_size
     label_smoothing: float
@@ -190,6 +191,11 @@ class Config:
         """The test images' resized shorter side and centre crop: --test_resize and
         --test_image_size, by default the training's --scale and --image_size."""
         return self.test_resize or self.scale, self.test_image_size or self.image_size
+
+    @property
+    def window_mb(self) -> int:
+        """--read_window_mb, or its default."""
+        return self.read_window_mb or DEFAULT_WINDOW_MB
 
     @property
     def world_size(self) -> int:

@@ -20,6 +20,7 @@ from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.data.settings import (
     DEFAULT_CROP_AREA,
     DEFAULT_CROP_RATIO,
+    READ_ORDERS,
     SCALE_CROP,
     InputSettings,
     ReadOrder,
@@ -91,7 +92,7 @@ def _warn_of_a_poor_mix(config: Config, keys: Sequence[bytes], order: RecordOrde
         config.db_type,
         keys,
         order,
-        config.read_window_mb,
+        config.window_mb,
         config.global_batch_size,
     )
     if mix:
@@ -101,23 +102,21 @@ def _warn_of_a_poor_mix(config: Config, keys: Sequence[bytes], order: RecordOrde
 def _agreed_read_order(
     config: Config, num_records: int, placement: Placement, device: torch.device
 ) -> ReadOrder:
-    """--read_order, the same on every process, which read one global stream: the runs are sized
-    by the first process's DB (machines may hold copies that differ in size), and auto takes
-    quasi_random when any machine's memory cannot hold the DB."""
+    """--read_order, the same on every process, which read one global stream: the first
+    process's --read_order and --read_window_mb (machines' flags may differ), runs sized by its DB
+    (machines may hold copies that differ in size), and auto takes quasi_random when any
+    machine's memory cannot hold the DB."""
     memory = memory_bytes()
     db_bytes = database_bytes(config.train_data)
-    mine = [db_bytes > memory / 2, db_bytes if placement.is_main else 0]
+    main = placement.is_main
+    first_flags = [READ_ORDERS.index(config.read_order), config.window_mb] if main else [0, 0]
+    mine = [db_bytes > memory / 2, db_bytes if main else 0, *first_flags]
     agreed = torch.tensor(mine, dtype=torch.int64, device=device)
     with process_group.waiting_for_peers("the agreement on the read order"):
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-        larger_anywhere, first_db_bytes = agreed.tolist()
+        larger_anywhere, first_db_bytes, asked, window_mb = agreed.tolist()
     return resolve_read_order(
-        config.read_order,
-        num_records,
-        first_db_bytes,
-        memory,
-        bool(larger_anywhere),
-        config.read_window_mb,
+        READ_ORDERS[asked], num_records, first_db_bytes, memory, bool(larger_anywhere), window_mb
     )
 
 

@@ -324,3 +324,31 @@ def test_a_run_of_one_process_has_no_peer_to_blame():
         assert type(raised.value) is RuntimeError
     finally:
         dist.destroy_process_group()
+
+
+def _agree_on_the_read_order(rank: int, db: str, port: int, out: str) -> None:
+    """Process `rank` of 2 (one a machine), each with its own --read_order and --read_window_mb."""
+    from resnet50_trainer.cli import build_parser, config_from_args
+    from resnet50_trainer.distributed.process_group import placement_for
+    from resnet50_trainer.train.inputs import _agreed_read_order
+
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    mine = [["--read_order", "quasi_random", "--read_window_mb", "1"], ["--read_order", "random"]]
+    flags = ["--train_data", db, "--use_cpu", "--num_shards", "2", "--shard_id", str(rank)]
+    flags += ["--run_id", "r", *mine[rank]]
+    config = config_from_args(build_parser().parse_args(flags), gpus_present=0)
+    order = _agreed_read_order(config, 40, placement_for(config, 0), torch.device("cpu"))
+    with open(os.path.join(out, str(rank)), "w") as result:
+        json.dump(order.shape, result)
+    dist.destroy_process_group()
+
+
+def test_every_machine_reads_in_the_first_machine_s_order(image_db, tmp_path):
+    """Machines given other --read_order and --read_window_mb values still read one global
+    stream: the first machine's (here quasi-random in windows of 2 runs, not random)."""
+    db = image_db("db", 40, 4)
+    port = free_port()
+    torch.multiprocessing.spawn(_agree_on_the_read_order, (db, port, str(tmp_path)), nprocs=2)
+    shapes = [json.loads((tmp_path / str(rank)).read_text()) for rank in range(2)]
+    assert shapes == [[40, 2], [40, 2]]

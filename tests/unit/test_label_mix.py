@@ -1,11 +1,13 @@
 """The start's check that quasi-random order mixes a DB's labels: a DB in label order read through
-windows too small for it is named with the fix; a shuffled DB, or one window, is not."""
+windows too small for it (--read_window_mb) is named with the fix; a shuffled DB, or one window,
+is not. And --read_window_mb is refused where it shapes nothing (random order)."""
 
 from __future__ import annotations
 
 import pytest
 
 from dbfactory import datum_record, make_jpeg, write_db
+from resnet50_trainer.cli import main
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.label_mix import expected_labels, poor_mix_warning
 from resnet50_trainer.data.order import RecordOrder
@@ -79,3 +81,15 @@ def test_bench_says_so_in_one_line(tmp_path, capsys):
     )
     warnings = [line for line in capsys.readouterr().out.splitlines() if "Warning" in line]
     assert len(warnings) == 1 and "mixes this DB's labels poorly" in warnings[0]
+
+
+@pytest.mark.parametrize("command", ["trainer", "bench"])
+def test_a_window_for_random_order_is_refused_in_one_line(image_db, capsys, command):
+    flags = ["--read_order", "random", "--read_window_mb", "64"]
+    if command == "bench":
+        assert bench.main([image_db("db", 4, 2), *flags]) == 2
+    else:
+        assert main(["--train_data", "null", "--use_cpu", *flags]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--read_window_mb shapes the windows of --read_order quasi_random" in line
+    assert "leave --read_window_mb out" in line

@@ -145,6 +145,17 @@ def test_explicit_orders_win_and_runs_hold_about_512_kb():
     assert huge_records.shape == (1, 1)  # random order's, as a checkpoint records it
 
 
+def test_the_window_is_read_window_mb_and_one_too_large_for_memory_is_named():
+    fits = resolve_read_order("quasi_random", 1_281_167, 140 * GIB, 16 * GIB, window_mb=64)
+    assert fits.window_runs == 128 and "--read_window_mb" not in fits.why
+    too_large = resolve_read_order("quasi_random", 1_281_167, 140 * GIB, 16 * GIB, window_mb=9000)
+    assert too_large.window_runs == 18000
+    assert "a window of 9000 MB cannot stay in half this machine's memory" in too_large.why
+    assert "lower --read_window_mb" in too_large.why
+    whole_db = resolve_read_order("quasi_random", 1000, 4 * GIB, 16 * GIB, window_mb=9000)
+    assert "--read_window_mb" not in whole_db.why  # one window: read once whatever its size
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_a_mid_epoch_resume_finishes_the_epoch_in_the_order_it_began_in(world):
     """The checkpoint's epoch goes on in its own order (here random) whatever this run's order

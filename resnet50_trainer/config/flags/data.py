@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
 )
-from resnet50_trainer.data.settings import AUTO_ORDER, DEFAULT_WINDOW_MB, READ_ORDERS, RUN_BYTES
+from resnet50_trainer.data.settings import (
+    AUTO_ORDER,
+    DEFAULT_WINDOW_MB,
+    QUASI_RANDOM_ORDER,
+    RANDOM_ORDER,
+    READ_ORDERS,
+    RUN_BYTES,
+)
+from resnet50_trainer.errors import UserError
 
 
 def add_data_flags(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +65,21 @@ def add_read_order_flags(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--read_window_mb",
         type=Number(int, 1, 2**20),
-        default=DEFAULT_WINDOW_MB,
-        help="quasi_random: the records shuffled together, in MB of the DB (held in the page "
-        "cache while its batches read it): larger mixes a DB more, smaller leaves more memory",
+        help="quasi_random (and auto): the records shuffled together, in MB of the DB (held in "
+        "the page cache while its batches read it): larger mixes a DB more, smaller leaves more "
+        f"memory (default: {DEFAULT_WINDOW_MB})",
     )
+
+
+def check_read_window(read_order: str, read_window_mb: int | None) -> None:
+    """--read_window_mb shapes quasi-random order's windows: refused with --read_order random."""
+    if read_order == RANDOM_ORDER and read_window_mb is not None:
+        raise UserError(
+            f"--read_window_mb shapes the windows of --read_order {QUASI_RANDOM_ORDER}, and this "
+            f"run reads in --read_order {RANDOM_ORDER}: leave --read_window_mb out, or read in "
+            f"{QUASI_RANDOM_ORDER} (or {AUTO_ORDER})"
+        )
+
+
+def check_data(config: Config) -> None:
+    check_read_window(config.read_order, config.read_window_mb)

@@ -11,7 +11,7 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from resnet50_trainer.config.flags.data import add_data_flags
+from resnet50_trainer.config.flags.data import add_data_flags, check_data
 from resnet50_trainer.config.flags.devices import add_device_flags, check_devices
 from resnet50_trainer.config.flags.distributed import add_distributed_flags, check_distributed
 from resnet50_trainer.config.flags.images import add_image_flags, check_images
@@ -46,6 +46,7 @@ FLAG_GROUPS = (
     add_output_flags,
 )
 GROUP_CHECKS = (
+    check_data,
     check_devices,
     check_optimisation,
     check_distributed,

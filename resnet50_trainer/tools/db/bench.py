@@ -16,11 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.flags.data import add_read_order_flags
+from resnet50_trainer.config.flags.data import add_read_order_flags, check_read_window
 from resnet50_trainer.config.settings import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
-from resnet50_trainer.data.settings import CROPS, SCALE_CROP
+from resnet50_trainer.data.settings import CROPS, DEFAULT_WINDOW_MB, SCALE_CROP
 from resnet50_trainer.errors import UserError, run_command
 
 if TYPE_CHECKING:
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def bench(args: argparse.Namespace) -> float:
-    """Images per second over args.batches batches after a warm-up batch."""
+def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float:
+    """Images per second over args.batches batches after a warm-up batch, read as process `rank`
+    of a run of `world_size` training processes would (each reads its share of one stream)."""
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
     from resnet50_trainer.data.input_pipeline import device_batches
     from resnet50_trainer.data.label_mix import poor_mix_warning
@@ -114,26 +115,21 @@ def bench(args: argparse.Namespace) -> float:
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
+    check_read_window(args.read_order, args.read_window_mb)
+    window_mb = args.read_window_mb or DEFAULT_WINDOW_MB
     order = resolve_read_order(
-        args.read_order,
-        len(keys),
-        database_bytes(args.db),
-        memory_bytes(),
-        window_mb=args.read_window_mb,
+        args.read_order, len(keys), database_bytes(args.db), memory_bytes(), window_mb=window_mb
     )
     print(f"read order {describe_order(*order.shape)} ({order.why})")
-    # One process of a run whose global batch is this batch: the trainer's order, wrapping around
-    # the DB as often as the batches need.
+    # The trainer's order, wrapping around the DB as often as the batches need.
     sampler = ShardBatchSampler(
         RecordOrder(len(keys), args.seed, *order.shape),
         steps,
+        args.batch_size * world_size,
         args.batch_size,
-        args.batch_size,
-        rank=0,
+        rank,
     )
-    mix = poor_mix_warning(
-        args.db, db_type, keys, sampler.order, args.read_window_mb, args.batch_size
-    )
+    mix = poor_mix_warning(args.db, db_type, keys, sampler.order, window_mb, sampler.global_batch)
     if mix:
         print(f"Warning: {mix}")
     settings = InputSettings(
