@@ -586,3 +586,32 @@ def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_ke
     assert np.abs(kept.astype(int) - upright).mean() < 3
     record = parse_record(_stored_values(str(tmp_path / "jpg_db"), "lmdb")[0][1])
     assert 0x0112 not in Image.open(io.BytesIO(record.encoded)).getexif()
+
+
+def damaged_tiff() -> bytes:
+    """An LZW TIFF whose strip is scrambled: libtiff writes its complaint to stderr itself."""
+    buffer = io.BytesIO()
+    Image.fromarray(smooth_pixels(64, 80, seed=1)).save(buffer, "TIFF", compression="tiff_lzw")
+    data = bytearray(buffer.getvalue())
+    data[8:208] = bytes(i * 37 % 256 for i in range(200))  # the strip follows the 8-byte header
+    return bytes(data)
+
+
+def test_a_bad_records_library_noise_is_left_out_of_its_one_line(tmp_path, capfd, caplog):
+    """What libtiff prints and Pillow warns of a damaged TIFF goes unseen: dump's error is one
+    line naming the record, create's one warning naming the file."""
+    tiff = damaged_tiff()
+    db = write_db(str(tmp_path / "db"), "lmdb", [(b"bad_tiff", datum_record(0, encoded=tiff))])
+    assert main(["dump", db, "--index", "0", "--out", str(tmp_path / "o.png")]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "error: record bad_tiff: cannot decode" in err
+    images = tmp_path / "images" / "class_0"
+    images.mkdir(parents=True)
+    (images / "bad.tif").write_bytes(tiff)
+    (images / "good.jpg").write_bytes(make_jpeg())
+    with caplog.at_level(logging.WARNING):
+        assert main(["create", str(tmp_path / "images"), str(tmp_path / "created")]) == 0
+    assert capfd.readouterr().err == ""
+    assert [record.message.split(":")[0] for record in caplog.records] == [
+        f"skipped {images / 'bad.tif'}"
+    ]

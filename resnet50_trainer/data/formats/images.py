@@ -1,10 +1,18 @@
 """A record's image decoded as the trainer sees it: encoded files by Pillow, or JPEGs by libjpeg-
 turbo at a reduced DCT scale where the crop allows, raw pixels from BGR; the JPEG header read
-without decoding; 8 bits per sample."""
+without decoding; 8 bits per sample.
+
+Whatever a decoder raises on one record's bytes is that record's RecordError, and what its
+libraries print meanwhile goes unseen: a bad record is one line, said by whoever reads it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import sys
+import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import simplejpeg
@@ -13,6 +21,7 @@ from PIL import Image, UnidentifiedImageError
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.errors import RecordError
 
+_NO_FORMAT = "the record's image bytes are in no format Pillow can read"
 # libjpeg-turbo's names of the JPEG colour spaces of 1 and 3 components (not CMYK, YCCK).
 _DIRECT_COLOUR_SPACES = ("Gray", "YCbCr", "RGB")
 
@@ -21,6 +30,61 @@ def _file_bytes(record: Record) -> bytes | memoryview:
     """The encoded file of a record without pixels (a Record holds exactly one of the two)."""
     assert record.encoded is not None, "a Record holds either encoded bytes or pixels"
     return record.encoded
+
+
+@contextlib.contextmanager
+def library_noise_silenced() -> Iterator[None]:
+    """Python warnings and what C libraries write to stderr themselves (libtiff a line for each
+    fault it meets in a damaged TIFF) unseen meanwhile."""
+    with warnings.catch_warnings(), _stderr_to_null():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextlib.contextmanager
+def _stderr_to_null() -> Iterator[None]:
+    """File descriptor 2 on /dev/null meanwhile. It is the process's: another thread's writes in
+    the same moment are lost too, so this wraps one decode, not more."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr: nothing to keep quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def record_failure(what: str) -> Iterator[None]:
+    """Whatever a decoder raises on the record's bytes becomes its RecordError ("cannot decode the
+    record's `what`")."""
+    try:
+        yield
+    except RecordError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - decoders of hostile bytes raise any kind of error
+        raise RecordError(f"cannot decode the record's {what} ({_reason(exc)})") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """An exception in a few words on one line: its message's first line, or its type's name."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _opened(data: bytes | memoryview) -> Image.Image:
+    """The file opened by Pillow (its header read, no pixel decoded)."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError as exc:
+        raise RecordError(_NO_FORMAT) from exc
 
 
 def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> Image.Image:
@@ -36,27 +100,22 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
             if pixels.shape[2] == 1
             else Image.fromarray(pixels, "RGB")
         )
-    try:
-        image = Image.open(io.BytesIO(_file_bytes(record)))
+    with record_failure("image bytes"), library_noise_silenced():
+        image = _opened(_file_bytes(record))
         if draft_size is not None and image.format == "JPEG":
             image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
         image.load()  # decode now, so a truncated file fails here and not in a later transform
         return _to_8_bits(image)
-    except UnidentifiedImageError as exc:
-        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise RecordError(f"cannot decode the record's image bytes ({exc})") from exc
 
 
 def encoded_format(data: bytes | memoryview) -> str:
-    """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header."""
-    try:
-        file_format = Image.open(io.BytesIO(data)).format
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise RecordError("the record's image bytes are in no format Pillow can read") from exc
+    """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header;
+    RecordError for no image."""
+    with record_failure("image bytes"), library_noise_silenced():
+        file_format = _opened(data).format
     # Pillow names the format of every file it opens (None is for images it made itself).
     if file_format is None:
-        raise RecordError("the record's image bytes are in no format Pillow can read")
+        raise RecordError(_NO_FORMAT)
     return file_format
 
 
@@ -102,7 +161,7 @@ def decode_jpeg_reduced(
     (strict).
     """
     width, height = size
-    try:
+    with record_failure("JPEG"):
         # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
         return simplejpeg.decode_jpeg(
             data,
@@ -110,8 +169,6 @@ def decode_jpeg_reduced(
             min_height=-(-height // reduction),
             min_width=-(-width // reduction),
         )
-    except ValueError as exc:
-        raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
 
 
 def _to_8_bits(image: Image.Image) -> Image.Image:

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from resnet50_trainer.data.formats.images import decode_jpeg_reduced
-from resnet50_trainer.errors import RecordError
+from resnet50_trainer.data.formats.images import decode_jpeg_reduced, record_failure
 
 try:
     from resnet50_trainer.data.formats._jpeg_region import add_restart_markers, decode_region
@@ -58,10 +57,8 @@ def decode_jpeg_box(
         whole = decode_jpeg_reduced(bytes(data), size, num_channels, reduction)
         return whole[top:bottom, left:right]
     pixels = np.empty((bottom - top, right - left, num_channels), np.uint8)
-    try:
+    with record_failure("JPEG"):
         decode_region(data, reduction, left, top, right - left, bottom - top, num_channels, pixels)
-    except ValueError as exc:
-        raise RecordError(f"cannot decode the record's JPEG ({exc})") from exc
     return pixels
 
 
@@ -72,7 +69,5 @@ def with_restart_markers(jpeg: bytes | memoryview) -> bytes:
     without the compiled module (REGION_DECODE false)."""
     if add_restart_markers is None:
         raise RuntimeError("restart markers need the compiled _jpeg_region module")
-    try:
+    with record_failure("JPEG for restart markers"):
         return add_restart_markers(jpeg)
-    except ValueError as exc:
-        raise RecordError(f"cannot rewrite the JPEG ({exc})") from exc

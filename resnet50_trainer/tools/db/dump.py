@@ -9,7 +9,7 @@ from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 
 
@@ -20,8 +20,12 @@ def dump_record(
     as Python counts) or a key; (key, label)."""
     with open_database(path, db_type) as database:
         key = _key_at(database.keys(), which, path) if isinstance(which, int) else which
-        record = parse_record(database.get(key))
-    image = decode_image(record, num_channels)
+        value = database.get(key)
+    try:
+        record = parse_record(value)
+        image = decode_image(record, num_channels)
+    except RecordError as error:
+        raise RecordError(f"record {printable_key(key)}: {error}") from error
     try:
         image.save(out)
     except (OSError, ValueError) as exc:
