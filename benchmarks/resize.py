@@ -29,7 +29,7 @@ def boxes_of(lmdb: str, images: int, crop: str) -> list:
     """The decoded boxes of the trainer's plans for `crop`, each with its crop in its pixels."""
     with open_database(lmdb, "lmdb") as database:
         records = [parse_record(database.get(key)) for key in database.keys()[:images]]
-    headers = [jpeg_header(record) for record in records]
+    headers = [jpeg_header(record.encoded) for record in records]
     return decoded_boxes(records, headers, plans_for(headers, crop))
 
 

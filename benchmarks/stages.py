@@ -46,7 +46,7 @@ def per_image_us(work: Callable[[], object], count: int, repeats: int = 3) -> fl
 
 def plans_for(headers: list, crop: str) -> list:
     plans = []
-    for position, (width, height) in enumerate(headers):
+    for position, (width, height, _) in enumerate(headers):
         rng = random.Random(f"0:{position}")
         if crop == "random_resized":
             plans.append(
@@ -63,8 +63,8 @@ def decoded_boxes(records: list, headers: list, plans: list) -> list:
     """(pixels, crop) of each plan's box decoded as the trainer decodes it (cpu_decode.py): the
     crop is the whole box, mirrored as planned."""
     boxes = []
-    for record, size, plan in zip(records, headers, plans):
-        pixels = decode_jpeg_box(record.encoded, size, 3, plan.reduction, plan.crop.box)
+    for record, frame, plan in zip(records, headers, plans):
+        pixels = decode_jpeg_box(record.encoded, frame.size, 3, plan.reduction, plan.crop.box)
         height, width = pixels.shape[:2]
         boxes.append((pixels, transforms.CropPlan((0, 0, width, height), plan.crop.mirror)))
     return boxes
@@ -74,17 +74,19 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     """(before, after): per-image costs of the stages from the decode on; and the plan's."""
     count = len(records)
     plans = plans_for(headers, crop)
-    plan = per_image_us(lambda: plans_for([jpeg_header(record) for record in records], crop), count)
+    plan = per_image_us(
+        lambda: plans_for([jpeg_header(record.encoded) for record in records], crop), count
+    )
     full = [
-        decode_jpeg_reduced(r.encoded, size, 3, p.reduction)
-        for r, size, p in zip(records, headers, plans)
+        decode_jpeg_reduced(r.encoded, frame.size, 3, p.reduction)
+        for r, frame, p in zip(records, headers, plans)
     ]
     boxes = decoded_boxes(records, headers, plans)
     before = {
         "decode": per_image_us(
             lambda: [
-                decode_jpeg_reduced(r.encoded, size, 3, p.reduction)
-                for r, size, p in zip(records, headers, plans)
+                decode_jpeg_reduced(r.encoded, frame.size, 3, p.reduction)
+                for r, frame, p in zip(records, headers, plans)
             ],
             count,
         ),
@@ -114,8 +116,8 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
     after = {
         "decode": per_image_us(
             lambda: [
-                decode_jpeg_box(r.encoded, size, 3, p.reduction, p.crop.box)
-                for r, size, p in zip(records, headers, plans)
+                decode_jpeg_box(r.encoded, frame.size, 3, p.reduction, p.crop.box)
+                for r, frame, p in zip(records, headers, plans)
             ],
             count,
         ),
@@ -142,8 +144,8 @@ def marked_decode(marked_lmdb: str, keys: list, headers: list, crop: str) -> tup
     plans = plans_for(headers, crop)
     box = per_image_us(
         lambda: [
-            decode_jpeg_box(jpeg, size, 3, p.reduction, p.crop.box)
-            for jpeg, size, p in zip(jpegs, headers, plans)
+            decode_jpeg_box(jpeg, frame.size, 3, p.reduction, p.crop.box)
+            for jpeg, frame, p in zip(jpegs, headers, plans)
         ],
         len(jpegs),
     )
@@ -157,7 +159,7 @@ def report(root: str, lmdb: str, images: int, marked_lmdb: str | None = None) ->
     keys = database.keys()[: images - images % BATCH]
     values = [database.get(key) for key in keys]
     records = [parse_record(value) for value in values]
-    headers = [jpeg_header(record) for record in records]
+    headers = [jpeg_header(record.encoded) for record in records]
     count = len(keys)
     print(
         f"\nper-image cost of each stage, microseconds, one core, {count} images "

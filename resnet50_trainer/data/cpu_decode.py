@@ -139,13 +139,13 @@ class CpuDecode:
         allows and decoded alone (jpeg_region), and the crop in its pixels (the whole of it); None
         for anything else, and for a JPEG libjpeg-turbo refuses, which Pillow then gets to judge
         as before."""
-        size = jpeg_header(record)
-        if size is None or record.encoded is None:  # a JPEG header is only read from file bytes
+        frame = jpeg_header(record.encoded)
+        if frame is None or record.encoded is None:  # a JPEG header is only read from file bytes
             return None
-        plan = plan_for(*size, True)
+        plan = plan_for(frame.width, frame.height, True)
         try:
             pixels = decode_jpeg_box(
-                record.encoded, size, self.num_channels, plan.reduction, plan.crop.box
+                record.encoded, frame.size, self.num_channels, plan.reduction, plan.crop.box
             )
         except RecordError as error:
             log.debug("record %r: %s; trying Pillow", key, error)

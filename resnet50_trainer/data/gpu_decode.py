@@ -4,10 +4,10 @@ An input process parses each record and reads only the JPEG header (size, colour
 draw the crop from the same per-position RNG as the CPU path (transforms.PlanFor), and hands
 over the file bytes. The training process decodes the whole batch in one call
 (torchvision.io.decode_jpeg on the device, nvJPEG on CUDA), then cuts, resizes and mirrors each crop
-there. Records that are raw pixels, PNG or unusual JPEGs (CMYK) fall back to the CPU path in the
-input process, with one warning per run. A JPEG whose header libjpeg-turbo reads but the device
-cannot decode (arithmetic-coded, lossless, 12-bit) counts as a bad record; so does one whose body is
-cut short, which goes to the CPU path (nvJPEG's hardware decoder may not fail on it).
+there. Records that are raw pixels, PNG or JPEGs nvJPEG does not take (CMYK, lossless,
+arithmetic-coded) fall back to the CPU path in the input process, with one warning per run; so does
+a JPEG whose body is cut short, for the CPU path to judge (nvJPEG's hardware decoder may not fail
+on it). A JPEG the device fails on counts as a bad record.
 
 A batch travels as one tensor of file bytes (one buffer for the loader to pin, not one a record).
 On CUDA the decode waits for the calling stream to be idle: torchvision's decoder allocates its
@@ -75,12 +75,17 @@ class GpuDecode:
         self.num_channels, self.image_size = settings.num_channels, settings.image_size
 
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> EncodedSample:
-        header = jpeg_header(record)
-        # A JPEG header is only read from file bytes; a cut file is the CPU decoder's to judge.
-        if header is None or record.encoded is None or not ends_complete(record.encoded):
+        frame = jpeg_header(record.encoded)
+        # A cut file is the CPU decoder's to judge; nvJPEG decodes no arithmetic-coded one.
+        if (
+            frame is None
+            or record.encoded is None
+            or frame.arithmetic
+            or not ends_complete(record.encoded)
+        ):
             fallback = self.cpu.sample(record, key, plan_for)
             return EncodedSample(None, None, fallback.image, record.label, None, key)
-        width, height = header
+        width, height = frame.size
         plan = plan_for(width, height, False).crop  # nvJPEG decodes at full size
         # A view of the record (no copy): collate copies the batch's files into one buffer.
         return EncodedSample(record.encoded, plan, None, record.label, None, key)
@@ -235,9 +240,9 @@ class BatchDecoder:
     def _warn_once(self, count: int, total: int) -> None:
         if not self.warned:
             log.warning(
-                "%d of %d records of a batch are raw pixels, PNG, non-RGB or incomplete JPEG: "
-                "the input processes decode those on the CPU (--decode_device gpu decodes "
-                "only complete JPEGs)",
+                "%d of %d records of a batch are raw pixels, PNG or JPEGs nvJPEG does not take "
+                "(CMYK, lossless, arithmetic-coded, incomplete): the input processes decode those "
+                "on the CPU",
                 count,
                 total,
             )

@@ -9,10 +9,10 @@ from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.settings import InputSettings
 
 
-def records_of(decoding, path, train=True, size=32, scale=40, **crop):
+def records_of(decoding, path, train=True, size=32, scale=40, num_channels=3, **crop):
     settings = InputSettings(
         num_labels=4,
-        num_channels=3,
+        num_channels=num_channels,
         scale=scale,
         image_size=size,
         seed=7,

@@ -23,7 +23,6 @@ from image_records import records_of
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.formats.images import jpeg_header
-from resnet50_trainer.data.formats.records import DATUM, Record
 from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
@@ -181,12 +180,13 @@ def test_resize_crop_matches_on_uint8_and_float_paths():
 def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
     pixels = smooth_pixels(30, 40, seed=1)
 
-    def header(data=None, raw=None):
-        return jpeg_header(Record(0, data, raw, DATUM))
+    def header(data=None):
+        frame = jpeg_header(data)
+        return frame and frame.size
 
     rgb = Image.fromarray(pixels)
     assert header(jpeg_of(rgb)) == header(jpeg_of(rgb, progressive=True)) == (40, 30)
     assert header(jpeg_of(rgb.convert("L"))) == (40, 30)
     assert header(jpeg_of(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
-    assert header(encode_image(pixels, "PNG")) is None and header(raw=pixels) is None
+    assert header(encode_image(pixels, "PNG")) is None and header(None) is None  # raw pixels
     assert header(jpeg_of(rgb)[:20]) is None  # cut before the frame header

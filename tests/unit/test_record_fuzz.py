@@ -32,10 +32,10 @@ MUTATIONS_PER_SEED_VALUE = 500
 
 def read_like_the_trainer(value: bytes) -> None:
     record = parse_record(value)
-    size = jpeg_header(record)
-    if size is not None:
+    frame = jpeg_header(record.encoded)
+    if frame is not None:
         try:
-            decode_jpeg_reduced(record.encoded, size, 3, jpeg_reduction(min(size), 16))
+            decode_jpeg_reduced(record.encoded, frame.size, 3, jpeg_reduction(min(frame.size), 16))
         except RecordError:
             pass  # the trainer then lets Pillow judge it, as below
     decode_image(record, 3, draft_size=(16, 16))
@@ -115,7 +115,7 @@ def test_a_huge_jpeg_header_is_refused_before_decoding():
     sof = jpeg.index(b"\xff\xc0")
     jpeg[sof + 5 : sof + 9] = (65000).to_bytes(2, "big") * 2  # height, width
     record = parse_record(datum_record(0, encoded=bytes(jpeg)))
-    assert jpeg_header(record) is None  # not for libjpeg-turbo or nvJPEG: Pillow refuses it
+    assert jpeg_header(record.encoded) is None  # not for libjpeg-turbo or nvJPEG: Pillow refuses it
     with pytest.raises(RecordError, match="pixels"):
         decode_image(record, 3, draft_size=(16, 16))
     assert np.asarray(

@@ -153,7 +153,7 @@ def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side()
     record = parse_record(datum_record(0, encoded=make_jpeg(200, 300)))
 
     def decoded_shape(min_side, channels=3):
-        size = jpeg_header(record)
+        size = jpeg_header(record.encoded).size
         reduction = jpeg_reduction(min(size), min_side)
         return decode_jpeg_reduced(record.encoded, size, channels, reduction).shape
 
@@ -169,7 +169,7 @@ def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side()
 
 def test_libjpeg_turbo_decode_reads_gray_jpegs_and_refuses_truncated_ones():
     gray = parse_record(datum_record(0, encoded=make_jpeg(64, 48, channels=1)))
-    as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray), 3, 2)
+    as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray.encoded).size, 3, 2)
     assert as_rgb.shape == (32, 24, 3)
     assert (as_rgb[:, :, 0] == as_rgb[:, :, 1]).all() and (as_rgb[:, :, 1] == as_rgb[:, :, 2]).all()
     np.testing.assert_array_equal(

@@ -1,14 +1,85 @@
-"""Where records become pixels: whatever a decoder raises is the record's failure."""
+"""Where records become pixels: every valid JPEG decodes as Pillow decodes it, on every path; what
+no decoder here reads and whatever a decoder raises are the record's failure."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from PIL import Image
 
-from dbfactory import datum_record, make_jpeg
-from resnet50_trainer.data.formats.images import decode_image
+from dbfactory import datum_record, make_jpeg, write_db
+from image_records import records_of
+from jpeg_variants import (
+    ALL_VARIANTS,
+    CJPEG_VARIANTS,
+    PILLOW_VARIANTS,
+    jpeg_variant,
+    needs_cjpeg,
+    pillow_pixels,
+    with_precision,
+)
+from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.formats.images import decode_image, jpeg_header
+from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box, with_restart_markers
 from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.data.gpu_decode import GpuDecode
+from resnet50_trainer.data.input_pipeline import make_loader
+from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
 from resnet50_trainer.errors import RecordError
+
+
+@pytest.mark.parametrize("variant", [*ALL_VARIANTS, "YCCK"])
+def test_a_valid_jpeg_decodes_as_pillow_decodes_it(variant):
+    """Pillow's decode (dump's, and the fallback's) and the trainer's own libjpeg-turbo decode of
+    the whole frame, with restart markers too: the same pixels."""
+    jpeg = jpeg_variant(variant)
+    rgb = pillow_pixels(jpeg)[0]
+    record = parse_record(datum_record(0, encoded=jpeg))
+    assert np.array_equal(np.asarray(decode_image(record, 3)), rgb)
+    frame = jpeg_header(jpeg)
+    assert (frame is None) == (variant in ("CMYK", "YCCK"))  # four components: Pillow's
+    if frame is None:
+        return
+    whole = (0, 0, *frame.size)
+    for data in (jpeg, with_restart_markers(jpeg)):
+        assert np.array_equal(decode_jpeg_box(data, frame.size, 3, 1, whole), rgb)
+
+
+@needs_cjpeg
+@pytest.mark.parametrize("crop", [{}, {"crop": RANDOM_RESIZED_CROP}], ids=["scale", "random"])
+@pytest.mark.parametrize("num_channels", [3, 1])
+def test_the_input_pipeline_reads_every_valid_jpeg(tmp_path, crop, num_channels):
+    """Training and test batches of every variant: none is a bad record, on either path (the GPU
+    one run on the CPU sends what nvJPEG cannot take, arithmetic coding, to the CPU path)."""
+    names = [*PILLOW_VARIANTS, *CJPEG_VARIANTS, "YCCK"]
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(b"%02d" % i, datum_record(i % 4, encoded=jpeg_variant(n))) for i, n in enumerate(names)],
+    )
+    training = [[(p, p) for p in range(len(names))]]
+    for train, items in ((True, training), (False, [list(range(len(names)))])):
+        records = records_of(CpuDecode, db, train, num_channels=num_channels, **crop)
+        batch = next(iter(make_loader(records, items, 0, False)))
+        assert batch.bad_keys == [] and batch.images.shape[1] == num_channels
+    encoded = next(iter(make_loader(records_of(GpuDecode, db, **crop), training, 0, False)))
+    on_cpu = {names[i] for i, span in enumerate(encoded.spans) if span is None}
+    assert on_cpu == {"CMYK", "YCCK", "arithmetic", "arithmetic progressive"}
+
+
+def test_what_no_decoder_here_reads_is_a_bad_record_named_as_such(tmp_path):
+    twelve_bit = with_precision(make_jpeg(32, 40), 12)
+    with pytest.raises(RecordError, match="12-bit samples"):
+        jpeg_header(twelve_bit)
+    with pytest.raises(RecordError, match="12-bit samples"):
+        decode_image(parse_record(datum_record(0, encoded=twelve_bit)), 3)
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(b"0", datum_record(0, encoded=make_jpeg())), (b"1", datum_record(1, encoded=twelve_bit))],
+    )
+    batch = next(iter(make_loader(records_of(CpuDecode, db, False), [[0, 1]], 0, False)))
+    assert batch.bad_keys == [b"1"] and batch.labels.tolist() == [0, 0]
 
 
 def test_any_error_of_a_decoder_is_the_records_failure(monkeypatch):

@@ -1,5 +1,5 @@
 """A record's image decoded as the trainer sees it: encoded files by Pillow, or JPEGs by libjpeg-
-turbo at a reduced DCT scale where the crop allows, raw pixels from BGR; the JPEG header read
+turbo at a reduced DCT scale where the crop allows, raw pixels from BGR; the JPEG frame header read
 without decoding; 8 bits per sample.
 
 Whatever a decoder raises on one record's bytes is that record's RecordError, and what its
@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import simplejpeg
@@ -22,8 +23,25 @@ from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.errors import RecordError
 
 _NO_FORMAT = "the record's image bytes are in no format Pillow can read"
-# libjpeg-turbo's names of the JPEG colour spaces of 1 and 3 components (not CMYK, YCCK).
-_DIRECT_COLOUR_SPACES = ("Gray", "YCbCr", "RGB")
+# Frame (SOFn) markers: 0xC0-0xCF but DHT (C4), JPG (C8) and DAC (CC), which are none.
+_FRAME_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# The frames libjpeg-turbo decodes as they are: DCT-based, sequential or progressive (not lossless
+# or hierarchical), Huffman-coded (which nvJPEG decodes too) or arithmetic-coded.
+_HUFFMAN_FRAMES, _ARITHMETIC_FRAMES = frozenset({0xC0, 0xC1, 0xC2}), frozenset({0xC9, 0xCA})
+_MARKERS_WITHOUT_LENGTH = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RST0-7
+_START_OF_SCAN, _END_OF_IMAGE = 0xDA, 0xD9
+
+
+class JpegFrame(NamedTuple):
+    """A JPEG that libjpeg-turbo decodes as it is (jpeg_header)."""
+
+    width: int
+    height: int
+    arithmetic: bool  # arithmetic-coded: libjpeg-turbo decodes it, nvJPEG does not
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.width, self.height
 
 
 def _file_bytes(record: Record) -> bytes | memoryview:
@@ -80,7 +98,9 @@ def _reason(exc: Exception) -> str:
 
 
 def _opened(data: bytes | memoryview) -> Image.Image:
-    """The file opened by Pillow (its header read, no pixel decoded)."""
+    """The file opened by Pillow (its header read, no pixel decoded); a JPEG's frame judged first,
+    as jpeg_header judges it."""
+    jpeg_header(data)
     try:
         return Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
@@ -119,20 +139,57 @@ def encoded_format(data: bytes | memoryview) -> str:
     return file_format
 
 
-def jpeg_header(record: Record) -> tuple[int, int] | None:
-    """(width, height) of a record holding a JPEG of 1 or 3 components (gray or colour: what
-    libjpeg-turbo and nvJPEG decode as they are), read from its header by libjpeg-turbo; None for
-    anything else (CMYK, another format, a header cut short), which Pillow then gets to judge, and
-    for frames over Pillow's decompression-bomb limit (Pillow then refuses them, before any pixel
-    buffer is allocated)."""
-    if record.encoded is None:
+def jpeg_header(data: bytes | memoryview | None) -> JpegFrame | None:
+    """The frame of a JPEG that libjpeg-turbo decodes as it is (gray or colour, 8 bits, DCT-based,
+    sequential or progressive, Huffman or arithmetic, any sampling factors), read from its header;
+    None for anything else (CMYK and YCCK, lossless, another format, a header cut short, no file
+    bytes), which Pillow then gets to judge, and for frames over Pillow's decompression-bomb
+    limit (Pillow then refuses them, before any pixel buffer is allocated). RecordError for
+    samples of other than 8 bits, which no decoder here reads."""
+    header = None if data is None else _frame_header(data)
+    if header is None:
         return None
-    try:
-        height, width, colour_space, _ = simplejpeg.decode_jpeg_header(record.encoded)
-    except ValueError:
+    marker, precision, height, width, components = header
+    if precision != 8:
+        raise RecordError(f"the record's JPEG has {precision}-bit samples; only 8-bit are decoded")
+    direct = marker in _HUFFMAN_FRAMES | _ARITHMETIC_FRAMES and components in (1, 3)
+    # A height of 0 is set later, by a DNL marker.
+    if not direct or width == 0 or height == 0 or _over_pixel_limit(width, height):
         return None
-    usable = colour_space in _DIRECT_COLOUR_SPACES and not _over_pixel_limit(width, height)
-    return (width, height) if usable else None
+    return JpegFrame(width, height, marker in _ARITHMETIC_FRAMES)
+
+
+def _frame_header(data: bytes | memoryview) -> tuple[int, int, int, int, int] | None:
+    """(marker, precision, height, width, components) of the JPEG's frame header, found by
+    walking its marker segments; None for no JPEG, or one that ends or turns odd before it."""
+    if bytes(data[:2]) != b"\xff\xd8":
+        return None
+    position = 2
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return None  # bytes between segments: libjpeg may read past them, Pillow judges
+        marker = data[position + 1]
+        if marker == 0xFF or marker in _MARKERS_WITHOUT_LENGTH:  # a fill byte, or no segment
+            position += 1 if marker == 0xFF else 2
+            continue
+        if marker in (_START_OF_SCAN, _END_OF_IMAGE):
+            return None
+        length = int.from_bytes(data[position + 2 : position + 4], "big")
+        if length < 2:
+            return None
+        if marker in _FRAME_MARKERS:
+            fields = bytes(data[position + 4 : position + 10])
+            if length < 8 or len(fields) < 6:
+                return None
+            return (
+                marker,
+                fields[0],
+                int.from_bytes(fields[1:3], "big"),
+                int.from_bytes(fields[3:5], "big"),
+                fields[5],
+            )
+        position += 2 + length
+    return None
 
 
 def _over_pixel_limit(width: int, height: int) -> bool:
