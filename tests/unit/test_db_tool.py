@@ -615,3 +615,20 @@ def test_a_bad_records_library_noise_is_left_out_of_its_one_line(tmp_path, capfd
     assert [record.message.split(":")[0] for record in caplog.records] == [
         f"skipped {images / 'bad.tif'}"
     ]
+
+
+def test_a_decompression_bomb_is_copied_as_it_is_and_dump_refuses_it(tmp_path, capsys):
+    bomb = bytearray(make_jpeg(16, 16))
+    frame = bomb.index(b"\xff\xc0")
+    bomb[frame + 5 : frame + 9] = (65528).to_bytes(2, "big") * 2  # height, width
+    records = [
+        (b"good", datum_record(0, encoded=make_jpeg())),
+        (b"bomb", datum_record(1, encoded=bytes(bomb))),
+    ]
+    source = write_db(str(tmp_path / "source"), "lmdb", records)
+    copied = str(tmp_path / "copied")
+    assert main(["copy", source, copied, "--restart_markers"]) == 0
+    assert _stored_values(copied, "lmdb")[0] == records[1]  # kept as it is ("bomb" sorts first)
+    assert main(["dump", copied, "--key", "bomb", "--out", str(tmp_path / "o.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "record bomb: the record's image claims 65528x65528" in err

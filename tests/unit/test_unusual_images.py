@@ -1,7 +1,12 @@
 """Where records become pixels: every valid JPEG decodes as Pillow decodes it, on every path; what
-no decoder here reads and whatever a decoder raises are the record's failure."""
+no decoder here reads, a decompression bomb and whatever a decoder raises are the record's
+failure."""
 
 from __future__ import annotations
+
+import io
+import tracemalloc
+import zlib
 
 import numpy as np
 import pytest
@@ -19,7 +24,7 @@ from jpeg_variants import (
     with_precision,
 )
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.formats.images import decode_image, jpeg_header
+from resnet50_trainer.data.formats.images import MAX_PIXELS, decode_image, jpeg_header
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box, with_restart_markers
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.data.gpu_decode import GpuDecode
@@ -80,6 +85,30 @@ def test_what_no_decoder_here_reads_is_a_bad_record_named_as_such(tmp_path):
     )
     batch = next(iter(make_loader(records_of(CpuDecode, db, False), [[0, 1]], 0, False)))
     assert batch.bad_keys == [b"1"] and batch.labels.tolist() == [0, 0]
+
+
+def test_a_decompression_bomb_is_refused_from_its_header_in_every_format():
+    """A JPEG and a PNG claiming 65,000 x 65,000 pixels (4 Gpixels): refused before any decoder
+    allocates them, by Pillow, libjpeg-turbo and the restart-marker rewrite alike."""
+    jpeg = bytearray(make_jpeg(16, 16))
+    frame = jpeg.index(b"\xff\xc0")
+    jpeg[frame + 5 : frame + 9] = (65000).to_bytes(2, "big") * 2
+    png = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(png, "PNG")
+    png_bomb = bytearray(png.getvalue())
+    png_bomb[16:24] = (65000).to_bytes(4, "big") * 2  # IHDR's width and height, then its CRC
+    png_bomb[29:33] = zlib.crc32(png_bomb[12:29]).to_bytes(4, "big")
+    tracemalloc.start()
+    try:
+        for data in (bytes(jpeg), bytes(png_bomb)):
+            with pytest.raises(RecordError, match=f"over the limit of {MAX_PIXELS:,}"):
+                decode_image(parse_record(datum_record(0, encoded=data)), 3)
+        with pytest.raises(RecordError, match="65000x65000 pixels"):
+            with_restart_markers(bytes(jpeg))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
 
 
 def test_any_error_of_a_decoder_is_the_records_failure(monkeypatch):

@@ -1,6 +1,6 @@
 """A record's image decoded as the trainer sees it: encoded files by Pillow, or JPEGs by libjpeg-
 turbo at a reduced DCT scale where the crop allows, raw pixels from BGR; the JPEG frame header read
-without decoding; 8 bits per sample.
+without decoding; 8 bits per sample; the pixel limit.
 
 Whatever a decoder raises on one record's bytes is that record's RecordError, and what its
 libraries print meanwhile goes unseen: a bad record is one line, said by whoever reads it."""
@@ -21,6 +21,11 @@ from PIL import Image, UnidentifiedImageError
 
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.errors import RecordError
+
+# The most pixels (width x height) an image may claim, checked from its header before any decoder
+# allocates one: what Pillow itself refuses as a decompression bomb (twice its default
+# Image.MAX_IMAGE_PIXELS), in every command (docs/data.md, "Which images decode").
+MAX_PIXELS = 178_956_970
 
 _NO_FORMAT = "the record's image bytes are in no format Pillow can read"
 # Frame (SOFn) markers: 0xC0-0xCF but DHT (C4), JPG (C8) and DAC (CC), which are none.
@@ -97,14 +102,30 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
+def _check_pixels(width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise _too_many_pixels(f"{width}x{height}")
+
+
+def _too_many_pixels(claimed: str) -> RecordError:
+    return RecordError(
+        f"the record's image claims {claimed} pixels, over the limit of {MAX_PIXELS:,} "
+        "(a decompression bomb, or an image to store smaller)"
+    )
+
+
 def _opened(data: bytes | memoryview) -> Image.Image:
-    """The file opened by Pillow (its header read, no pixel decoded); a JPEG's frame judged first,
-    as jpeg_header judges it."""
+    """The file opened by Pillow (its header read, no pixel decoded), within the pixel limit; a
+    JPEG's frame judged first, as jpeg_header judges it."""
     jpeg_header(data)
     try:
-        return Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
         raise RecordError(_NO_FORMAT) from exc
+    except Image.DecompressionBombError as exc:  # Pillow's own check, before ours can look
+        raise _too_many_pixels("too many") from exc
+    _check_pixels(*image.size)
+    return image
 
 
 def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> Image.Image:
@@ -130,7 +151,7 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
 
 def encoded_format(data: bytes | memoryview) -> str:
     """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header;
-    RecordError for no image."""
+    RecordError for no image, and one over the pixel limit."""
     with record_failure("image bytes"), library_noise_silenced():
         file_format = _opened(data).format
     # Pillow names the format of every file it opens (None is for images it made itself).
@@ -143,18 +164,17 @@ def jpeg_header(data: bytes | memoryview | None) -> JpegFrame | None:
     """The frame of a JPEG that libjpeg-turbo decodes as it is (gray or colour, 8 bits, DCT-based,
     sequential or progressive, Huffman or arithmetic, any sampling factors), read from its header;
     None for anything else (CMYK and YCCK, lossless, another format, a header cut short, no file
-    bytes), which Pillow then gets to judge, and for frames over Pillow's decompression-bomb
-    limit (Pillow then refuses them, before any pixel buffer is allocated). RecordError for
-    samples of other than 8 bits, which no decoder here reads."""
+    bytes), which Pillow then gets to judge. RecordError for a frame over the pixel limit, and
+    for samples of other than 8 bits, which no decoder here reads."""
     header = None if data is None else _frame_header(data)
     if header is None:
         return None
     marker, precision, height, width, components = header
+    _check_pixels(width, height)
     if precision != 8:
         raise RecordError(f"the record's JPEG has {precision}-bit samples; only 8-bit are decoded")
     direct = marker in _HUFFMAN_FRAMES | _ARITHMETIC_FRAMES and components in (1, 3)
-    # A height of 0 is set later, by a DNL marker.
-    if not direct or width == 0 or height == 0 or _over_pixel_limit(width, height):
+    if not direct or width == 0 or height == 0:  # a height of 0: set later, by a DNL marker
         return None
     return JpegFrame(width, height, marker in _ARITHMETIC_FRAMES)
 
@@ -190,11 +210,6 @@ def _frame_header(data: bytes | memoryview) -> tuple[int, int, int, int, int] | 
             )
         position += 2 + length
     return None
-
-
-def _over_pixel_limit(width: int, height: int) -> bool:
-    """What Pillow refuses as a decompression bomb (it only warns up to twice its limit)."""
-    return Image.MAX_IMAGE_PIXELS is not None and width * height > 2 * Image.MAX_IMAGE_PIXELS
 
 
 def jpeg_reduction(shorter_side: int, min_side: int) -> int:

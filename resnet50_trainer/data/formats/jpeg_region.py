@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from resnet50_trainer.data.formats.images import decode_jpeg_reduced, record_failure
+from resnet50_trainer.data.formats.images import decode_jpeg_reduced, jpeg_header, record_failure
 
 try:
     from resnet50_trainer.data.formats._jpeg_region import add_restart_markers, decode_region
@@ -65,9 +65,11 @@ def decode_jpeg_box(
 def with_restart_markers(jpeg: bytes | memoryview) -> bytes:
     """The JPEG rewritten losslessly (its DCT coefficients copied, Huffman tables fitted) with a
     restart marker after every MCU; its EXIF, ICC and comment markers kept. Any decoder makes the
-    same pixels of it. RecordError where libjpeg-turbo finds the file damaged; RuntimeError
-    without the compiled module (REGION_DECODE false)."""
+    same pixels of it. RecordError where libjpeg-turbo finds the file damaged, and for a frame
+    over the pixel limit (before libjpeg-turbo allocates its coefficients); RuntimeError without
+    the compiled module (REGION_DECODE false)."""
     if add_restart_markers is None:
         raise RuntimeError("restart markers need the compiled _jpeg_region module")
+    jpeg_header(jpeg)
     with record_failure("JPEG for restart markers"):
         return add_restart_markers(jpeg)
