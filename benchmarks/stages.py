@@ -78,14 +78,14 @@ def crop_stages(crop: str, records: list, headers: list) -> tuple[dict, dict, fl
         lambda: plans_for([jpeg_header(record.encoded) for record in records], crop), count
     )
     full = [
-        decode_jpeg_reduced(r.encoded, frame.size, 3, p.reduction)
+        decode_jpeg_reduced(r.encoded, frame.size, p.reduction)
         for r, frame, p in zip(records, headers, plans)
     ]
     boxes = decoded_boxes(records, headers, plans)
     before = {
         "decode": per_image_us(
             lambda: [
-                decode_jpeg_reduced(r.encoded, frame.size, 3, p.reduction)
+                decode_jpeg_reduced(r.encoded, frame.size, p.reduction)
                 for r, frame, p in zip(records, headers, plans)
             ],
             count,

@@ -29,7 +29,7 @@ from torchvision.transforms.v2 import functional
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Fetched, filled_order, first_label_outside
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.formats.images import jpeg_header
+from resnet50_trainer.data.formats.images import jpeg_header, luma
 from resnet50_trainer.data.formats.jpeg_region import ends_complete
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import InputSettings
@@ -145,7 +145,7 @@ class BatchDecoder:
 
     def __init__(self, device: torch.device, num_channels: int, image_size: int):
         self.device, self.image_size = device, image_size
-        self.mode = ImageReadMode.RGB if num_channels == 3 else ImageReadMode.GRAY
+        self.gray = num_channels == 1
         self.shape = (num_channels, image_size, image_size)
         self.warned = False
         if device.type == "cuda":
@@ -221,7 +221,10 @@ class BatchDecoder:
             # The decoder writes from its own stream into memory allocated on this one: nothing
             # queued here may still read memory the allocator could hand it (vision PR #9606).
             torch.cuda.current_stream(self.device).synchronize()
-        return list(decode_jpeg(jpegs, mode=self.mode, device=self.device))
+        decoded = list(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device))
+        if self.gray:  # gray as on every path (images.luma), not nvJPEG's Y
+            return [luma(*image.int()).to(torch.uint8)[None] for image in decoded]
+        return decoded
 
     def _probe(self) -> None:
         """Decode a tiny JPEG once, so that a torchvision without nvJPEG or an nvJPEG that cannot

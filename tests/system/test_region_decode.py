@@ -19,6 +19,7 @@ from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats import jpeg_region
 from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.formats.images import gray_pixels
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, SCALE_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
@@ -97,14 +98,11 @@ def test_a_box_decodes_to_the_whole_frames_pixels(subsampling, gray, progressive
     for seed, (width, height) in enumerate([(173, 131), (64, 48), (301, 97), (17, 9)]):
         data = with_markers(photo(width, height, seed, subsampling, gray, progressive), markers)
         for reduction in (1, 2, 4, 8):
+            rgb = simplejpeg.decode_jpeg(
+                data, min_height=-(-height // reduction), min_width=-(-width // reduction)
+            )
             for channels in (1, 3):
-                colour = "RGB" if channels == 3 else "GRAY"
-                whole = simplejpeg.decode_jpeg(
-                    data,
-                    colorspace=colour,
-                    min_height=-(-height // reduction),
-                    min_width=-(-width // reduction),
-                )
+                whole = rgb if channels == 3 else gray_pixels(rgb)  # gray: the one definition
                 rows, columns = whole.shape[:2]
                 for _ in range(12):
                     box_w, box_h = int(rng.integers(1, columns + 1)), int(rng.integers(1, rows + 1))

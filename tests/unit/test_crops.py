@@ -161,7 +161,7 @@ def test_a_reduced_decode_cuts_the_pixels_of_the_full_decode():
         seen.add(reduced.reduction)
         full_crop, reduced_crop = (
             transforms.resize_crop(
-                torch.from_numpy(decode_jpeg_reduced(data, (800, 600), 3, plan.reduction)).permute(
+                torch.from_numpy(decode_jpeg_reduced(data, (800, 600), plan.reduction)).permute(
                     2, 0, 1
                 ),
                 plan.crop,

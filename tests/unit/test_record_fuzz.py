@@ -35,7 +35,7 @@ def read_like_the_trainer(value: bytes) -> None:
     frame = jpeg_header(record.encoded)
     if frame is not None:
         try:
-            decode_jpeg_reduced(record.encoded, frame.size, 3, jpeg_reduction(min(frame.size), 16))
+            decode_jpeg_reduced(record.encoded, frame.size, jpeg_reduction(min(frame.size), 16))
         except RecordError:
             pass  # the trainer then lets Pillow judge it, as below
     decode_image(record, 3, draft_size=(16, 16))

@@ -13,6 +13,7 @@ from resnet50_trainer.data.formats.images import (
     decode_image,
     decode_jpeg_reduced,
     decode_native,
+    gray_pixels,
     jpeg_header,
     jpeg_reduction,
 )
@@ -152,33 +153,33 @@ def test_jpeg_draft_scales_down_but_keeps_the_requested_size():
 def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side():
     record = parse_record(datum_record(0, encoded=make_jpeg(200, 300)))
 
-    def decoded_shape(min_side, channels=3):
+    def decoded_shape(min_side):
         size = jpeg_header(record.encoded).size
         reduction = jpeg_reduction(min(size), min_side)
-        return decode_jpeg_reduced(record.encoded, size, channels, reduction).shape
+        return decode_jpeg_reduced(record.encoded, size, reduction).shape
 
     assert decoded_shape(40) == (50, 75, 3)  # 1/4; 1/8 would make the height 25 < 40
     assert decoded_shape(100) == (100, 150, 3)  # 1/2, the height exactly 100
     # Between 1x and 2x the target: full size, not 6/8 (slower than a full decode, see BENCHMARKS)
-    assert decoded_shape(120) == (200, 300, 3) and decoded_shape(200, channels=1) == (200, 300, 1)
+    assert decoded_shape(120) == decoded_shape(200) == (200, 300, 3)
     # At full size it is the same libjpeg-turbo decode as Pillow's, to the pixel.
     np.testing.assert_array_equal(
-        decode_jpeg_reduced(record.encoded, (300, 200), 3, 1), np.asarray(decode_image(record, 3))
+        decode_jpeg_reduced(record.encoded, (300, 200), 1), np.asarray(decode_image(record, 3))
     )
 
 
 def test_libjpeg_turbo_decode_reads_gray_jpegs_and_refuses_truncated_ones():
     gray = parse_record(datum_record(0, encoded=make_jpeg(64, 48, channels=1)))
-    as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray.encoded).size, 3, 2)
+    as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray.encoded).size, 2)
     assert as_rgb.shape == (32, 24, 3)
     assert (as_rgb[:, :, 0] == as_rgb[:, :, 1]).all() and (as_rgb[:, :, 1] == as_rgb[:, :, 2]).all()
     np.testing.assert_array_equal(
-        decode_jpeg_reduced(gray.encoded, (48, 64), 1, 1)[:, :, 0],
+        gray_pixels(decode_jpeg_reduced(gray.encoded, (48, 64), 1))[:, :, 0],
         np.asarray(decode_image(gray, 1)),
     )
     truncated = make_jpeg(64, 64)[:-200]
     with pytest.raises(RecordError, match="cannot decode"):
-        decode_jpeg_reduced(truncated, (64, 64), 3, 4)
+        decode_jpeg_reduced(truncated, (64, 64), 4)
 
 
 @pytest.mark.parametrize(

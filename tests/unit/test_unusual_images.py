@@ -1,6 +1,6 @@
 """Where records become pixels: every valid JPEG decodes as Pillow decodes it, on every path; what
 no decoder here reads, a decompression bomb and whatever a decoder raises are the record's
-failure."""
+failure; gray is one definition everywhere."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from dbfactory import datum_record, make_jpeg, write_db
@@ -24,10 +25,10 @@ from jpeg_variants import (
     with_precision,
 )
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.formats.images import MAX_PIXELS, decode_image, jpeg_header
+from resnet50_trainer.data.formats.images import MAX_PIXELS, decode_image, jpeg_header, luma
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box, with_restart_markers
 from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.data.gpu_decode import GpuDecode
+from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
 from resnet50_trainer.errors import RecordError
@@ -36,11 +37,12 @@ from resnet50_trainer.errors import RecordError
 @pytest.mark.parametrize("variant", [*ALL_VARIANTS, "YCCK"])
 def test_a_valid_jpeg_decodes_as_pillow_decodes_it(variant):
     """Pillow's decode (dump's, and the fallback's) and the trainer's own libjpeg-turbo decode of
-    the whole frame, with restart markers too: the same pixels."""
+    the whole frame, with restart markers too: the same pixels, colour and gray."""
     jpeg = jpeg_variant(variant)
-    rgb = pillow_pixels(jpeg)[0]
+    rgb, gray = pillow_pixels(jpeg)
     record = parse_record(datum_record(0, encoded=jpeg))
     assert np.array_equal(np.asarray(decode_image(record, 3)), rgb)
+    assert np.array_equal(np.asarray(decode_image(record, 1)), gray)
     frame = jpeg_header(jpeg)
     assert (frame is None) == (variant in ("CMYK", "YCCK"))  # four components: Pillow's
     if frame is None:
@@ -48,6 +50,7 @@ def test_a_valid_jpeg_decodes_as_pillow_decodes_it(variant):
     whole = (0, 0, *frame.size)
     for data in (jpeg, with_restart_markers(jpeg)):
         assert np.array_equal(decode_jpeg_box(data, frame.size, 3, 1, whole), rgb)
+        assert np.array_equal(decode_jpeg_box(data, frame.size, 1, 1, whole)[:, :, 0], gray)
 
 
 @needs_cjpeg
@@ -121,3 +124,14 @@ def test_any_error_of_a_decoder_is_the_records_failure(monkeypatch):
     record = parse_record(datum_record(0, encoded=make_jpeg()))
     with pytest.raises(RecordError, match=r"cannot decode the record's image bytes \(KeyError"):
         decode_image(record, 3)
+
+
+def test_gray_is_one_definition_on_every_path():
+    """Pillow's "L" of the RGB pixels (not libjpeg's or nvJPEG's Y): luma computes it, and the GPU
+    path's decoder (run on the CPU) gives it; the CPU paths' gray is checked above, per variant."""
+    jpeg = jpeg_variant("4:2:0")
+    rgb, gray = (torch.from_numpy(np.array(pixels)) for pixels in pillow_pixels(jpeg))
+    assert torch.equal(luma(*rgb.permute(2, 0, 1).int()).to(torch.uint8), gray)
+    file = torch.frombuffer(bytearray(jpeg), dtype=torch.uint8)
+    decoded = BatchDecoder(torch.device("cpu"), 1, 32)._decode_now([file])[0]
+    assert torch.equal(decoded, gray[None])

@@ -1,6 +1,6 @@
 """A record's image decoded as the trainer sees it: encoded files by Pillow, or JPEGs by libjpeg-
 turbo at a reduced DCT scale where the crop allows, raw pixels from BGR; the JPEG frame header read
-without decoding; 8 bits per sample; the pixel limit.
+without decoding; 8 bits per sample; gray as one definition (`luma`); the pixel limit.
 
 Whatever a decoder raises on one record's bytes is that record's RecordError, and what its
 libraries print meanwhile goes unseen: a bad record is one line, said by whoever reads it."""
@@ -221,12 +221,10 @@ def jpeg_reduction(shorter_side: int, min_side: int) -> int:
     return next((factor for factor in (8, 4, 2) if shorter_side >= factor * min_side), 1)
 
 
-def decode_jpeg_reduced(
-    data: bytes, size: tuple[int, int], num_channels: int, reduction: int
-) -> np.ndarray:
-    """HWC uint8 (RGB, or one channel when num_channels is 1) of a JPEG that jpeg_header accepted,
-    `size` being its (width, height), decoded by libjpeg-turbo at 1/`reduction` scale (1, 2, 4
-    or 8; see jpeg_reduction): ceil(width / reduction) x ceil(height / reduction) pixels.
+def decode_jpeg_reduced(data: bytes, size: tuple[int, int], reduction: int) -> np.ndarray:
+    """HWC uint8 RGB of a JPEG that jpeg_header accepted, `size` being its (width, height),
+    decoded by libjpeg-turbo at 1/`reduction` scale (1, 2, 4 or 8; see jpeg_reduction):
+    ceil(width / reduction) x ceil(height / reduction) pixels.
 
     Accurate DCT and fancy upsampling (the defaults): the fast variants save under 7% of a decode
     and change the pixels. RecordError on anything libjpeg-turbo rejects, warnings included
@@ -236,11 +234,22 @@ def decode_jpeg_reduced(
     with record_failure("JPEG"):
         # The smallest M/8 scale giving at least these sizes is exactly 1/reduction.
         return simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB" if num_channels == 3 else "GRAY",
-            min_height=-(-height // reduction),
-            min_width=-(-width // reduction),
+            data, min_height=-(-height // reduction), min_width=-(-width // reduction)
         )
+
+
+def luma(red, green, blue):
+    """Gray of RGB samples (integer tensors or arrays of 32 bits or more): ITU-R 601-2 luma in
+    Pillow's fixed point, what its convert("L") computes. The one gray of every path (gray_pixels,
+    with_channels; not libjpeg's or nvJPEG's Y, up to 14 levels off), so --num_channels 1 trains
+    on what dump writes."""
+    return (red * 19595 + green * 38470 + blue * 7471 + 0x8000) >> 16
+
+
+def gray_pixels(rgb: np.ndarray) -> np.ndarray:
+    """HW1 uint8 luma of HWC uint8 RGB pixels (writable, as torch wants), by Pillow's
+    convert("L"): `luma` to the bit, in C (half the time of numpy's integer arithmetic)."""
+    return np.array(Image.fromarray(rgb, "RGB").convert("L"))[:, :, None]
 
 
 def _to_8_bits(image: Image.Image) -> Image.Image:
@@ -267,6 +276,11 @@ def decode_image(
     """The record's image in mode "RGB" (num_channels 3) or "L" (num_channels 1)."""
     if num_channels not in (1, 3):
         raise RecordError(f"num_channels is {num_channels}; use 1 (gray) or 3 (colour)")
-    image = decode_native(record, draft_size)
-    wanted = "RGB" if num_channels == 3 else "L"
-    return image if image.mode == wanted else image.convert(wanted)
+    return with_channels(decode_native(record, draft_size), num_channels)
+
+
+def with_channels(image: Image.Image, num_channels: int) -> Image.Image:
+    """An "L" or "RGB" image in mode "RGB" (num_channels 3: gray three times) or "L" (1: luma)."""
+    if num_channels == 3:
+        return image if image.mode == "RGB" else image.convert("RGB")
+    return image if image.mode == "L" else image.convert("L")  # luma: see gray_pixels

@@ -23,7 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from resnet50_trainer.data.formats.images import decode_jpeg_reduced, jpeg_header, record_failure
+from resnet50_trainer.data.formats.images import (
+    decode_jpeg_reduced,
+    gray_pixels,
+    jpeg_header,
+    record_failure,
+)
 
 try:
     from resnet50_trainer.data.formats._jpeg_region import add_restart_markers, decode_region
@@ -46,19 +51,30 @@ def decode_jpeg_box(
     reduction: int,
     box: tuple[int, int, int, int],
 ) -> np.ndarray:
-    """HWC uint8 of `box` (left, top, right, bottom, in the pixels of the decode at 1/reduction)
-    of a JPEG that records.jpeg_header accepted, `size` being its full (width, height).
+    """HWC uint8 (RGB, or its images.luma when num_channels is 1) of `box` (left, top, right,
+    bottom, in the pixels of the decode at 1/reduction) of a JPEG that images.jpeg_header
+    accepted, `size` being its full (width, height).
 
     A file cut short goes to the whole-frame decode, which sees the cut wherever it is: a region
     decode stops at the box and would never read the missing end. RecordError on anything
     libjpeg-turbo rejects, warnings included (strict)."""
+    rgb = _decode_rgb_box(data, size, reduction, box)
+    return rgb if num_channels == 3 else gray_pixels(rgb)
+
+
+def _decode_rgb_box(
+    data: bytes | memoryview,
+    size: tuple[int, int],
+    reduction: int,
+    box: tuple[int, int, int, int],
+) -> np.ndarray:
     left, top, right, bottom = box
     if decode_region is None or not ends_complete(data):
-        whole = decode_jpeg_reduced(bytes(data), size, num_channels, reduction)
+        whole = decode_jpeg_reduced(bytes(data), size, reduction)
         return whole[top:bottom, left:right]
-    pixels = np.empty((bottom - top, right - left, num_channels), np.uint8)
+    pixels = np.empty((bottom - top, right - left, 3), np.uint8)
     with record_failure("JPEG"):
-        decode_region(data, reduction, left, top, right - left, bottom - top, num_channels, pixels)
+        decode_region(data, reduction, left, top, right - left, bottom - top, 3, pixels)
     return pixels
 
 

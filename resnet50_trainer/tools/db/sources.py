@@ -18,6 +18,7 @@ from resnet50_trainer.data.formats.images import (
     decode_native,
     encoded_format,
     library_noise_silenced,
+    with_channels,
 )
 from resnet50_trainer.data.formats.jpeg_region import with_restart_markers
 from resnet50_trainer.data.formats.records import DATUM, Record
@@ -254,8 +255,7 @@ def _build_record(data: bytes, label: int, options: CreateOptions) -> Record:
     unchanged = image.mode == mode and image.size == size and upright is None
     if options.encoded and unchanged and encode_format == file_format:
         return source
-    if image.mode != mode:
-        image = image.convert(mode)
+    image = with_channels(image, 1 if options.gray else 3)
     if image.size != size:
         image = image.resize(size, Image.Resampling.BILINEAR)
     if not options.encoded:
