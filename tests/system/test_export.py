@@ -129,7 +129,7 @@ def _umask() -> int:
         ("a directory under a file", "cannot be written (Not a directory)"),
         ("an unknown suffix", "names no format"),
         ("the checkpoint itself", "is the checkpoint itself"),
-        ("a DB of no images", "records are no image this network reads"),
+        ("a DB of no images", "records are no image this network reads (the first: 00000000)"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path, case, expected):

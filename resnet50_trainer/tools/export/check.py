@@ -8,6 +8,7 @@ import torch
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import detect_db_type, open_database
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.precision import normalize
@@ -39,9 +40,11 @@ def check_inputs(network: Network, path: str | None, count: int) -> tuple[torch.
     records = ImageRecords(path, db_type, keys, settings, train=False, decoding=decoding)
     batch = decoding.collate([records[index] for index in range(len(keys))])
     if batch.bad_keys or not len(batch.labels):
+        first = f" (the first: {printable_key(batch.bad_keys[0])})" if batch.bad_keys else ""
         raise UserError(
             f"--check_data {path}: {len(batch.bad_keys)} of its first {len(keys)} records are "
-            "no image this network reads: give a DB of its images (resnet50-db inspect)"
+            f"no image this network reads{first}: give a DB of its images (resnet50-db inspect "
+            "says why)"
         )
     mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (pre.mean, pre.std))
     return normalize(batch.images, torch.float32, mean, std), f"{len(keys)} images of {path}"
