@@ -190,3 +190,15 @@ def test_jpeg_header_reads_the_frame_size_and_leaves_the_rest_to_pillow():
     assert header(jpeg_of(rgb.convert("CMYK"))) is None  # decoded on the CPU by Pillow
     assert header(encode_image(pixels, "PNG")) is None and header(None) is None  # raw pixels
     assert header(jpeg_of(rgb)[:20]) is None  # cut before the frame header
+
+
+def test_bench_counts_and_names_the_records_it_skips(tmp_path, capsys):
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(b"%d" % i, datum_record(i, encoded=make_jpeg(40, 48, seed=i))) for i in range(3)]
+        + [(b"3_bad", datum_record(3, encoded=make_undecodable_jpeg()))],
+    )
+    flags = ["--batch_size", "4", "--image_size", "32", "--batches", "2", "--num_workers", "0"]
+    assert bench.main([db, *flags]) == 0
+    assert "skipped 2 records that cannot be read (the first: 3_bad;" in capsys.readouterr().out

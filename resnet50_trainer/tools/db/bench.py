@@ -20,6 +20,7 @@ from resnet50_trainer.config.flags.data import add_read_order_flags, check_read_
 from resnet50_trainer.config.settings import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import CROPS, DEFAULT_WINDOW_MB, SCALE_CROP
 from resnet50_trainer.errors import UserError, run_command
 
@@ -146,9 +147,18 @@ def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float
     next(batches)  # warm-up: input processes start, the DB opens
     _synchronize(device)
     started = time.perf_counter()
-    images = sum(len(batch.labels) for batch in batches)
+    images, bad_keys = 0, []
+    for batch in batches:  # a bad record's place is filled with a copy: not counted
+        images += batch.num_real
+        bad_keys += batch.bad_keys
     _synchronize(device)
-    return images / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if bad_keys:
+        print(
+            f"skipped {len(bad_keys)} records that cannot be read (the first: "
+            f"{printable_key(bad_keys[0])}; resnet50-db inspect says why)"
+        )
+    return images / elapsed
 
 
 def _device(args: argparse.Namespace) -> torch.device:
