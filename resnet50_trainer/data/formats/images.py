@@ -55,11 +55,16 @@ def _file_bytes(record: Record) -> bytes | memoryview:
     return record.encoded
 
 
+# The files whose library writes to stderr itself: libtiff, a line for each fault it meets.
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+
+
 @contextlib.contextmanager
-def library_noise_silenced() -> Iterator[None]:
-    """Python warnings and what C libraries write to stderr themselves (libtiff a line for each
-    fault it meets in a damaged TIFF) unseen meanwhile."""
-    with warnings.catch_warnings(), _stderr_to_null():
+def library_noise_silenced(data: bytes | memoryview) -> Iterator[None]:
+    """Python warnings unseen while `data` is decoded, and for a TIFF what libtiff writes to
+    stderr (only then: stderr is the process's, and another thread's line must not be lost)."""
+    quiet = _stderr_to_null() if bytes(data[:4]) in _TIFF_MAGIC else contextlib.nullcontext()
+    with warnings.catch_warnings(), quiet:
         warnings.simplefilter("ignore")
         yield
 
@@ -141,8 +146,9 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
             if pixels.shape[2] == 1
             else Image.fromarray(pixels, "RGB")
         )
-    with record_failure("image bytes"), library_noise_silenced():
-        image = _opened(_file_bytes(record))
+    data = _file_bytes(record)
+    with record_failure("image bytes"), library_noise_silenced(data):
+        image = _opened(data)
         if draft_size is not None and image.format == "JPEG":
             image.draft(None, draft_size)  # None keeps the colour mode: only the scale changes
         image.load()  # decode now, so a truncated file fails here and not in a later transform
@@ -152,7 +158,7 @@ def decode_native(record: Record, draft_size: tuple[int, int] | None = None) -> 
 def encoded_format(data: bytes | memoryview) -> str:
     """Pillow's name for the file format of `data` ("JPEG", "PNG", ...), read from its header;
     RecordError for no image, and one over the pixel limit."""
-    with record_failure("image bytes"), library_noise_silenced():
+    with record_failure("image bytes"), library_noise_silenced(data):
         file_format = _opened(data).format
     # Pillow names the format of every file it opens (None is for images it made itself).
     if file_format is None:

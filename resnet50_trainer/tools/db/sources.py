@@ -274,7 +274,7 @@ def _format_and_orientation(data: bytes) -> tuple[str, Image.Transpose | None]:
     """The file's format, and the transposition its EXIF orientation asks for (None: upright)."""
     file_format = encoded_format(data)
     try:
-        with library_noise_silenced(), Image.open(io.BytesIO(data)) as image:
+        with library_noise_silenced(data), Image.open(io.BytesIO(data)) as image:
             orientation = image.getexif().get(_EXIF_ORIENTATION)
     except Exception:  # noqa: BLE001 - Pillow's EXIF parser raises many kinds on damaged blocks
         return file_format, None  # as OpenCV, which ignores an EXIF block it cannot parse
