@@ -41,12 +41,12 @@ def resume_path(config: Config) -> str | None:
     """The checkpoint, or directory of checkpoints, this run continues; None for a new run. With
     --auto_resume this run's own checkpoint directory, when it holds a checkpoint of this name,
     wins over --load_model_path: a restart continues where the run got to, not where it began."""
-    if config.auto_resume and _holds_checkpoints(config.checkpoint_dir, config.save_model_name):
+    if config.auto_resume and holds_checkpoints(config.checkpoint_dir, config.save_model_name):
         return config.checkpoint_dir
     return config.load_model_path
 
 
-def _holds_checkpoints(directory: str, name: str) -> bool:
+def holds_checkpoints(directory: str, name: str) -> bool:
     """Complete checkpoints of `name` (temporary files of a killed writer are none)."""
     if not os.path.isdir(directory):
         return False
@@ -63,7 +63,7 @@ def say_how_it_starts(config: Config) -> None:
     """One line on what --auto_resume found, so a restart's log tells a resume from a new start."""
     if not config.auto_resume:
         return
-    if _holds_checkpoints(config.checkpoint_dir, config.save_model_name):
+    if holds_checkpoints(config.checkpoint_dir, config.save_model_name):
         found = "continuing this run from its newest usable checkpoint there"
     else:
         start = (
@@ -82,7 +82,7 @@ def say_how_it_starts(config: Config) -> None:
 def check_same_run(state: dict, config: Config) -> None:
     """A checkpoint --auto_resume chose was made with this run's settings, or it is another run's
     (or this run's command changed) and is not continued silently."""
-    if not config.auto_resume or not _holds_checkpoints(
+    if not config.auto_resume or not holds_checkpoints(
         config.checkpoint_dir, config.save_model_name
     ):
         return

@@ -16,6 +16,7 @@ from typing import NoReturn
 import torch
 import torch.multiprocessing as mp
 
+from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
@@ -30,6 +31,7 @@ from resnet50_trainer.errors import (
     USAGE_EXIT_STATUS,
     PeerLost,
     RunFailed,
+    UserError,
     error_line,
     exit_status,
     leave,
@@ -219,10 +221,25 @@ def _cannot_go_on(config: Config) -> str:
 
 
 def _again(config: Config) -> str:
-    """How to go on: a training run resumes; --test_only, which writes nothing, starts again."""
+    """How to go on, advice that works whatever the moment: a training run resumes from its
+    checkpoints, or starts again where none was saved yet; --test_only, which writes nothing,
+    starts again."""
     if config.test_only:
         return "run the same command again to score the checkpoint"
-    return "resume it with --load_model_path " + config.checkpoint_dir
+    directory = config.checkpoint_dir
+    if config.auto_resume:
+        return (
+            f"run the same command again: --auto_resume goes on from the newest checkpoint in "
+            f"{directory}, if one was saved"
+        )
+    resume = f"resume it with --load_model_path {directory}"
+    try:
+        saved = holds_checkpoints(directory, config.save_model_name)
+    except UserError:  # it cannot be listed now: both ways
+        return f"{resume} if a checkpoint was saved there, else run the same command again"
+    if saved:
+        return resume
+    return f"no checkpoint was saved in {directory} yet: run the same command again"
 
 
 def _run_spawned(

@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from dbfactory import write_image_db
-from trainer_runs import run_trainer, start_long_run, training_processes
+from trainer_runs import run_trainer, start_long_run, start_trainer, training_processes, wait_for
 
 TRIES = 3
 PROGRESS = re.compile(
@@ -77,3 +77,26 @@ def test_a_full_disk_leaves_our_one_line_and_nothing_else(small_db, tmpfs, attem
         "left on device): make --checkpoint_dir writable, with room for a checkpoint, or choose "
         "another; the checkpoints already there are intact"
     ], second.stderr
+
+
+def test_the_advice_given_before_the_first_checkpoint_works(small_db, tmp_path):
+    """A peer killed before the run saved anything: the advice is the same command again (a
+    resume from --checkpoint_dir would find nothing), and following it trains to the end."""
+    command = (
+        "--train_data",
+        small_db,
+        "--num_gpus",
+        "2",
+        "--num_epochs",
+        "1",
+        "--log_dir",
+        str(tmp_path),
+    )
+    run = start_trainer(*command, "--timeout", "5")
+    wait_for(lambda: len(training_processes(run.pid)) == 2, 60, "two training processes")
+    os.kill(training_processes(run.pid)[1], signal.SIGKILL)  # before torch has even loaded
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1, stderr
+    advice = f"no checkpoint was saved in {tmp_path} yet: run the same command again"
+    assert stderr.strip().endswith(advice), stderr
+    assert run_trainer(*command, "--timeout", "5").returncode == 0
