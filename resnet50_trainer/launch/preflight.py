@@ -48,11 +48,9 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
     nothing: it needs no writable directory and takes no lock."""
     check_checkpoint_name(config.save_model_name)
     grad_compression.check_supported(config)
-    if not config.test_only:
-        check_outputs_writable(config)
-        if not config.synthetic:
-            _check_holds_images(config)
-            _check_training_labels(config, TRAINING_LABEL_SCAN_S)
+    if not config.test_only and not config.synthetic:
+        _check_holds_images(config)
+        _check_training_labels(config, TRAINING_LABEL_SCAN_S)
     if config.test_data is not None:
         _check_test_labels(config, config.test_data, LABEL_SCAN_S)
     resumed = None
@@ -63,13 +61,15 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
         check_same_run(resumed, config)
     if config.init_model and writes_checkpoints:
         read_init_model(config.init_model, config, say=False)
+    if not config.test_only:
+        check_outputs_writable(config)  # after the other checks: a refusal leaves no folder
     if config.test_only or not writes_checkpoints:
         return None
     return claim_checkpoint_names(config, resumed)
 
 
 def check_outputs_writable(config: Config) -> None:
-    """Fail before any work if the log or checkpoint directory cannot take files."""
+    """Make the log and checkpoint directories; UserError if either cannot take files."""
     for flag, directory in (
         ("--log_dir", config.log_dir),
         ("--checkpoint_dir", config.checkpoint_dir),

@@ -181,3 +181,11 @@ def write_image_db(
         for i in range(num_records)
     ]
     return write_db(path, db_type, records)
+
+
+def cut_short(lmdb_path: str, share: float = 1 / 3) -> str:
+    """An LMDB whose data.mdb is cut to `share` of its length, as a copy stopped part way or a
+    full disk leaves it; returns the path."""
+    data = os.path.join(lmdb_path, "data.mdb")
+    os.truncate(data, int(os.path.getsize(data) * share))
+    return lmdb_path

@@ -16,7 +16,7 @@ import onnxruntime
 import pytest
 import torch
 
-from dbfactory import write_db, write_image_db
+from dbfactory import cut_short, write_db, write_image_db
 from resnet50_trainer.checkpoint import schema
 from resnet50_trainer.model.resnet import build_model
 from resnet50_trainer.tools.export.check import check_inputs
@@ -130,6 +130,7 @@ def _umask() -> int:
         ("an unknown suffix", "names no format"),
         ("the checkpoint itself", "is the checkpoint itself"),
         ("a DB of no images", "records are no image this network reads (the first: 00000000)"),
+        ("a DB cut short", "is incomplete: its data.mdb is"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path, case, expected):
@@ -142,6 +143,8 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path
     elif case == "a DB of no images":
         records = [(b"%08d" % i, b"\x08\x01not an image %d" % i) for i in range(4)]
         args += ["--check_data", write_db(str(tmp_path / "garbage"), "lmdb", records)]
+    elif case == "a DB cut short":  # a page past data.mdb's end: SIGBUS, exit 135, nothing said
+        args += ["--check_data", cut_short(write_image_db(str(tmp_path / "cut"), 40, 4))]
     elif case == "a text file":
         args[0] = str(tmp_path / "notes.pt")
         (tmp_path / "notes.pt").write_text("not a checkpoint")

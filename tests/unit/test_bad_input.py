@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from dbfactory import datum_record, make_jpeg, write_db
+from dbfactory import cut_short, datum_record, make_jpeg, write_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.launch.preflight import _check_test_labels
@@ -44,6 +44,20 @@ def test_empty_database(capsys, earlier_run, tmp_path):
     path = write_db(str(tmp_path / "empty"), "lmdb", [])
     line = refused_beside(capsys, earlier_run, "--train_data", path)
     assert "holds no records" in line
+
+
+@pytest.mark.parametrize("flag", ["--train_data", "--test_data"])
+def test_an_lmdb_cut_short_is_refused_and_no_folder_is_made(
+    capsys, earlier_run, image_db, tmp_path, flag
+):
+    """A page past data.mdb's end would kill the run (SIGBUS, exit 135, nothing said); the
+    refusal comes before the log and checkpoint folders are made."""
+    cut = cut_short(image_db("cut", 40, 4))
+    data = [flag, cut] if flag == "--train_data" else ["--train_data", image_db("db", 16, 4)]
+    outputs = ["--checkpoint_dir", str(tmp_path / "checkpoints")]
+    line = refused_beside(capsys, earlier_run, *data, *outputs, "--test_data", cut)
+    assert f"LMDB {cut} is incomplete" in line and "copy it again from its source" in line
+    assert not os.path.exists(tmp_path / "checkpoints")
 
 
 def test_records_that_are_not_images(capsys, earlier_run, tmp_path):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from dbfactory import write_db
+from dbfactory import cut_short, write_db
 from file_digests import _file_digests
 from resnet50_trainer.data.formats.databases import DB_TYPES, _merged, open_database
 from resnet50_trainer.data.formats.writers import open_writer
@@ -57,6 +57,39 @@ def test_wrong_paths_and_types_are_user_errors_with_the_fix(tmp_path):
     for path, db_type, message in cases:
         with pytest.raises(UserError, match=message):
             open_database(path, db_type)
+
+
+def test_an_lmdb_cut_short_is_refused_before_its_pages_are_read(image_db):
+    """A page past data.mdb's end would kill the process (SIGBUS): the meta page says how long
+    the file must be, and a shorter one is refused at open, naming the file and the fix."""
+    path = cut_short(image_db("db", 40, 4))
+    with pytest.raises(UserError) as refused:
+        open_database(path, "lmdb", allow_empty=True)
+    assert str(refused.value).startswith(f"LMDB {path} is incomplete: its data.mdb is ")
+    assert "copy it again from its source" in str(refused.value)
+
+
+@pytest.mark.parametrize("read", ["keys", "get", "view", "items", "prefetch"])
+def test_an_lmdb_cut_short_while_open_is_refused_at_the_next_read(image_db, read):
+    """data.mdb truncated under an open reader (a copy over it restarting): each read checks its
+    length first."""
+    path = image_db("db", 40, 4)
+    with open_database(path, "lmdb") as database:
+        key = database.keys()[-1]
+        database._keys = None  # listed again below
+        if read == "items":
+            records = database.items()
+            next(records)
+        cut_short(path)
+        reads = {
+            "keys": database.keys,
+            "get": lambda: database.get(key),
+            "view": lambda: database.view(key),
+            "items": lambda: list(records),
+            "prefetch": lambda: database.prefetch([key]),
+        }
+        with pytest.raises(UserError, match="is incomplete: its data.mdb is"):
+            reads[read]()
 
 
 @pytest.mark.parametrize("db_type", DB_TYPES)

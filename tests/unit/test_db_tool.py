@@ -15,6 +15,7 @@ from PIL import Image, ImageOps
 
 from dbfactory import (
     caffe_key,
+    cut_short,
     datum_record,
     encode_image,
     make_jpeg,
@@ -208,6 +209,25 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
             assert caught.value.code == 2
             assert "use an integer from 1 to 128" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["inspect"], ["dump", "--index", "0"], ["copy"], ["bench", "--batches", "1"]],
+    ids=lambda command: command[0],
+)
+def test_an_lmdb_cut_short_is_refused_in_one_line_and_nothing_is_written(
+    tmp_path, image_db, capsys, command
+):
+    """A page past data.mdb's end would kill the command (SIGBUS, exit 135, nothing said)."""
+    db = cut_short(image_db("db", 40, 4))
+    out = str(tmp_path / "out")
+    arguments = {"dump": ["--out", out], "copy": [out]}.get(command[0], [])
+    before = sorted(os.listdir(tmp_path))
+    assert main([command[0], db, *command[1:], *arguments]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"resnet50-db {command[0]}: error: LMDB {db} is incomplete"), line
+    assert sorted(os.listdir(tmp_path)) == before  # no copy, no .out.partial-* folder
 
 
 def test_overwrite_replaces_only_a_directory_holding_nothing_but_a_database(tmp_path, capsys):

@@ -21,11 +21,13 @@ import tempfile
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import lmdb
 import numpy as np
 import plyvel
 
+from resnet50_trainer.data.formats import lmdb_safety
 from resnet50_trainer.data.formats.keys import KeyStore
 from resnet50_trainer.errors import UserError
 
@@ -191,34 +193,62 @@ def _open_lmdb(path: str) -> lmdb.Environment:
 
 class LmdbDatabase(Database):
     """lock=False: no lock file is written or needed because nobody writes while we read;
-    readahead=False: random access over a large file should not pull in neighbouring pages."""
+    readahead=False: random access over a large file should not pull in neighbouring pages.
+    data.mdb's length is checked before each read touches the map (lmdb_safety)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
         try:
             self._env: lmdb.Environment | None = _open_lmdb(path)
+            self._descriptor = os.open(os.path.join(path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
         except (lmdb.Error, OSError) as exc:
             raise UserError(
                 f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
             ) from exc
-        self._txn = self._env.begin(buffers=False)
+        self._needed = 0  # the bytes of data.mdb that the transactions begun so far read
+        try:
+            with self._beginning() as environment:
+                self._txn = environment.begin(buffers=False)
+        except UserError:
+            os.close(self._descriptor)
+            raise
         self._view_txn: lmdb.Transaction | None = None  # begun on the first view
         self._locator: _ValueLocator | None = None  # made by the first prefetch
-        self._descriptor: int | None = None  # data.mdb, for prefetch's requests
         self._prefetches = 0
         self._all_cached = False  # as the last residency check found
 
+    @contextmanager
+    def _beginning(self) -> Iterator[lmdb.Environment]:
+        """The environment to begin a transaction in, data.mdb checked to hold the pages it may
+        read; LMDB's refusal to begin it (a reader table full, a map outgrown by a writer) is
+        one line."""
+        assert self._env is not None, "a read of a closed LMDB"
+        self._needed = max(self._needed, lmdb_safety.bytes_needed(self._env))
+        self._check_complete()
+        try:
+            yield self._env
+        except lmdb.Error as exc:
+            raise UserError(
+                f"cannot read LMDB {self.path} ({exc}); read it once no other process writes to it"
+            ) from exc
+
+    def _check_complete(self) -> None:
+        lmdb_safety.check_complete(self.path, os.fstat(self._descriptor).st_size, self._needed)
+
     def _read_keys(self) -> list[bytes]:
+        self._check_complete()
         with self._txn.cursor() as cursor:
             return list(cursor.iternext(keys=True, values=False))
 
     def _lookup(self, key: bytes) -> bytes | None:
+        self._check_complete()
         return self._txn.get(key)
 
     def _lookup_view(self, key: bytes) -> bytes | memoryview | None:
         if self._view_txn is None:
-            assert self._env is not None, "view() of a closed LMDB"
-            self._view_txn = self._env.begin(buffers=True)
+            with self._beginning() as environment:
+                self._view_txn = environment.begin(buffers=True)
+        self._check_complete()
         return self._view_txn.get(key)
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
@@ -236,11 +266,8 @@ class LmdbDatabase(Database):
             if self._view_txn is None or self._env is None:
                 return
             self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
-            self._descriptor = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY)
-        descriptor = self._descriptor
-        if descriptor is None:
-            return
-        locator = self._locator
+        self._check_complete()  # the locator reads leaf pages in the map
+        descriptor, locator = self._descriptor, self._locator
         if self._prefetches % _RESIDENCY_CHECK_EVERY == 0:
             # Locating a value costs ~10 us: not spent while the whole DB is in the page cache.
             self._all_cached = locator.cached_share(0, os.fstat(descriptor).st_size) > 0.99
@@ -256,10 +283,14 @@ class LmdbDatabase(Database):
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
         # Views into the map, not copies: a reader of a few bytes of each value pages in only those.
-        assert self._env is not None, "items() of a closed LMDB"
-        with self._env.begin(buffers=True) as txn, txn.cursor() as cursor:
-            for key, value in cursor:
-                yield bytes(key), value
+        with self._beginning() as environment:
+            txn = environment.begin(buffers=True)
+        with txn, txn.cursor() as cursor:
+            more = cursor.first()
+            while more:
+                yield bytes(cursor.key()), cursor.value()
+                self._check_complete()  # before the cursor reads the next pages
+                more = cursor.next()
 
     def close(self) -> None:
         if self._env is not None:
@@ -269,9 +300,7 @@ class LmdbDatabase(Database):
             if self._view_txn is not None:
                 self._view_txn.abort()
                 self._view_txn = None
-            if self._descriptor is not None:
-                os.close(self._descriptor)
-                self._descriptor = None
+            os.close(self._descriptor)
             self._env = None  # the environment closes with its last reader
 
 

@@ -138,7 +138,6 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         workers = options.num_workers if options.restart_markers else 1
         with (
             _writing(options, build_path) as writer,
-            open_database(source, source_type) as db,
             tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress,
             _process_pool(workers) as mapped,
         ):
@@ -153,7 +152,8 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
                 summary.written += len(chunk)
         return _copied_labels(source, work_dir)
 
-    return _built_in_place(options, write)
+    with open_database(source, source_type) as db:  # a source it cannot read: nothing made
+        return _built_in_place(options, write)
 
 
 def _built_in_place(options: CreateOptions, write) -> CreateSummary:
