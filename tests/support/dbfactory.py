@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 
 import lmdb
 import numpy as np
@@ -189,3 +191,66 @@ def cut_short(lmdb_path: str, share: float = 1 / 3) -> str:
     data = os.path.join(lmdb_path, "data.mdb")
     os.truncate(data, int(os.path.getsize(data) * share))
     return lmdb_path
+
+
+# Another process's writer as LMDB's own tools write (lmdb.open's lock=True: lock.mdb, with its
+# reader table): each transaction sets every value to one byte repeated, the next byte each time;
+# four transactions a line read on stdin, or one after another until killed with "nonstop".
+_LIVE_WRITER = r"""
+import sys
+import lmdb
+
+path, count, nonstop = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "nonstop"
+environment = lmdb.open(path, map_size=1 << 28)
+byte = 0
+
+
+def fill():
+    with environment.begin(write=True) as transaction:
+        for index in range(count):
+            transaction.put(b"%05d" % index, bytes([byte]) * LIVE_VALUE_SIZE)
+
+
+fill()
+print("ready", flush=True)
+while nonstop or sys.stdin.readline():
+    for _ in range(4):
+        byte = (byte + 1) % 256
+        fill()
+    if not nonstop:
+        print(byte, flush=True)
+"""
+LIVE_VALUE_SIZE = 3000
+
+
+class LiveLmdbWriter:
+    """An LMDB at `path` that another process writes while the test reads it: its `count` values
+    all `byte` (a byte repeated LIVE_VALUE_SIZE times), rewritten four times by `rewrite()`, or
+    nonstop."""
+
+    def __init__(self, path: str, count: int, nonstop: bool = False) -> None:
+        script = f"LIVE_VALUE_SIZE = {LIVE_VALUE_SIZE}\n{_LIVE_WRITER}"
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", script, path, str(count), "nonstop" if nonstop else "asked"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None and self._process.stdin is not None
+        self._stdin, self._stdout = self._process.stdin, self._process.stdout
+        assert self._stdout.readline() == "ready\n"
+        self.byte = 0
+
+    def rewrite(self) -> None:
+        self._stdin.write("again\n")
+        self._stdin.flush()
+        self.byte = int(self._stdout.readline())
+
+    def __enter__(self) -> LiveLmdbWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._process.kill()
+        self._process.wait()
+        self._stdin.close()
+        self._stdout.close()

@@ -1,5 +1,6 @@
 """Databases read by real runs and input processes: a test DB that is the training DB, LevelDB read
-by two processes at once and left unchanged, input processes' LevelDB snapshots removed."""
+by two processes at once and left unchanged, input processes' LevelDB snapshots removed, an LMDB
+read while another process writes it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import multiprocessing
 import os
 import tempfile
 
-from dbfactory import caffe_key, datum_record, make_jpeg, write_db
+from dbfactory import LIVE_VALUE_SIZE, LiveLmdbWriter, caffe_key, datum_record, make_jpeg, write_db
 from file_digests import _file_digests
 from resnet50_trainer.data.formats.databases import open_database
 from trainer_runs import log_rows, run_trainer
@@ -37,6 +38,21 @@ def test_leveldb_is_read_by_two_processes_at_once_and_left_unchanged(tmp_path):
     with open_database(path, "leveldb") as database:  # and this process too, at the same time
         assert len(database) == 2000
     assert _file_digests(path) == before
+
+
+def test_an_lmdb_reader_keeps_its_records_while_another_process_rewrites_them(tmp_path):
+    """A writer reuses the pages of the records it replaced unless a reader's transaction in its
+    reader table (lock.mdb) still reads them: unregistered (lock=False), the reader read pages
+    half rewritten (MDB_CORRUPTED, or LMDB's assertions aborting the process)."""
+    path = str(tmp_path / "db")
+    with LiveLmdbWriter(path, 200) as writer, open_database(path, "lmdb") as database:
+        first = bytes([writer.byte]) * LIVE_VALUE_SIZE
+        viewed = database.view(b"00007")
+        writer.rewrite()
+        assert bytes(viewed) == first and database.get(b"00150") == first
+        assert bytes(database.view(b"00199")) == first  # the view's transaction began before
+        latest = bytes([writer.byte]) * LIVE_VALUE_SIZE
+        assert {bytes(value) for _, value in database.items()} == {latest}  # one snapshot
 
 
 def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):

@@ -1,9 +1,11 @@
 """resnet50-db as a process: a full disk, a FIFO list file, a signal mid-create, what --help
-imports, irregular files skipped, a seeded shuffle with input workers."""
+imports, irregular files skipped, a seeded shuffle with input workers, an LMDB another process
+writes."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dbfactory import (
+    LiveLmdbWriter,
     encode_image,
     random_pixels,
     write_class_folders,
@@ -189,6 +192,43 @@ def test_a_full_disk_fails_the_create_in_one_line_and_leaves_nothing(
     assert ("Input/output error" if db_type == "lmdb" else "No space left on device") in error
     assert f"beside {db}" in error and "MiB free there" in error and "nothing was written" in error
     assert os.listdir(two_megabyte_disk) == []
+
+
+def test_a_copy_of_an_lmdb_another_process_writes_is_one_snapshot_of_it(tmp_path, capsys):
+    """The copy reads through the writer's reader table (lock.mdb), so the writer leaves its
+    pages alone: read without it, the copy aborted on LMDB's assertions (exit 134) in most tries
+    and left its .DB.partial-* folder behind."""
+    source = str(tmp_path / "source")
+    with LiveLmdbWriter(source, 300, nonstop=True):
+        for attempt in range(3):
+            copy = str(tmp_path / f"copy{attempt}")
+            assert main(["copy", source, copy]) == 0, capsys.readouterr().err
+            values = [value for _, value in _stored_values(copy, "lmdb")]
+            assert len(values) == 300 and len(set(values)) == 1  # one transaction's
+    assert sorted(os.listdir(tmp_path)) == ["copy0", "copy1", "copy2", "source"]
+
+
+def test_an_lmdb_another_process_writes_is_refused_where_its_lock_file_is_not_writable(tmp_path):
+    """A reader that cannot register in the writer's reader table cannot keep its pages."""
+    source = str(tmp_path / "source")
+    as_a_user = []  # root writes any file: it runs without that power
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to drop root's powers")
+        as_a_user = ["setpriv", "--securebits", "+noroot,+noroot_locked", "--bounding-set", "-all"]
+    with LiveLmdbWriter(source, 10):
+        os.chmod(os.path.join(source, "lock.mdb"), 0o444)
+        done = subprocess.run(
+            [*as_a_user, sys.executable, "-m", "resnet50_trainer.tools.db", "inspect", source],
+            capture_output=True,
+            text=True,
+            env=trainer_env(),
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"LMDB {source} is open in another process (pid " in line
+    assert "lock.mdb is not writable by you" in line and "once that process has closed it" in line
 
 
 def test_help_and_the_subcommands_but_bench_do_not_import_torch():

@@ -186,13 +186,14 @@ def _open_lmdb(path: str) -> lmdb.Environment:
     key = (os.getpid(), info.st_dev, info.st_ino)
     environment = _OPEN_LMDB.get(key)
     if environment is None:
-        environment = lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True)
+        lock = lmdb_safety.must_register(path)
+        environment = lmdb.open(path, readonly=True, lock=lock, readahead=False, subdir=True)
         _OPEN_LMDB[key] = environment
     return environment
 
 
 class LmdbDatabase(Database):
-    """lock=False: no lock file is written or needed because nobody writes while we read;
+    """Opened without a lock file unless another process has the DB open (lmdb_safety);
     readahead=False: random access over a large file should not pull in neighbouring pages.
     data.mdb's length is checked before each read touches the map (lmdb_safety)."""
 
