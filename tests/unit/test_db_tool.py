@@ -230,6 +230,30 @@ def test_an_lmdb_cut_short_is_refused_in_one_line_and_nothing_is_written(
     assert sorted(os.listdir(tmp_path)) == before  # no copy, no .out.partial-* folder
 
 
+def test_keys_lmdb_cannot_store_are_named_before_anything_is_written(tmp_path, capsys):
+    """LevelDB takes any key; LMDB 1 to 511 bytes (max_key_size): a copy to LMDB or a create
+    whose image paths make longer keys is refused at the first such key, naming the limit (LMDB
+    reports it as a write error, which read as a full disk)."""
+    long_key = b"k" * 600
+    for unfit, size in [(long_key, 600), (b"", 0)]:
+        source = write_db(
+            str(tmp_path / f"source{size}"), "leveldb", [(b"a", b"v"), (unfit, b"v"), (b"z", b"v")]
+        )
+        assert main(["copy", source, str(tmp_path / "copy"), "--db_type", "lmdb"]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert f"is {size} bytes, but LMDB keys are 1 to 511 bytes; copy it to a LevelDB" in line
+        assert not os.path.exists(tmp_path / "copy")
+    assert main(["copy", source, str(tmp_path / "copy")]) == 0  # a LevelDB takes it
+    image = os.path.join("d" * 200, "e" * 200, "f" * 120 + ".jpg")  # a key of 9 + 526 bytes
+    os.makedirs(os.path.dirname(tmp_path / "images" / image))
+    (tmp_path / "images" / image).write_bytes(make_jpeg())
+    (tmp_path / "list.txt").write_text(f"{image} 0\n")
+    list_file = ["--list_file", str(tmp_path / "list.txt"), "--root", str(tmp_path / "images")]
+    assert main(["create", *list_file, str(tmp_path / "created")]) == 2
+    assert "is 535 bytes, but LMDB keys are 1 to 511 bytes; shorten" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["copy", "images", "list.txt", "source0", "source600"]
+
+
 def test_overwrite_replaces_only_a_directory_holding_nothing_but_a_database(tmp_path, capsys):
     """A folder with a database's file name in it and anything else (a project, the source of
     the copy itself) is refused with --overwrite, and left as it was; a database alone is

@@ -4,13 +4,17 @@ began (resnet50-db create and the tests write through them)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
 import lmdb
 import plyvel
 
 from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.errors import UserError
 
 
@@ -99,6 +103,35 @@ class LevelDbWriter(DatabaseWriter):
         for name in ("LOG", "LOG.old"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.path, name))
+
+
+def check_keys_fit(keys: Iterable[bytes], db_type: str, fix: str) -> None:
+    """UserError, saying `fix`, at the first of `keys` that a database of `db_type` cannot store:
+    LMDB's keys are 1 byte to its maximum key size (511 bytes as built); LevelDB takes any."""
+    if db_type != LMDB:
+        return
+    limit = _lmdb_max_key_size()
+    unfit = next((key for key in keys if not 0 < len(key) <= limit), None)
+    if unfit is not None:
+        shown = printable_key(unfit[:_KEY_SHOWN]) + ("..." if len(unfit) > _KEY_SHOWN else "")
+        raise UserError(
+            f"key {shown} is {len(unfit)} bytes, but LMDB keys are 1 to {limit} bytes; {fix}; "
+            "nothing was written"
+        )
+
+
+_KEY_SHOWN = 60  # bytes of an unfit key the refusal shows
+
+
+@functools.cache
+def _lmdb_max_key_size() -> int:
+    """The LMDB library's limit, asked of a throwaway environment (py-lmdb asks one)."""
+    with tempfile.TemporaryDirectory() as directory:
+        environment = lmdb.open(directory, lock=False)
+        try:
+            return environment.max_key_size()
+        finally:
+            environment.close()
 
 
 def open_writer(path: str, db_type: str, batch_size: int = 1000) -> DatabaseWriter:

@@ -34,7 +34,7 @@ from resnet50_trainer.data.formats.databases import (
     open_database,
 )
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
-from resnet50_trainer.data.formats.writers import open_writer
+from resnet50_trainer.data.formats.writers import check_keys_fit, open_writer
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.sources import (
     CreateOptions,
@@ -153,6 +153,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         return _copied_labels(source, work_dir)
 
     with open_database(source, source_type) as db:  # a source it cannot read: nothing made
+        check_keys_fit(db.keys(), options.db_type, "copy it to a LevelDB (--db_type leveldb)")
         return _built_in_place(options, write)
 
 
@@ -267,6 +268,12 @@ def _write_records(
     summary: CreateSummary,
     check_stop: Callable[[], None],
 ) -> None:
+    check_keys_fit(
+        (task.key.encode("utf-8", "surrogateescape") for task in tasks),
+        options.db_type,
+        "shorten the image's path (a key is its number and its path) or build a LevelDB "
+        "(--db_type leveldb)",
+    )
     convert = partial(_convert_task, options=options)
     with (
         _writing(options, build_path) as writer,
