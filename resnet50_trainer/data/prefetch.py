@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
-from resnet50_trainer.errors import preempt_signals_blocked
+from resnet50_trainer.errors import ONE_LINE_ERRORS, preempt_signals_blocked
 
 
 class DevicePrefetcher:
@@ -39,7 +39,7 @@ class DevicePrefetcher:
 
     def __iter__(self) -> Iterator[Batch]:
         with preempt_signals_blocked():  # input processes start here (see ignore_stop_signals)
-            iterator = iter(self.batches)
+            iterator = _their_own_lines(iter(self.batches))
         if self.device.type != "cuda":
             return (self._staged(batch) for batch in iterator)
         return self._overlapped(iterator)
@@ -69,3 +69,17 @@ class DevicePrefetcher:
         # After the stage: the GPU decoder may find every JPEG of a batch bad too.
         staged = self.stage(batch)
         return staged if self.allow_empty else require_records(staged)
+
+
+def _their_own_lines(batches: Iterator) -> Iterator:
+    """`batches`, and a one-line error (errors.py) raised in an input process raised again with
+    its own line: the DataLoader re-raises it as its type with torch's message ("Caught UserError
+    in DataLoader worker process 0.", then the traceback, whose last line is "module.Type:
+    message")."""
+    try:
+        yield from batches
+    except ONE_LINE_ERRORS as error:
+        lines = str(error).splitlines()
+        if len(lines) < 2:  # raised in this process (no input processes)
+            raise
+        raise type(error)(lines[-1].split(": ", 1)[-1]) from error

@@ -1,6 +1,6 @@
 """Databases read by real runs and input processes: a test DB that is the training DB, LevelDB read
 by two processes at once and left unchanged, input processes' LevelDB snapshots removed, an LMDB
-read while another process writes it."""
+read while another process writes it, or cut short while input processes read it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,21 @@ import multiprocessing
 import os
 import tempfile
 
-from dbfactory import LIVE_VALUE_SIZE, LiveLmdbWriter, caffe_key, datum_record, make_jpeg, write_db
+import pytest
+
+from dbfactory import (
+    LIVE_VALUE_SIZE,
+    LiveLmdbWriter,
+    caffe_key,
+    cut_short,
+    datum_record,
+    make_jpeg,
+    write_db,
+)
 from file_digests import _file_digests
+from image_records import records_of
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.errors import UserError
 from trainer_runs import log_rows, run_trainer
 
 
@@ -53,6 +65,27 @@ def test_an_lmdb_reader_keeps_its_records_while_another_process_rewrites_them(tm
         assert bytes(database.view(b"00199")) == first  # the view's transaction began before
         latest = bytes([writer.byte]) * LIVE_VALUE_SIZE
         assert {bytes(value) for _, value in database.items()} == {latest}  # one snapshot
+
+
+def test_an_lmdb_cut_short_under_input_processes_ends_in_its_own_line(image_db):
+    """data.mdb cut short once the keys are read: the input process's one-line refusal reaches
+    the training process as the DataLoader re-raises it (its message torch's, the traceback),
+    and is raised again with its own line."""
+    import torch
+
+    from resnet50_trainer.data.cpu_decode import CpuDecode
+    from resnet50_trainer.data.input_pipeline import make_loader
+    from resnet50_trainer.data.prefetch import DevicePrefetcher
+
+    path = image_db("db", 40, 4)
+    records = records_of(CpuDecode, path, train=False)
+    loader = make_loader(records, [[0, 1], [2, 3]], 1, False)
+    batches = DevicePrefetcher(loader, torch.device("cpu"), lambda batch: batch, allow_empty=True)
+    cut_short(path)
+    with pytest.raises(UserError) as refused:
+        list(batches)
+    assert str(refused.value).startswith(f"LMDB {path} is incomplete: its data.mdb is ")
+    assert "\n" not in str(refused.value)
 
 
 def test_input_processes_remove_their_leveldb_snapshots(tmp_path, monkeypatch):
