@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,18 +124,16 @@ def _children(pid: int) -> list[int]:
         return [int(child) for child in file.read().split()]
 
 
-@pytest.mark.parametrize(
-    "signum, workers",
-    [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2"), (signal.SIGHUP, "2")],
-)
-def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
-    """Deterministically mid-write: every missing file in the list is named on stderr, which the
-    test does not read, so create blocks once the pipe is full, with its database half written."""
+def _create_blocked_mid_write(tmp_path: Path, workers: str = "1") -> subprocess.Popen:
+    """`create` into tmp_path/out/db, deterministically mid-write once its folder is there: every
+    missing file in the list is named on stderr, which nobody reads, so create blocks once the
+    pipe is full, with its database half written."""
     write_class_folders(str(tmp_path / "images"), 1, 4)
     lines = [f"class_0/img_{index}.jpg 0" for index in range(4)]
     lines += [f"missing/{index:05d}_{'x' * 60}.jpg 1" for index in range(3000)]  # > 64 KiB named
     (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
-    (tmp_path / "out").mkdir()
+    (tmp_path / "out").mkdir(exist_ok=True)
+    before = set(os.listdir(tmp_path / "out"))
     process = subprocess.Popen(
         [
             sys.executable,
@@ -154,8 +153,17 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
         text=True,
         env=trainer_env(),
     )
+    wait_for(lambda: set(os.listdir(tmp_path / "out")) - before, 60, "the temporary database")
+    return process
+
+
+@pytest.mark.parametrize(
+    "signum, workers",
+    [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "2"), (signal.SIGHUP, "2")],
+)
+def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, workers):
+    process = _create_blocked_mid_write(tmp_path, workers)
     try:
-        wait_for(lambda: os.listdir(tmp_path / "out"), 60, "the temporary database")
         assert process.poll() is None  # it cannot end before its stderr is read
         workers_pids = _children(process.pid)
         os.kill(process.pid, signum)
@@ -171,6 +179,30 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
     assert "Traceback" not in stderr and "Logging error" not in stderr
     assert os.listdir(tmp_path / "out") == []
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers_pids)
+
+
+def test_the_folder_of_a_killed_build_is_removed_by_the_next_build_of_its_target(tmp_path):
+    """SIGKILL leaves a build no moment to remove its .DB.partial-* folder: the next build of the
+    same target removes it, and leaves alone the folder of a build that still runs."""
+    write_class_folders(str(tmp_path / "good"), 1, 2)
+    build_again = [str(tmp_path / "good"), str(tmp_path / "out" / "db"), "--overwrite"]
+    killed = _create_blocked_mid_write(tmp_path)
+    killed.kill()
+    killed.communicate(timeout=60)
+    (left,) = os.listdir(tmp_path / "out")
+    running = _create_blocked_mid_write(tmp_path)
+    try:
+        for folder in os.listdir(tmp_path / "out"):  # a minute later: both old enough to go
+            os.utime(tmp_path / "out" / folder, (time.time() - 61,) * 2)
+        assert _create(*build_again).returncode == 0
+        (held,) = set(os.listdir(tmp_path / "out")) - {"db", "db.labels.txt"}
+        assert held != left and running.poll() is None
+    finally:
+        running.kill()
+        running.communicate(timeout=60)
+    os.utime(tmp_path / "out" / held, (time.time() - 61,) * 2)
+    assert _create(*build_again).returncode == 0
+    assert sorted(os.listdir(tmp_path / "out")) == ["db", "db.labels.txt"]
 
 
 @pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])

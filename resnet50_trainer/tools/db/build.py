@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +45,7 @@ from resnet50_trainer.tools.db.sources import (
     restart_markers_if_jpeg,
     shuffled,
 )
+from resnet50_trainer.tools.db.work_dir import work_directory
 
 log = logging.getLogger(__name__)
 
@@ -165,22 +165,15 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     _check_target(target, options.overwrite)
     summary = CreateSummary(db_path=target)
     started = time.perf_counter()
-    with _StopOnSignals().installed() as stop:
-        work_dir = tempfile.mkdtemp(
-            prefix=f".{os.path.basename(target)}.partial-",
-            dir=os.path.dirname(os.path.abspath(target)),
-        )
-        try:
-            build_path = os.path.join(work_dir, "db")
-            labels = write(build_path, work_dir, summary, stop.check)
-            stop.check()  # the last moment to stop: what follows puts the database in place
-            _check_target(target, options.overwrite)  # what appeared there meanwhile stays
-            _install(build_path, target, work_dir)
-            if labels is not None:
-                summary.labels_path = labels_path_for(target)
-                os.replace(labels, summary.labels_path)
-        finally:
-            shutil.rmtree(work_dir, ignore_errors=True)
+    with _StopOnSignals().installed() as stop, work_directory(target) as work_dir:
+        build_path = os.path.join(work_dir, "db")
+        labels = write(build_path, work_dir, summary, stop.check)
+        stop.check()  # the last moment to stop: what follows puts the database in place
+        _check_target(target, options.overwrite)  # what appeared there meanwhile stays
+        _install(build_path, target, work_dir)
+        if labels is not None:
+            summary.labels_path = labels_path_for(target)
+            os.replace(labels, summary.labels_path)
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
