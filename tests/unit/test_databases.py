@@ -92,6 +92,26 @@ def test_an_lmdb_cut_short_while_open_is_refused_at_the_next_read(image_db, read
             reads[read]()
 
 
+def test_a_damaged_lmdb_is_named_in_one_line(tmp_path):
+    """LMDB's own errors on a damaged page (MDB_CORRUPTED) end in one line naming the DB."""
+    path = write_db(str(tmp_path / "db"), "lmdb", RECORDS)
+    with open(os.path.join(path, "data.mdb"), "r+b") as data:
+        pages = data.read()
+        page_size = 4096
+        leaves = [at for at in range(0, len(pages), page_size) if pages[at + 10] == _LEAF]
+        assert len(leaves) == 1  # six small records
+        data.seek(leaves[0] + 10)
+        data.write(bytes([_OVERFLOW]))  # its flags: a leaf page no longer
+    with pytest.raises(UserError) as refused:
+        open_database(path, "lmdb")
+    message = str(refused.value)
+    assert message.startswith(f"cannot read LMDB {path} (") and "MDB_CORRUPTED" in message
+    assert "copy it again from its source" in message
+
+
+_LEAF, _OVERFLOW = 0x02, 0x04  # MDB_page.mp_flags, at byte 10 of a page
+
+
 @pytest.mark.parametrize("db_type", DB_TYPES)
 def test_empty_database_is_refused_unless_allowed(tmp_path, db_type):
     path = write_db(str(tmp_path / "db"), db_type, [])

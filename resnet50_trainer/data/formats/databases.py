@@ -220,37 +220,41 @@ class LmdbDatabase(Database):
 
     @contextmanager
     def _beginning(self) -> Iterator[lmdb.Environment]:
-        """The environment to begin a transaction in, data.mdb checked to hold the pages it may
-        read; LMDB's refusal to begin it (a reader table full, a map outgrown by a writer) is
-        one line."""
+        """The environment to begin a transaction in (a read of the map: _reading), data.mdb's
+        length needed updated to the newest transaction's."""
         assert self._env is not None, "a read of a closed LMDB"
         self._needed = max(self._needed, lmdb_safety.bytes_needed(self._env))
-        self._check_complete()
-        try:
+        with self._reading():
             yield self._env
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read of the map, after data.mdb is checked to hold the pages it may touch; LMDB's
+        errors (a damaged page, a reader table full, a map outgrown by a writer) in one line."""
+        size = os.fstat(self._descriptor).st_size
+        lmdb_safety.check_complete(self.path, size, self._needed)
+        try:
+            yield
         except lmdb.Error as exc:
             raise UserError(
-                f"cannot read LMDB {self.path} ({exc}); read it once no other process writes to it"
+                f"cannot read LMDB {self.path} ({exc}): it is damaged, or another process writes "
+                "to it; copy it again from its source once nothing writes to it"
             ) from exc
 
-    def _check_complete(self) -> None:
-        lmdb_safety.check_complete(self.path, os.fstat(self._descriptor).st_size, self._needed)
-
     def _read_keys(self) -> list[bytes]:
-        self._check_complete()
-        with self._txn.cursor() as cursor:
+        with self._reading(), self._txn.cursor() as cursor:
             return list(cursor.iternext(keys=True, values=False))
 
     def _lookup(self, key: bytes) -> bytes | None:
-        self._check_complete()
-        return self._txn.get(key)
+        with self._reading():
+            return self._txn.get(key)
 
     def _lookup_view(self, key: bytes) -> bytes | memoryview | None:
         if self._view_txn is None:
             with self._beginning() as environment:
                 self._view_txn = environment.begin(buffers=True)
-        self._check_complete()
-        return self._view_txn.get(key)
+        with self._reading():
+            return self._view_txn.get(key)
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
         """Each contiguous stretch of data.mdb that the records' values fill becomes one
@@ -264,11 +268,15 @@ class LmdbDatabase(Database):
             return
         if self._locator is None:
             self._lookup_view(keys[0])  # begins the view transaction the locator reads through
-            if self._view_txn is None or self._env is None:
-                return
-            self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
-        self._check_complete()  # the locator reads leaf pages in the map
-        descriptor, locator = self._descriptor, self._locator
+        if self._view_txn is None or self._env is None:
+            return
+        with self._reading():  # the locator reads leaf pages in the map
+            if self._locator is None:
+                self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
+            self._ask_storage(self._locator, keys)
+
+    def _ask_storage(self, locator: _ValueLocator, keys: list[bytes]) -> None:
+        descriptor = self._descriptor
         if self._prefetches % _RESIDENCY_CHECK_EVERY == 0:
             # Locating a value costs ~10 us: not spent while the whole DB is in the page cache.
             self._all_cached = locator.cached_share(0, os.fstat(descriptor).st_size) > 0.99
@@ -287,11 +295,12 @@ class LmdbDatabase(Database):
         with self._beginning() as environment:
             txn = environment.begin(buffers=True)
         with txn, txn.cursor() as cursor:
-            more = cursor.first()
+            with self._reading():
+                more = cursor.first()
             while more:
                 yield bytes(cursor.key()), cursor.value()
-                self._check_complete()  # before the cursor reads the next pages
-                more = cursor.next()
+                with self._reading():  # data.mdb checked before the cursor reads the next pages
+                    more = cursor.next()
 
     def close(self) -> None:
         if self._env is not None:
