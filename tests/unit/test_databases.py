@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+import plyvel
 import pytest
 
 from dbfactory import cut_short, write_db
@@ -110,6 +111,24 @@ def test_a_damaged_lmdb_is_named_in_one_line(tmp_path):
 
 
 _LEAF, _OVERFLOW = 0x02, 0x04  # MDB_page.mp_flags, at byte 10 of a page
+
+
+def test_a_damaged_leveldb_is_named_in_one_line(tmp_path):
+    """A table file cut short: plyvel's error in one line naming the DB's file, not the link in
+    the reader's snapshot."""
+    path = write_db(
+        str(tmp_path / "db"), "leveldb", [(b"%05d" % i, bytes(3000)) for i in range(300)]
+    )
+    compacted = plyvel.DB(path)  # the records in a table file
+    compacted.compact_range()
+    compacted.close()
+    (table,) = [name for name in os.listdir(path) if name.endswith(".ldb")]
+    os.truncate(os.path.join(path, table), os.path.getsize(os.path.join(path, table)) // 3)
+    with pytest.raises(UserError) as refused:
+        open_database(path, "leveldb")
+    message = str(refused.value)
+    assert message.startswith(f"cannot read LevelDB {path} (") and "\n" not in message
+    assert f"{path}/{table}" in message and "copy it again from its source" in message
 
 
 @pytest.mark.parametrize("db_type", DB_TYPES)

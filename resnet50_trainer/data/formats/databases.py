@@ -34,7 +34,8 @@ from resnet50_trainer.errors import UserError
 LMDB = "lmdb"
 LEVELDB = "leveldb"
 DB_TYPES = (LMDB, LEVELDB)
-_DB_NAMES = {LMDB: "an LMDB", LEVELDB: "a LevelDB"}
+_DB_NAMES = {LMDB: "LMDB", LEVELDB: "LevelDB"}
+_ARTICLES = {LMDB: "an", LEVELDB: "a"}
 
 
 def detect_db_type(path: str) -> str | None:
@@ -87,7 +88,7 @@ def check_database_path(path: str, db_type: str) -> None:
         )
     if found != db_type:
         raise UserError(
-            f"{path} is {_DB_NAMES[found]} database but --db_type {db_type} "
+            f"{path} is {_ARTICLES[found]} {_DB_NAMES[found]} database but --db_type {db_type} "
             f"was given; pass --db_type {found}"
         )
 
@@ -124,6 +125,25 @@ class Database(ABC):
     @abstractmethod
     def _read_keys(self) -> list[bytes]:
         """All keys, in the database's (sorted) order."""
+
+    _READ_ERRORS: tuple[type[Exception], ...]  # the library's errors while reading
+
+    def _said(self, error: Exception) -> str:
+        """What the library says of `error`, in the database's terms."""
+        return str(error)
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read of the database: its library's errors (a damaged file, another process's
+        writes) in one line."""
+        try:
+            yield
+        except self._READ_ERRORS as exc:
+            raise UserError(
+                f"cannot read {_DB_NAMES[self.db_type]} {self.path} ({self._said(exc)}): it is "
+                "damaged, or another process writes to it; copy it again from its source once "
+                "nothing writes to it"
+            ) from exc
 
     def get(self, key: bytes) -> bytes:
         """The value stored under `key`; UserError if there is none."""
@@ -227,19 +247,15 @@ class LmdbDatabase(Database):
         with self._reading():
             yield self._env
 
+    _READ_ERRORS = (lmdb.Error,)  # a damaged page, a reader table full, a map outgrown
+
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """A read of the map, after data.mdb is checked to hold the pages it may touch; LMDB's
-        errors (a damaged page, a reader table full, a map outgrown by a writer) in one line."""
+        """A read of the map, after data.mdb is checked to hold the pages it may touch."""
         size = os.fstat(self._descriptor).st_size
         lmdb_safety.check_complete(self.path, size, self._needed)
-        try:
+        with super()._reading():
             yield
-        except lmdb.Error as exc:
-            raise UserError(
-                f"cannot read LMDB {self.path} ({exc}): it is damaged, or another process writes "
-                "to it; copy it again from its source once nothing writes to it"
-            ) from exc
 
     def _read_keys(self) -> list[bytes]:
         with self._reading(), self._txn.cursor() as cursor:
@@ -503,14 +519,24 @@ class LevelDbDatabase(Database):
             self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0
         )
 
+    _READ_ERRORS = (plyvel.Error,)  # a damaged or truncated table file
+
+    def _said(self, error: Exception) -> str:
+        said = error.args[0] if error.args else ""  # plyvel says it in bytes
+        text = said.decode(errors="replace") if isinstance(said, bytes) else str(error)
+        return text.replace(self._snapshot, self.path)  # its files, not their links
+
     def _read_keys(self) -> list[bytes]:
-        return list(self._db.iterator(include_value=False))
+        with self._reading():
+            return list(self._db.iterator(include_value=False))
 
     def _lookup(self, key: bytes) -> bytes | None:
-        return self._db.get(key)
+        with self._reading():
+            return self._db.get(key)
 
     def items(self) -> Iterator[tuple[bytes, bytes | memoryview]]:
-        return iter(self._db.iterator())
+        with self._reading():
+            yield from self._db.iterator()
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
         """Nothing: LevelDB reads a record's block itself, in one request (its table files are

@@ -141,7 +141,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
             tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress,
             _process_pool(workers) as mapped,
         ):
-            for chunk in _chunks(_read_source(db, source), COPY_CHUNK):
+            for chunk in _chunks(db.items(), COPY_CHUNK):
                 values = [bytes(value) for _, value in chunk]
                 if options.restart_markers:
                     values = list(mapped(_marked_value, values))
@@ -177,17 +177,6 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
-
-
-def _read_source(db, source: str):
-    """The source's records; its read errors named as the source's (not the copy's writes)."""
-    try:
-        yield from db.items()
-    except (lmdb.Error, plyvel.Error) as exc:
-        raise UserError(
-            f"cannot read {source} ({exc}); if another process is writing to it, copy it once "
-            "nothing does; nothing was written"
-        ) from exc
 
 
 def _copied_labels(source: str, work_dir: str) -> str | None:
