@@ -27,7 +27,7 @@ import lmdb
 import numpy as np
 import plyvel
 
-from resnet50_trainer.data.formats import lmdb_safety
+from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
 from resnet50_trainer.data.formats.keys import KeyStore
 from resnet50_trainer.errors import UserError
 
@@ -212,6 +212,11 @@ def _open_lmdb(path: str) -> lmdb.Environment:
     return environment
 
 
+# The snapshots (data.mdb's device, inode, size, modification and the transaction) whose B-tree
+# this process, or the one it was forked from, has checked.
+_CHECKED_TREES: set[tuple[int, int, int, int, int]] = set()
+
+
 class LmdbDatabase(Database):
     """Opened without a lock file unless another process has the DB open (lmdb_safety);
     readahead=False: random access over a large file should not pull in neighbouring pages.
@@ -230,6 +235,7 @@ class LmdbDatabase(Database):
         try:
             with self._beginning() as environment:
                 self._txn = environment.begin(buffers=False)
+                self._check_tree(environment)
         except UserError:
             os.close(self._descriptor)
             raise
@@ -256,6 +262,16 @@ class LmdbDatabase(Database):
         lmdb_safety.check_complete(self.path, size, self._needed)
         with super()._reading():
             yield
+
+    def _check_tree(self, environment: lmdb.Environment) -> None:
+        """The B-tree of this reader's snapshot checked before LMDB walks it (lmdb_tree): once a
+        process, and an input process inherits its training process's check."""
+        info = os.fstat(self._descriptor)
+        snapshot = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, self._txn.id())
+        if snapshot not in _CHECKED_TREES:
+            page_size = environment.stat()["psize"]
+            lmdb_tree.check_tree(self.path, self._descriptor, page_size, self._txn.id())
+            _CHECKED_TREES.add(snapshot)
 
     def _read_keys(self) -> list[bytes]:
         with self._reading(), self._txn.cursor() as cursor:
