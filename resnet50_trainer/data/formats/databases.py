@@ -22,6 +22,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import lmdb
 import numpy as np
@@ -132,18 +133,21 @@ class Database(ABC):
         """What the library says of `error`, in the database's terms."""
         return str(error)
 
+    def _unreadable(self, error: Exception) -> UserError:
+        """The library's `error` while reading (a damaged file, another process's writes)."""
+        return UserError(
+            f"cannot read {_DB_NAMES[self.db_type]} {self.path} ({self._said(error)}): it is "
+            "damaged, or another process writes to it; copy it again from its source once "
+            "nothing writes to it"
+        )
+
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """A read of the database: its library's errors (a damaged file, another process's
-        writes) in one line."""
+        """A read of the database, the library's errors in one line (_unreadable)."""
         try:
             yield
         except self._READ_ERRORS as exc:
-            raise UserError(
-                f"cannot read {_DB_NAMES[self.db_type]} {self.path} ({self._said(exc)}): it is "
-                "damaged, or another process writes to it; copy it again from its source once "
-                "nothing writes to it"
-            ) from exc
+            raise self._unreadable(exc) from exc
 
     def get(self, key: bytes) -> bytes:
         """The value stored under `key`; UserError if there is none."""
@@ -217,6 +221,9 @@ def _open_lmdb(path: str) -> lmdb.Environment:
 _CHECKED_TREES: set[tuple[int, int, int, int, int]] = set()
 
 
+_Value = TypeVar("_Value", bytes, memoryview)  # a transaction's values: copies or views
+
+
 class LmdbDatabase(Database):
     """Opened without a lock file unless another process has the DB open (lmdb_safety);
     readahead=False: random access over a large file should not pull in neighbouring pages.
@@ -239,7 +246,7 @@ class LmdbDatabase(Database):
         except UserError:
             os.close(self._descriptor)
             raise
-        self._view_txn: lmdb.Transaction | None = None  # begun on the first view
+        self._view_txn: lmdb.Transaction[memoryview] | None = None  # begun on the first view
         self._locator: _ValueLocator | None = None  # made by the first prefetch
         self._prefetches = 0
         self._all_cached = False  # as the last residency check found
@@ -258,10 +265,12 @@ class LmdbDatabase(Database):
     @contextmanager
     def _reading(self) -> Iterator[None]:
         """A read of the map, after data.mdb is checked to hold the pages it may touch."""
-        size = os.fstat(self._descriptor).st_size
-        lmdb_safety.check_complete(self.path, size, self._needed)
+        self._check_complete()
         with super()._reading():
             yield
+
+    def _check_complete(self) -> None:
+        lmdb_safety.check_complete(self.path, os.fstat(self._descriptor).st_size, self._needed)
 
     def _check_tree(self, environment: lmdb.Environment) -> None:
         """The B-tree of this reader's snapshot checked before LMDB walks it (lmdb_tree): once a
@@ -278,15 +287,21 @@ class LmdbDatabase(Database):
             return list(cursor.iternext(keys=True, values=False))
 
     def _lookup(self, key: bytes) -> bytes | None:
-        with self._reading():
-            return self._txn.get(key)
+        return self._get(self._txn, key)
 
     def _lookup_view(self, key: bytes) -> bytes | memoryview | None:
         if self._view_txn is None:
             with self._beginning() as environment:
                 self._view_txn = environment.begin(buffers=True)
-        with self._reading():
-            return self._view_txn.get(key)
+        return self._get(self._view_txn, key)
+
+    def _get(self, transaction: lmdb.Transaction[_Value], key: bytes) -> _Value | None:
+        """`key`'s value, as _reading reads (without a context manager's cost: once a record)."""
+        self._check_complete()
+        try:
+            return transaction.get(key)
+        except lmdb.Error as exc:
+            raise self._unreadable(exc) from exc
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
         """Each contiguous stretch of data.mdb that the records' values fill becomes one
@@ -327,12 +342,14 @@ class LmdbDatabase(Database):
         with self._beginning() as environment:
             txn = environment.begin(buffers=True)
         with txn, txn.cursor() as cursor:
-            with self._reading():
+            try:
                 more = cursor.first()
-            while more:
-                yield bytes(cursor.key()), cursor.value()
-                with self._reading():  # data.mdb checked before the cursor reads the next pages
+                while more:
+                    yield bytes(cursor.key()), cursor.value()
+                    self._check_complete()  # before the cursor reads the next pages
                     more = cursor.next()
+            except lmdb.Error as exc:
+                raise self._unreadable(exc) from exc
 
     def close(self) -> None:
         if self._env is not None:
