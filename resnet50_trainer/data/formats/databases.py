@@ -219,15 +219,14 @@ def _open_lmdb(path: str) -> lmdb.Environment:
 # The snapshots (data.mdb's device, inode, size, modification and the transaction) whose B-tree
 # this process, or the one it was forked from, has checked.
 _CHECKED_TREES: set[tuple[int, int, int, int, int]] = set()
-
-
 _Value = TypeVar("_Value", bytes, memoryview)  # a transaction's values: copies or views
 
 
 class LmdbDatabase(Database):
     """Opened without a lock file unless another process has the DB open (lmdb_safety);
     readahead=False: random access over a large file should not pull in neighbouring pages.
-    data.mdb's length is checked before each read touches the map (lmdb_safety)."""
+    data.mdb's length is checked before each read touches the map (lmdb_safety), and its B-tree
+    once a process before LMDB walks it (lmdb_tree)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path, LMDB)
