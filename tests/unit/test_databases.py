@@ -175,6 +175,21 @@ def test_lmdb_reader_writes_no_lock_file(tmp_path):
     assert os.listdir(path) == ["data.mdb"]
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_lock_file_that_is_no_file_is_no_writer(tmp_path, kind):
+    """Whether another process has the DB open is asked of lock.mdb: a FIFO in its place must not
+    block the reader (no writer at its other end), nor anything else stop it."""
+    path = write_db(str(tmp_path / "db"), "lmdb", RECORDS)
+    lock_file = os.path.join(path, "lock.mdb")
+    os.remove(lock_file)
+    if kind == "fifo":
+        os.mkfifo(lock_file)
+    else:
+        os.mkdir(lock_file)
+    with open_database(path, "lmdb") as database:
+        assert database.get(b"003") == b"value-3"
+
+
 def test_lmdb_writer_grows_its_map_as_needed(tmp_path):
     path = str(tmp_path / "db")
     chunk = os.urandom(1 << 20)

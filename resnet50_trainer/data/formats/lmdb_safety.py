@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import struct
 
 import lmdb
@@ -44,11 +45,13 @@ def _lock_holder(lock_file: str) -> int | None:
     """The pid of another process with the LMDB of `lock_file` open through LMDB's locking (each
     such process holds a shared fcntl lock on lock.mdb's first byte while it has it open), or
     None. Asked only where this process has no lock on it: closing the descriptor drops those."""
-    try:
-        descriptor = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    try:  # O_NONBLOCK: a FIFO in its place must not hang the reader
+        descriptor = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None  # no lock file LMDB could use
         asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
         kind, *_, pid = _FLOCK.unpack(fcntl.fcntl(descriptor, fcntl.F_GETLK, asked))
     finally:
