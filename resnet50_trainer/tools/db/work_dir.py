@@ -6,6 +6,7 @@ of the same target removes the folders nobody holds."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -31,7 +32,8 @@ def work_directory(target: str) -> Iterator[str]:
     path = tempfile.mkdtemp(prefix=prefix, dir=parent)
     held = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(held, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # no flock on folders there (NFS): never swept
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
