@@ -54,6 +54,8 @@ def _lock_holder(lock_file: str) -> int | None:
             return None  # no lock file LMDB could use
         asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
         kind, *_, pid = _FLOCK.unpack(fcntl.fcntl(descriptor, fcntl.F_GETLK, asked))
+    except OSError:
+        return None  # a filesystem without locks: none to see
     finally:
         os.close(descriptor)
     return None if kind == fcntl.F_UNLCK else pid
