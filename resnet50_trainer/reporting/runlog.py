@@ -82,9 +82,7 @@ class RunLog:
         try:
             self._append(f"# {argparse.Namespace(**config.to_dict())}\n", self.columns)
         except UserError:
-            self.close()
-            with contextlib.suppress(OSError):  # the write's error is the one to report
-                os.unlink(self.path)
+            self.discard()
             raise
 
     def write(self, row: EpochRow) -> None:
@@ -92,6 +90,12 @@ class RunLog:
 
     def close(self) -> None:
         os.close(self._descriptor)
+
+    def discard(self) -> None:
+        """Closed and removed: the log of a run that ends before its first row."""
+        self.close()
+        with contextlib.suppress(OSError):  # the error that ended the run is the one to report
+            os.unlink(self.path)
 
     def _append(self, text: str, row) -> None:
         """`text` and a CSV row, synced to disk, or nothing of them."""

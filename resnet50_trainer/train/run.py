@@ -27,6 +27,7 @@ from resnet50_trainer.distributed.stopping import (
     stop_together,
     wait_for_first_process_to_exit,
 )
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.replica import Learner, build_replica
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
@@ -133,7 +134,11 @@ def _open_outputs(
         runlog = RunLog(config, started)
         if not config.tensorboard:
             return runlog, None
-        return runlog, TensorBoardLog(event_directory(config, lineage), iteration)
+        try:
+            return runlog, TensorBoardLog(event_directory(config, lineage), iteration)
+        except UserError:
+            runlog.discard()  # a refused run leaves no log of a header alone
+            raise
 
     runlog, tensorboard = on_first_process(
         open_logs, placement, device, "the first process's report on its writes"

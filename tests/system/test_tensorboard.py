@@ -111,3 +111,19 @@ def test_without_the_flag_nothing_is_written(image_db, tmp_path):
     done = run_trainer("--train_data", train, "--num_epochs", "1", "--log_dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert not os.path.exists(tmp_path / "tensorboard")
+
+
+def test_a_refused_event_directory_leaves_no_run_log(image_db, tmp_path):
+    """<log_dir>/tensorboard is a file: one line naming it, exit 2, and neither a run log of a
+    header alone nor a checkpoint left behind."""
+    train = image_db("train", 16, 4)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "tensorboard").write_text("not a directory")
+    done = run_trainer(
+        "--train_data", train, "--num_epochs", "1", "--log_dir", str(logs), "--tensorboard"
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "--tensorboard cannot write its event files in" in line, line
+    assert os.listdir(logs) == ["tensorboard"]
