@@ -119,6 +119,17 @@ def _umask() -> int:
     return mask
 
 
+# A checkpoint's saved arguments altered: (value, as the refusal quotes it). Checked as the
+# trainer's flags are (a num_labels in range that does not fit the weights: its own case).
+ALTERED = {
+    "image_size": ("abc", "'abc'"),
+    "test_image_size": (-5, "'-5'"),
+    "num_layers": (49, "'49'"),
+    "image_mean_per_channel": (["a", "b", "c"], "'a,b,c'"),
+    "image_std_per_channel": ([0, 0, 0], "'0,0,0'"),
+}
+
+
 @pytest.mark.parametrize(
     "case, expected",
     [
@@ -131,6 +142,11 @@ def _umask() -> int:
         ("the checkpoint itself", "is the checkpoint itself"),
         ("a DB of no images", "records are no image this network reads (the first: 00000000)"),
         ("a DB cut short", "is incomplete: its data.mdb is"),
+        *[
+            (f"altered {name}", f"holds --{name} {text}, which resnet50-trainer refuses")
+            for name, (_, text) in ALTERED.items()
+        ],
+        ("altered num_labels", "holds --num_labels 1000000 and weights for 4"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path, case, expected):
@@ -143,6 +159,12 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path
     elif case == "a DB of no images":
         records = [(b"%08d" % i, b"\x08\x01not an image %d" % i) for i in range(4)]
         args += ["--check_data", write_db(str(tmp_path / "garbage"), "lmdb", records)]
+    elif case.startswith("altered "):
+        name = case.removeprefix("altered ")
+        state = torch.load(checkpoint, weights_only=True)
+        state["arguments"][name] = ALTERED[name][0] if name in ALTERED else 1_000_000
+        torch.save(state, tmp_path / "altered.pt")
+        args[0] = str(tmp_path / "altered.pt")
     elif case == "a DB cut short":  # a page past data.mdb's end: SIGBUS, exit 135, nothing said
         args += ["--check_data", cut_short(write_image_db(str(tmp_path / "cut"), 40, 4))]
     elif case == "a text file":

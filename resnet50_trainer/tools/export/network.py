@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import asdict, dataclass
 
@@ -9,6 +10,7 @@ import torch
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import schema
+from resnet50_trainer.config.flags.parser import build_parser
 from resnet50_trainer.config.settings import default_scale
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.precision import PIXEL_CENTRE, PIXEL_SCALE
@@ -47,15 +49,67 @@ class Network:
     num_labels: int
 
 
+# The saved settings an export reads: input, checked as the trainer's flags check them.
+_READ_SETTINGS = (
+    *("num_layers", "num_labels", "num_channels", "resnext_num_groups"),
+    *("resnext_width_per_group", "image_size", "scale", "test_resize", "test_image_size"),
+    *("image_mean_per_channel", "image_std_per_channel"),
+)
+
+
+def _checked_settings(path: str, arguments: dict) -> dict:
+    """The checkpoint's settings that an export reads, each refused in one line where the trainer
+    would refuse it on its command line (a checkpoint's arguments may have been altered)."""
+    saved = {**schema.ARCHITECTURE_DEFAULTS, **arguments}
+    flags = {action.dest: action for action in build_parser()._actions}
+    checked = {}
+    for name in _READ_SETTINGS:
+        value = saved.get(name)
+        if value is not None:
+            value = _as_flag_value(flags[name], value, f"checkpoint {path} holds --{name}")
+        checked[name] = value
+    return checked
+
+
+def _as_flag_value(flag: argparse.Action, value: object, holder: str) -> object:
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    try:
+        parsed = flag.type(text) if callable(flag.type) else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+        reason = str(error)
+    else:
+        if not flag.choices or parsed in flag.choices:
+            return parsed
+        reason = f"use one of {', '.join(map(str, flag.choices))}"
+    raise UserError(
+        f"{holder} {text[:80]!r}, which resnet50-trainer refuses ({reason}): give a "
+        "checkpoint written by resnet50-trainer"
+    )
+
+
+def _check_shapes(path: str, weights: dict, saved: dict) -> None:
+    """The classifier and first convolution against the settings, before a model of the
+    settings' size is built (a num_labels of millions would allocate gigabytes first)."""
+    for key, axis, name in (("fc.weight", 0, "num_labels"), ("conv1.weight", 1, "num_channels")):
+        tensor = weights.get(key)
+        if isinstance(tensor, torch.Tensor) and tensor.dim() > axis:
+            if tensor.shape[axis] != saved[name]:
+                raise UserError(
+                    f"checkpoint {path} holds --{name} {saved[name]} and weights for "
+                    f"{tensor.shape[axis]}: give a checkpoint written by resnet50-trainer"
+                )
+
+
 def read_network(path: str, ema: bool) -> Network:
     state = checkpoint_files.read_checkpoint_file(path)
-    saved = {**schema.ARCHITECTURE_DEFAULTS, **state["arguments"]}
+    saved = _checked_settings(path, state["arguments"])
     weights = schema.ema_weights(state) if ema else state["model"]
     if ema and not weights:
         raise UserError(
             f"--ema exports a checkpoint's EMA of the weights, and {path} holds none (its run "
             "had no --ema_decay): leave --ema out"
         )
+    _check_shapes(path, weights, saved)
     try:
         model = build_model(
             int(saved["num_layers"]),
