@@ -232,3 +232,16 @@ def test_every_command_has_python_m_and_a_version(module, prog):
     from resnet50_trainer import __version__
 
     assert (done.returncode, done.stdout) == (0, f"{prog} {__version__}\n"), done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".onnx"])
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(trained, tmpfs, suffix):
+    """A 2 MB disk holds no ResNet-18 (45 MB): one line naming the output and the reason, exit
+    2 (torch's C++ writer aborted the process with exit 134), nothing left on the disk."""
+    checkpoint, _ = trained
+    disk = tmpfs("disk", "2m")
+    done = export(checkpoint, "-o", os.path.join(disk, "model" + suffix))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "cannot be written (No space left on device)" in line, line
+    assert os.listdir(disk) == []

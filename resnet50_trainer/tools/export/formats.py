@@ -3,6 +3,7 @@ running what was written (onnxruntime; torch.jit.load) on a batch."""
 
 from __future__ import annotations
 
+import io
 import json
 import warnings
 
@@ -88,4 +89,9 @@ def _write_torchscript(network: Network, path: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit's own deprecation
         scripted = torch.jit.script(network.model)
-        torch.jit.save(scripted, path, _extra_files={PREPROCESSING_FILE: metadata})
+        # Into memory, then written by Python: torch's C++ writer aborts the process on a full
+        # disk (c10::Error), where Python's write raises the OSError the export reports.
+        buffer = io.BytesIO()
+        torch.jit.save(scripted, buffer, _extra_files={PREPROCESSING_FILE: metadata})
+    with open(path, "wb") as file:
+        file.write(buffer.getbuffer())
