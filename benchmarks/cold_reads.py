@@ -205,29 +205,41 @@ def measure_cold_reads(context: Context, tree: Tree) -> dict[str, float]:
         group.rmdir()
 
 
+def reader_window(db: str, order: str, workers: int, group: str, rank: int) -> list[float]:
+    """Runs in a tree's process: bench_rate as process `rank` of READERS, and when its timed
+    batches began and ended (wall-clock seconds)."""
+    rate = bench_rate(db, order, workers, group, cold=False, rank=rank, world_size=READERS)
+    ended = time.time()
+    return [ended - reader_images() / rate, ended]
+
+
+def reader_images() -> int:
+    """The images one reader times: its share of a pass, less its warm-up batch."""
+    return ((BATCHES + 1) // READERS - 1) * BATCH
+
+
 def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | None) -> float:
     """Images/s of two processes of one run reading their shares of one pass together (each with
     `workers` input processes), the DB dropped from the page cache first where `group` throttles
-    it: the sum of their rates."""
+    it: all their timed images over the time from the first one's start to the last one's end
+    (their start-up differs: a sum of their rates would count a reader alone as two)."""
     if group is not None:
         evict(db)
 
-    def reader(rank: int) -> float:
-        return float(
-            tree.call(
-                "benchmarks.cold_reads:bench_rate",
-                db=str(db),
-                order=order,
-                workers=workers,
-                group=str(group or ""),
-                cold=False,
-                rank=rank,
-                world_size=READERS,
-            )
+    def reader(rank: int) -> list[float]:
+        return tree.call(
+            "benchmarks.cold_reads:reader_window",
+            db=str(db),
+            order=order,
+            workers=workers,
+            group=str(group or ""),
+            rank=rank,
         )
 
     with ThreadPoolExecutor(READERS) as readers:
-        return sum(readers.map(reader, range(READERS)))
+        windows = list(readers.map(reader, range(READERS)))
+    span = max(end for _, end in windows) - min(start for start, _ in windows)
+    return READERS * reader_images() / span
 
 
 @benchmark(
