@@ -216,9 +216,22 @@ def _open_lmdb(path: str) -> lmdb.Environment:
     return environment
 
 
-# The snapshots (data.mdb's device, inode, size, modification and the transaction) whose B-tree
-# this process, or the one it was forked from, has checked.
-_CHECKED_TREES: set[tuple[int, int, int, int, int]] = set()
+# The snapshots (data.mdb's device, inode, size, mtime and the transaction) whose B-tree this
+# process or the one that started it has checked: passed on in the environment, so that the
+# training processes a launcher spawns (fresh interpreters) do not read the tree again.
+_CHECKED_TREES_VARIABLE = "RESNET50_TRAINER_CHECKED_LMDB_TREES"
+
+
+def _tree_checked(snapshot: str) -> bool:
+    return snapshot in os.environ.get(_CHECKED_TREES_VARIABLE, "").split()
+
+
+def _record_tree_checked(snapshot: str) -> None:
+    os.environ[_CHECKED_TREES_VARIABLE] = " ".join(
+        [*os.environ.get(_CHECKED_TREES_VARIABLE, "").split(), snapshot]
+    )
+
+
 _Value = TypeVar("_Value", bytes, memoryview)  # a transaction's values: copies or views
 
 
@@ -272,14 +285,15 @@ class LmdbDatabase(Database):
         lmdb_safety.check_complete(self.path, os.fstat(self._descriptor).st_size, self._needed)
 
     def _check_tree(self, environment: lmdb.Environment) -> None:
-        """The B-tree of this reader's snapshot checked before LMDB walks it (lmdb_tree): once a
-        process, and an input process inherits its training process's check."""
+        """The B-tree of this reader's snapshot checked before LMDB walks it (lmdb_tree): once for
+        a process and those it starts (input processes, a launcher's training processes)."""
         info = os.fstat(self._descriptor)
-        snapshot = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, self._txn.id())
-        if snapshot not in _CHECKED_TREES:
+        parts = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, self._txn.id())
+        snapshot = ":".join(map(str, parts))
+        if not _tree_checked(snapshot):
             page_size = environment.stat()["psize"]
             lmdb_tree.check_tree(self.path, self._descriptor, page_size, self._txn.id())
-            _CHECKED_TREES.add(snapshot)
+            _record_tree_checked(snapshot)
 
     def _read_keys(self) -> list[bytes]:
         with self._reading(), self._txn.cursor() as cursor:
