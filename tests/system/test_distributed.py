@@ -244,7 +244,8 @@ def test_a_peer_that_dies_mid_run_ends_the_others_with_one_line(tmp_path, redis_
     killed = time.monotonic()
     code, output = finish(shard_0, limit_s=60)
     assert code == 1 and time.monotonic() - killed < 10 + 5, output
-    assert "rank 0 stopped:" in output and "resume it with --load_model_path" in output
+    assert "rank 0 stopped:" in output
+    assert "no checkpoint was saved in" in output and "yet: run the same command again" in output
     assert "Traceback" not in output
     shard_1.communicate()
 

@@ -220,6 +220,7 @@ def _open_lmdb(path: str) -> lmdb.Environment:
 # process or the one that started it has checked: passed on in the environment, so that the
 # training processes a launcher spawns (fresh interpreters) do not read the tree again.
 _CHECKED_TREES_VARIABLE = "RESNET50_TRAINER_CHECKED_LMDB_TREES"
+_CHECKED_TREES_KEPT = 16  # the newest: a run opens two DBs; the variable must stay small
 
 
 def _tree_checked(snapshot: str) -> bool:
@@ -227,9 +228,8 @@ def _tree_checked(snapshot: str) -> bool:
 
 
 def _record_tree_checked(snapshot: str) -> None:
-    os.environ[_CHECKED_TREES_VARIABLE] = " ".join(
-        [*os.environ.get(_CHECKED_TREES_VARIABLE, "").split(), snapshot]
-    )
+    checked = [*os.environ.get(_CHECKED_TREES_VARIABLE, "").split(), snapshot]
+    os.environ[_CHECKED_TREES_VARIABLE] = " ".join(checked[-_CHECKED_TREES_KEPT:])
 
 
 _Value = TypeVar("_Value", bytes, memoryview)  # a transaction's values: copies or views
