@@ -239,7 +239,11 @@ def _again(config: Config) -> str:
         return f"{resume} if a checkpoint was saved there, else run the same command again"
     if saved:
         return resume
-    return f"no checkpoint was saved in {directory} yet: run the same command again"
+    # One may still be going into place (another process writes it): --auto_resume takes it
+    # where there is one, and starts the run afresh where there is none.
+    return (
+        f"no checkpoint was saved in {directory} yet: run the same command again with --auto_resume"
+    )
 
 
 def _run_spawned(

@@ -80,8 +80,9 @@ def test_a_full_disk_leaves_our_one_line_and_nothing_else(small_db, tmpfs, attem
 
 
 def test_the_advice_given_before_the_first_checkpoint_works(small_db, tmp_path):
-    """A peer killed before the run saved anything: the advice is the same command again (a
-    resume from --checkpoint_dir would find nothing), and following it trains to the end."""
+    """A peer killed before the run saved anything: the advice is the same command with
+    --auto_resume (a resume from --checkpoint_dir would find nothing), and following it trains
+    to the end."""
     command = (
         "--train_data",
         small_db,
@@ -97,6 +98,6 @@ def test_the_advice_given_before_the_first_checkpoint_works(small_db, tmp_path):
     os.kill(training_processes(run.pid)[1], signal.SIGKILL)  # before torch has even loaded
     _, stderr = run.communicate(timeout=120)
     assert run.returncode == 1, stderr
-    advice = f"no checkpoint was saved in {tmp_path} yet: run the same command again"
-    assert stderr.strip().endswith(advice), stderr
-    assert run_trainer(*command, "--timeout", "5").returncode == 0
+    advice = f"no checkpoint was saved in {tmp_path} yet: run the same command again with "
+    assert stderr.strip().endswith(advice + "--auto_resume"), stderr
+    assert run_trainer(*command, "--timeout", "5", "--auto_resume").returncode == 0
