@@ -18,8 +18,9 @@ records; the device's own (out of memory, CUDA errors, a torchvision without nvJ
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import torch
@@ -36,8 +37,14 @@ from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import RecordError, UserError
 
 log = logging.getLogger(__name__)
-# Errors of the device or of torchvision, not of one record: they stop the run.
-DEVICE_FAILURES = ("CUDA error", "out of memory", "not compiled with")
+# Errors of the device, of torchvision or of torch's sync debug mode, not of one record: they stop
+# the run.
+DEVICE_FAILURES = (
+    "CUDA error",
+    "out of memory",
+    "not compiled with",
+    "called a synchronizing CUDA operation",
+)
 
 
 class EncodedSample(NamedTuple):
@@ -152,7 +159,9 @@ class BatchDecoder:
             self._probe()
 
     def __call__(self, batch: EncodedBatch) -> Batch:
-        """The decoded records first, then copies of them (with labels) in failed ones' places."""
+        """The decoded records first, then copies of them (with labels) in failed ones' places.
+        The batch is stacked from each record's image in one copy: indexing with a list would copy
+        the index to the device and wait for it, a host sync a batch beyond the decode's."""
         on_device = [i for i, span in enumerate(batch.spans) if span is not None]
         on_cpu = [i for i, span in enumerate(batch.spans) if span is None]
         bad_keys = list(batch.bad_keys)
@@ -162,40 +171,41 @@ class BatchDecoder:
             [batch.keys[i] for i in on_device],
             bad_keys,
         )
-        images = torch.empty(
-            (len(batch.spans),) + self.shape, dtype=torch.uint8, device=self.device
-        )
+        places: dict[int, torch.Tensor] = {}  # each record's image, but those failed here
         if on_cpu:
             self._warn_once(len(on_cpu), len(batch.spans))
-            images[on_cpu] = batch.cpu_images.to(self.device, non_blocking=True)
+            cpu_images = batch.cpu_images.to(self.device, non_blocking=True)
+            for i, image in zip(on_cpu, cpu_images):
+                places[i] = image
         kept = [(i, image) for i, image in zip(on_device, decoded) if image is not None]
-        self._crop_into(images, kept, batch.plans)
+        self._crop_into(places, kept, batch.plans)
+        # The input processes' failures take the places after these records'.
+        failed = [i not in places for i in range(len(batch.spans))] + [True] * len(batch.bad_keys)
+        order = filled_order(failed)
         labels = batch.labels.to(self.device, non_blocking=True)
-        if len(bad_keys):  # the input processes' failures take the places after these records'
-            failed = {i for i, image in zip(on_device, decoded) if image is None}
-            order = filled_order(
-                [i in failed for i in range(len(images))] + [True] * len(batch.bad_keys)
-            )
-            images, labels = images[order], labels[order]  # empty when every record failed
+        if bad_keys:  # rare: a record failed
+            labels = labels[order]
+        if order:
+            images = torch.stack([places[i] for i in order])
+        else:  # every record failed
+            images = torch.empty((0,) + self.shape, dtype=torch.uint8, device=self.device)
         return Batch(images, labels, bad_keys, batch.label_outside)
 
-    def _crop_into(self, images: torch.Tensor, kept: list, plans: list) -> None:
-        """Cut each plan's box; boxes of one size are resized and mirrored together (the same
-        arithmetic per image as transforms.resize_crop, in fewer kernel launches)."""
+    def _crop_into(self, places: dict, kept: list, plans: list) -> None:
+        """Cut each plan's box into its place; boxes of one size are resized and mirrored together
+        (the same arithmetic per image as transforms.resize_crop, in fewer kernel launches)."""
         by_size: dict[tuple, list] = {}
         for i, image in kept:
             left, top, right, bottom = plans[i].box
             cut = image[:, top:bottom, left:right]
             by_size.setdefault(tuple(cut.shape), []).append((i, cut))
         for group in by_size.values():
-            places = [i for i, _ in group]
             resized = functional.resize(
                 torch.stack([cut for _, cut in group]), [self.image_size] * 2, antialias=True
             )
-            mirrored = [n for n, i in enumerate(places) if plans[i].mirror]
-            if mirrored:
-                resized[mirrored] = resized[mirrored].flip(-1)
-            images[places] = resized
+            mirrored = resized.flip(-1) if any(plans[i].mirror for i, _ in group) else resized
+            for n, (i, _) in enumerate(group):
+                places[i] = mirrored[n] if plans[i].mirror else resized[n]
 
     def _decode(self, jpegs: list, keys: list, bad_keys: list) -> list:
         """CHW uint8 images decoded on the device; None (its key in bad_keys) where one fails."""
@@ -217,11 +227,8 @@ class BatchDecoder:
         return decoded
 
     def _decode_now(self, jpegs: list) -> list:
-        if self.device.type == "cuda":
-            # The decoder writes from its own stream into memory allocated on this one: nothing
-            # queued here may still read memory the allocator could hand it (vision PR #9606).
-            torch.cuda.current_stream(self.device).synchronize()
-        decoded = list(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device))
+        with _device_idle_first(self.device):
+            decoded = list(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=self.device))
         if self.gray:  # gray as on every path (images.luma), not nvJPEG's Y
             return [luma(*image.int()).to(torch.uint8)[None] for image in decoded]
         return decoded
@@ -250,6 +257,25 @@ class BatchDecoder:
                 total,
             )
             self.warned = True
+
+
+@contextlib.contextmanager
+def _device_idle_first(device: torch.device) -> Iterator[None]:
+    """On CUDA, wait for the device's current stream before the block: torchvision's decoder
+    writes from its own stream into memory allocated on this one, so nothing queued here may still
+    read memory the allocator could hand it (vision PR #9606). A host wait by design, once a batch:
+    torch's sync debug mode (set by users and tests/gpu to find the waits nobody meant) lets the
+    block's pass."""
+    if device.type != "cuda":
+        yield
+        return
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(0)
+    try:
+        torch.cuda.current_stream(device).synchronize()
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
 
 
 def _no_bytes() -> torch.Tensor:

@@ -127,8 +127,9 @@ def test_crops_of_one_size_resized_together_equal_the_cpu_paths(tmp_path):
         torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
         RuntimeError("CUDA error: an illegal memory access was encountered"),
         RuntimeError("decode_jpegs_cuda: torchvision not compiled with nvJPEG support"),
+        RuntimeError("called a synchronizing CUDA operation"),  # set_sync_debug_mode("error")
     ],
-    ids=["out_of_memory", "cuda_error", "no_nvjpeg"],
+    ids=["out_of_memory", "cuda_error", "no_nvjpeg", "sync_debug_mode"],
 )
 def test_device_failures_stop_the_run_instead_of_counting_as_bad_records(error):
     with pytest.raises(type(error)):
@@ -146,6 +147,26 @@ def test_the_loss_reader_reads_a_cpu_loss_at_once():
 @needs_gpu
 def test_the_nvjpeg_probe_passes_where_nvjpeg_runs():
     BatchDecoder(torch.device("cuda"), 3, 32)
+
+
+@needs_gpu
+def test_the_decodes_wait_by_design_passes_sync_debug_mode_and_leaves_it_set(tmp_path):
+    """The GPU decode waits for the device once a batch (vision PR #9606): under
+    set_sync_debug_mode("error") it decodes, and the mode is still "error" after it."""
+    db = write_db(
+        str(tmp_path / "db"),
+        "lmdb",
+        [(b"%d" % i, datum_record(i, encoded=make_jpeg(40, 50, seed=i))) for i in range(4)],
+    )
+    decoder = BatchDecoder(torch.device("cuda"), 3, 32)
+    encoded = first_batch(GpuDecode, db, 4)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        decoded = decoder(encoded)
+        assert torch.cuda.get_sync_debug_mode() == 2  # "error"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert decoded.bad_keys == [] and decoded.images.shape == (4, 3, 32, 32)
 
 
 @needs_gpu
