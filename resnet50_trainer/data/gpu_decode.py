@@ -264,18 +264,20 @@ def _device_idle_first(device: torch.device) -> Iterator[None]:
     """On CUDA, wait for the device's current stream before the block: torchvision's decoder
     writes from its own stream into memory allocated on this one, so nothing queued here may still
     read memory the allocator could hand it (vision PR #9606). A host wait by design, once a batch:
-    torch's sync debug mode (set by users and tests/gpu to find the waits nobody meant) lets the
-    block's pass."""
+    torch's sync debug mode, where set (by users and tests/gpu, to find the waits nobody meant),
+    lets the block's pass. Set only then: any setting prints torch's "prototype feature" warning."""
     if device.type != "cuda":
         yield
         return
     mode = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode(0)
+    if mode:
+        torch.cuda.set_sync_debug_mode(0)
     try:
         torch.cuda.current_stream(device).synchronize()
         yield
     finally:
-        torch.cuda.set_sync_debug_mode(mode)
+        if mode:
+            torch.cuda.set_sync_debug_mode(mode)
 
 
 def _no_bytes() -> torch.Tensor:

@@ -267,6 +267,7 @@ def test_a_run_decoding_on_the_gpu_trains_and_evaluates(image_db, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "Skipped undecodable" not in result.stderr
+    assert "Synchronization debug mode" not in result.stderr  # the decode's wait leaves it be
 
 
 @needs_gpu
