@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from resnet50_trainer.data.settings import DEFAULT_WINDOW_MB
+from resnet50_trainer.data.settings import window_mb_of
 from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
@@ -195,7 +195,7 @@ class Config:
     @property
     def window_mb(self) -> int:
         """--read_window_mb, or its default."""
-        return self.read_window_mb or DEFAULT_WINDOW_MB
+        return window_mb_of(self.read_window_mb)
 
     @property
     def world_size(self) -> int:

@@ -27,6 +27,11 @@ RUN_BYTES = 2**19  # 512 KB: one request, large enough for a disk or NFS to serv
 DEFAULT_WINDOW_MB = 512  # 1,024 runs of 512 KB shuffled together, held in the page cache
 
 
+def window_mb_of(read_window_mb: int | None) -> int:
+    """--read_window_mb, or its default."""
+    return read_window_mb or DEFAULT_WINDOW_MB
+
+
 @dataclass(frozen=True)
 class ReadOrder:
     """The order a run reads its training DB in: runs of consecutive records (1: random order)

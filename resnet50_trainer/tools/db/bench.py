@@ -21,7 +21,7 @@ from resnet50_trainer.config.settings import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.settings import CROPS, DEFAULT_WINDOW_MB, SCALE_CROP
+from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
 from resnet50_trainer.errors import UserError, run_command
 
 if TYPE_CHECKING:
@@ -117,9 +117,9 @@ def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float
     keys = read_keys(args.db, db_type)
     steps = args.batches + 1
     check_read_window(args.read_order, args.read_window_mb)
-    window_mb = args.read_window_mb or DEFAULT_WINDOW_MB
+    window = window_mb_of(args.read_window_mb)
     order = resolve_read_order(
-        args.read_order, len(keys), database_bytes(args.db), memory_bytes(), window_mb=window_mb
+        args.read_order, len(keys), database_bytes(args.db), memory_bytes(), window_mb=window
     )
     print(f"read order {describe_order(*order.shape)} ({order.why})")
     # The trainer's order, wrapping around the DB as often as the batches need.
@@ -130,7 +130,7 @@ def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float
         args.batch_size,
         rank,
     )
-    mix = poor_mix_warning(args.db, db_type, keys, sampler.order, window_mb, sampler.global_batch)
+    mix = poor_mix_warning(args.db, db_type, keys, sampler.order, window, sampler.global_batch)
     if mix:
         print(f"Warning: {mix}")
     settings = InputSettings(
