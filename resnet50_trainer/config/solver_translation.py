@@ -9,7 +9,7 @@ import struct
 
 from google.protobuf.message import Message
 
-from resnet50_trainer.config.flags.parser import build_parser
+from resnet50_trainer.config.flags.parser import flag_actions
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.errors import UserError
 
@@ -31,7 +31,7 @@ class Translation:
         self.policy_applies = "lr_policy" not in given
         self.values: dict[str, object] = {}
         self.lines: list[str] = []
-        self.actions = {action.dest: action for action in build_parser()._actions}
+        self.actions = flag_actions()
 
     def refuse(self, problem: str) -> UserError:
         return UserError(f"--solver {self.path}: {problem}")

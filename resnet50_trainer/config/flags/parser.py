@@ -81,6 +81,11 @@ def check_settings(config: Config) -> None:
         check(config)
 
 
+def flag_actions() -> dict[str, argparse.Action]:
+    """The trainer's flags by setting name (argparse dest): their types, choices and defaults."""
+    return {action.dest: action for action in build_parser()._actions}
+
+
 def given_flags(argv: Sequence[str] | None) -> set[str]:
     """The settings (argparse dests) the command line gives itself, which neither a --recipe nor
     a --solver file overrides."""

@@ -10,7 +10,7 @@ import torch
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import schema
-from resnet50_trainer.config.flags.parser import build_parser
+from resnet50_trainer.config.flags.parser import flag_actions
 from resnet50_trainer.config.settings import default_scale
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.precision import PIXEL_CENTRE, PIXEL_SCALE
@@ -61,7 +61,7 @@ def _checked_settings(path: str, arguments: dict) -> dict:
     """The checkpoint's settings that an export reads, each refused in one line where the trainer
     would refuse it on its command line (a checkpoint's arguments may have been altered)."""
     saved = {**schema.ARCHITECTURE_DEFAULTS, **arguments}
-    flags = {action.dest: action for action in build_parser()._actions}
+    flags = flag_actions()
     checked = {}
     for name in _READ_SETTINGS:
         value = saved.get(name)
@@ -112,11 +112,11 @@ def read_network(path: str, ema: bool) -> Network:
     _check_shapes(path, weights, saved)
     try:
         model = build_model(
-            int(saved["num_layers"]),
-            int(saved["num_labels"]),
-            int(saved["num_channels"]),
-            int(saved["resnext_num_groups"]),
-            int(saved["resnext_width_per_group"]),
+            saved["num_layers"],
+            saved["num_labels"],
+            saved["num_channels"],
+            saved["resnext_num_groups"],
+            saved["resnext_width_per_group"],
         )
         model.load_state_dict(weights)
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
@@ -130,26 +130,26 @@ def read_network(path: str, ema: bool) -> Network:
         _preprocessing(saved),
         f"{kind}-{saved['num_layers']}, {saved['num_labels']} labels"
         + (", EMA weights" if ema else ""),
-        int(saved["num_channels"]),
-        int(saved["num_labels"]),
+        saved["num_channels"],
+        saved["num_labels"],
     )
 
 
 def _preprocessing(saved: dict) -> Preprocessing:
     """The test images' sizes and the normalisation of the run the checkpoint was saved by; the
     flags' per-channel values are in the original's BGR order, our tensors' in RGB."""
-    image_size = int(saved["image_size"])
-    scale = saved.get("scale") or default_scale(image_size)
-    channels = int(saved["num_channels"])
+    image_size = saved["image_size"]
+    scale = saved["scale"] or default_scale(image_size)
+    channels = saved["num_channels"]
     statistics = []
     for values, default in (
         (saved.get("image_mean_per_channel"), PIXEL_CENTRE),
         (saved.get("image_std_per_channel"), PIXEL_SCALE),
     ):
-        statistics.append(tuple(float(v) for v in list(values or [default] * channels)[::-1]))
+        statistics.append(tuple(values or [default] * channels)[::-1])
     return Preprocessing(
-        resize_shorter_side=int(saved.get("test_resize") or scale),
-        centre_crop=int(saved.get("test_image_size") or image_size),
+        resize_shorter_side=saved["test_resize"] or scale,
+        centre_crop=saved["test_image_size"] or image_size,
         channel_order="RGB" if channels == 3 else "gray",
         mean=statistics[0],
         std=statistics[1],
