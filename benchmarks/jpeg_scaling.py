@@ -1,7 +1,7 @@
 """What libjpeg-turbo's DCT scaling and fast modes buy on ImageNet-like JPEGs (bench_data's scenes,
 quality 90), one core: milliseconds a decode at each M/8 scale, and for the fast DCT / fast
 upsampling the time and the 224 px centre crop's PSNR against the accurate full decode's crop.
-The evidence behind data/records.py's choice of power-of-two scales and accurate modes. With
+The evidence behind data/formats/images.py's choice of power-of-two scales and accurate modes. With
 --regions, what decoding only a crop's box (data/formats/jpeg_region.py) costs against the whole
 frame: the entropy decoding alone (the last row's box: every row above it is only entropy-decoded),
 and the boxes of the scale crop and of random-resized crops (--image_size out), decoded in rounds

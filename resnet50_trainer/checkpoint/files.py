@@ -9,7 +9,7 @@ they are.
 
 Checkpoints belong to a run: each holds its run's `lineage` (a random id; a resumed run keeps the
 one it resumed), and retention deletes only checkpoints of this run's lineage. A lock
-(checkpoint_lock.py), held by one run at a time, keeps a second run from writing (or cleaning up)
+(lock.py), held by one run at a time, keeps a second run from writing (or cleaning up)
 the same names.
 
 What a checkpoint holds is defined in schema.py; this module handles the files.
@@ -205,7 +205,7 @@ def saved_checkpoints(directory: str, name: str | None = None) -> list[Saved]:
 
 def remove_temporary_files(directory: str, name: str) -> None:
     """The temporary files that writers of this name, killed mid-write, left behind. Only for the
-    holder of this name's lock (checkpoint_lock.py): no live run of this name can be writing them.
+    holder of this name's lock (lock.py): no live run of this name can be writing them.
     The pattern is exact, so a name that merely starts with this one (`{name}_x`) keeps its
     files."""
     for entry in os.listdir(directory):

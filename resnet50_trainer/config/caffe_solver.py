@@ -1,7 +1,7 @@
 """Caffe's SolverParameter (caffe.proto), read from a solver.prototxt in protobuf's text format.
 
-The descriptor is written here field by field from caffe.proto, as data/protos.py writes Datum's,
-so every field Caffe knows parses and can be named: solver.py honours it, notes it, or
+The descriptor is written here field by field from caffe.proto, as data/formats/protos.py writes
+Datum's, so every field Caffe knows parses and can be named: solver.py honours it, notes it, or
 refuses it. A net given inline (net_param and the like) is a NetParameter, left without fields
 here: it is refused by name, since this trainer builds ResNet from --num_layers.
 """

@@ -1,5 +1,5 @@
-"""One frozen dataclass of settings and the values derived from it; checks.py checks the settings
-against each other.
+"""One frozen dataclass of settings and the values derived from it; flags/parser.py's
+check_settings checks them against each other.
 
 The command line builds a Config once (build.py), one field per flag; nothing changes it
 afterwards. Names, types, defaults and help live in the parser (flags/) alone, so each is written

@@ -2,7 +2,7 @@
 records), the progress bar's loss without host syncs, the NVML monitor and the profiler on CUDA.
 
 The logic runs here with the CPU as the decode device where torchvision allows it; the tests marked
-`gpu` (tests/gpu.py) need CUDA and are skipped with a reason without it."""
+`gpu` (tests/support/gpu.py) need CUDA and are skipped with a reason without it."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def test_the_progress_bar_never_syncs_the_host(monkeypatch):
 
 
 def run_on_gpu(*args: str, **env: str) -> subprocess.CompletedProcess:
-    """The small run of tests/trainer_runs.py without --use_cpu."""
+    """The small run of tests/support/trainer_runs.py without --use_cpu."""
     run = [flag for flag in SMALL_RUN if flag != "--use_cpu"]
     return subprocess.run(
         [sys.executable, "-m", "resnet50_trainer", *run, *args],

@@ -1,6 +1,6 @@
 """What a checkpoint file holds, as a plain structure: every key, the type of every value, the dtype
-and shape of every tensor. tests/checkpoint_format.json pins it as checkpoints were written before
-the package moved into folders, so a change to the on-disk format is a failing test."""
+and shape of every tensor. tests/support/checkpoint_format.json pins it as checkpoints were written
+before the package moved into folders, so a change to the on-disk format is a failing test."""
 
 from __future__ import annotations
 

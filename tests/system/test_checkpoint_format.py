@@ -1,8 +1,9 @@
 """The on-disk checkpoint format does not change unnoticed: a checkpoint written now holds the
 keys, types, dtypes and shapes one written before the package moved into folders held
-(tests/checkpoint_format.json, pinned from a run of 27c2c92 with the flags below), so checkpoints
-written before still resume. It may gain fields a checkpoint may lack (the schema's optional ones:
-read_order since), and the run's settings ('arguments') may gain flags; it never loses either."""
+(tests/support/checkpoint_format.json, pinned from a run of 27c2c92 with the flags below), so
+checkpoints written before still resume. It may gain fields a checkpoint may lack (the schema's
+optional ones: read_order since), and the run's settings ('arguments') may gain flags; it never
+loses either."""
 
 from __future__ import annotations
 

@@ -300,7 +300,8 @@ def children_of_this_process() -> set[int]:
 
 def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
     """The DataLoader's SIGCHLD handler raises wherever the training thread is, also while it waits
-    on its peers: that error stays the DataLoader's (launch.py names it), it is no PeerLost."""
+    on its peers: that error stays the DataLoader's (distributed/process_group.py names it), it is
+    no PeerLost."""
     before = children_of_this_process()
     batches = iter(torch.utils.data.DataLoader(range(100), batch_size=1, num_workers=1))
     next(batches)

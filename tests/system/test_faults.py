@@ -132,7 +132,7 @@ def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
 
 
 def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_path):
-    # SIGTERM saves and stops instead: tests/test_preemption.py.
+    # SIGTERM saves and stops instead: tests/system/test_preemption.py.
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
     processes = training_processes(run.pid)
     # What Ctrl-C in a terminal does: the whole foreground process group gets SIGINT.

@@ -234,7 +234,7 @@ def test_crops_match_a_full_decode_then_the_same_crop_and_resize(tmp_path, crop)
             assert torch.equal(image, transforms.resize_crop(full, plan, 32)), (position, index)
             continue
         # The same crop: the box as decoded (in whole reduced pixels; the rounding of the plan's
-        # box to them is tests/test_crops.py's), at full size.
+        # box to them is tests/unit/test_crops.py's), at full size.
         box = [
             min(side, corner * planned.reduction)
             for side, corner in zip((width, height, width, height), planned.crop.box)

@@ -1,8 +1,7 @@
 """The trainer's flags, the original's and ours, each defined once: name, type and valid values,
-default, help. Grouped as the help shows them: data, images and the input pipeline, devices,
-model, optimisation and the learning rate (optimisation.py), regularisation
-(regularisation.py), machines (devices and machines in machines.py), logs and
-checkpoints.
+default, help. Grouped as the help shows them: data, images and the input pipeline, devices
+(devices.py), model, optimisation and the learning rate (optimisation.py), regularisation
+(regularisation.py), machines (distributed.py), logs and checkpoints.
 A flag's name is its Config field's (config/settings.py), but where `dest` says otherwise."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The figure's size, which plot.py states in --help (without importing matplotlib) and
+"""The figure's size, which command.py states in --help (without importing matplotlib) and
 figure.py draws at."""
 
 from __future__ import annotations
