@@ -46,7 +46,7 @@ class CropPlan(NamedTuple):
 
 
 class DecodePlan(NamedTuple):
-    """Decode at 1/reduction (1, 2, 4 or 8; records.decode_jpeg_reduced) and cut `crop`, whose box
+    """Decode at 1/reduction (1, 2, 4 or 8; images.decode_jpeg_reduced) and cut `crop`, whose box
     is in that reduced image's pixels."""
 
     reduction: int

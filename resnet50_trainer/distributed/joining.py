@@ -165,7 +165,7 @@ def _form_group(
 
 
 def _board_run_id(config: Config) -> str:
-    """The id the board keys the meeting by (cli.run_id_of asks for one wherever machines meet
+    """The id the board keys the meeting by (build.run_id_of asks for one wherever machines meet
     through a board, before anything is written)."""
     if config.run_id is None:
         raise UserError(

@@ -96,7 +96,7 @@ def _quiet_resource_tracker() -> None:
 
 def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
     """mpirun or srun the original's way: the launcher's one rank on this machine, asked for
-    --num_gpus processes (cli.adopt_launcher made the ranks the shards). Or the launcher's only
+    --num_gpus processes (build.adopt_launcher made the ranks the shards). Or the launcher's only
     rank, with no MASTER_ADDR to meet at: one rank needs no meeting."""
     one_rank_per_machine = launched.local_world_size == 1 and config.processes_per_machine > 1
     return one_rank_per_machine or (launched.world_size == 1 and launched.master is None)

@@ -235,7 +235,7 @@ def restart_markers_if_jpeg(file: bytes) -> bytes:
 def _build_record(data: bytes, label: int, options: CreateOptions) -> Record:
     """The record `create` stores for one image file's bytes; RecordError if it is no image.
 
-    Pixels are what OpenCV's imread (convert_imageset's reader) gives: 8 bits (records.decode_native
+    Pixels are what OpenCV's imread (convert_imageset's reader) gives: 8 bits (images.decode_native
     converts other depths and modes as it does) and upright (an EXIF orientation is applied).
     Encoded records keep the file's bytes when nothing about the image changes (as convert_imageset
     does); otherwise the image is converted, turned upright, resized (bilinear, like OpenCV's
