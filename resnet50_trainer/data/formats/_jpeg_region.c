@@ -102,6 +102,19 @@ static int decode(const unsigned char *data, unsigned long size, Box box, unsign
     JDIMENSION first_column = (JDIMENSION)(box.left > 0 ? box.left - 1 : 0);
     JDIMENSION end = (JDIMENSION)(box.left + box.width);
     JDIMENSION columns = (end < info.output_width ? end + 1 : end) - first_column;
+    /* And at least max_h_samp_factor + 1 columns where the image has them (more on the right
+     * first), so that every component keeps 2 samples a row or more: where a component falls
+     * under 2, jpeg_crop_scanline re-initialises the upsamplers, and libjpeg then repeats chroma
+     * (down the rows too) instead of fancy-upsampling it as the full decode does. That was a
+     * 1-pixel box at the left edge of a 4:2:0 image at full scale (2 columns with the one beside
+     * it: 1 chroma sample), or at its right edge where the width is 16k + 2. */
+    JDIMENSION least = (JDIMENSION)info.max_h_samp_factor + 1;
+    if (columns < least) {
+        JDIMENSION stop = first_column + least < info.output_width ? first_column + least
+                                                                   : info.output_width;
+        first_column = stop > least ? stop - least : 0;
+        columns = stop - first_column;
+    }
     if (info.max_h_samp_factor <= 2 && info.max_v_samp_factor <= 2) {
         jpeg_crop_scanline(&info, &first_column, &columns);
     } else { /* see restart_layout: whole rows, as a full decode makes them */
