@@ -115,6 +115,32 @@ def test_a_box_decodes_to_the_whole_frames_pixels(subsampling, gray, progressive
                     assert np.array_equal(decoded, whole[top : top + box_h, left : left + box_w])
 
 
+@pytest.mark.parametrize("markers", ["", "every MCU"])
+def test_every_narrow_box_of_a_small_image_decodes_to_the_whole_frames_pixels(markers):
+    """Boxes 1 to 4 pixels wide at every column, the whole height or one row: the edge columns
+    are where the decoded region is narrowest, and where 4:2:0 chroma once came out repeated
+    instead of fancy-upsampled (a 1-pixel box at the left edge, or at the right edge of a width
+    of 16k + 2: its 2 columns held 1 chroma sample, and libjpeg-turbo's jpeg_crop_scanline then
+    re-initialises the upsampler)."""
+    for seed, (width, height, subsampling) in enumerate(
+        [(5, 4, 2), (18, 6, 2), (9, 7, 2), (34, 5, 2), (18, 6, 1), (7, 3, 0)]
+    ):
+        data = with_markers(photo(width, height, seed, subsampling), markers)
+        for reduction in (1, 2):
+            columns, rows = -(-width // reduction), -(-height // reduction)
+            whole = simplejpeg.decode_jpeg(data, min_height=rows, min_width=columns)
+            assert whole.shape[:2] == (rows, columns)  # simplejpeg picked 1/reduction
+            for box_w in range(1, min(4, columns) + 1):
+                for left in range(columns - box_w + 1):
+                    for top, box_h in {(0, rows), (rows // 2, 1)}:
+                        box = (left, top, left + box_w, top + box_h)
+                        decoded = jpeg_region.decode_jpeg_box(
+                            data, (width, height), 3, reduction, box
+                        )
+                        expected = whole[top : top + box_h, left : left + box_w]
+                        assert np.array_equal(decoded, expected), (width, height, reduction, box)
+
+
 def test_the_region_decoder_refuses_what_it_cannot_do():
     data = make_jpeg(32, 48)
     out = np.empty((32, 48, 3), np.uint8)
