@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
 
@@ -26,6 +27,7 @@ from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
     ONE_LINE_ERRORS,
+    PREEMPT_SIGNALS,
     PREEMPTED_EXIT_STATUS,
     TRAINER,
     USAGE_EXIT_STATUS,
@@ -109,6 +111,7 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     # Blocked while the children start (they unblock them once ready), and while multiprocessing
     # starts its resource tracker, which SIGUSR1 to the process group would otherwise kill.
     with preempt_signals_blocked():
+        _start_resource_tracker()
         # One line from this machine: its processes mostly fail for one reason (a lost peer, a
         # store out of reach), and the first to report it speaks for all.
         reported = mp.get_context("spawn").Value("b", 0)
@@ -158,6 +161,15 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
         f"--first_iter_timeout {config.first_iter_timeout:g} s in the first step and the "
         f"checkpoint barrier); {_cannot_go_on(config)}"
     )
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker, which the first spawned process would start, and
+    block the stop signals again: starting it unblocks SIGINT and SIGTERM in this thread (CPython's
+    guard against bpo-33613 ends with SIG_UNBLOCK, not the mask it found), so the children would
+    start with SIGTERM unblocked and die by one sent before they record it."""
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
 
 
 def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:

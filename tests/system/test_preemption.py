@@ -7,15 +7,26 @@ known optimizer step by tests/support/hooks/sitecustomize.py, never at a time.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
 
 from dbfactory import caffe_key, datum_record, smooth_pixels, write_db, write_image_db
 from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
-from trainer_runs import HOOKS, REPOSITORY, RUN_TIMEOUT_S, trainer_command, trainer_env
+from trainer_runs import (
+    HOOKS,
+    REPOSITORY,
+    RUN_TIMEOUT_S,
+    start_trainer,
+    trainer_command,
+    trainer_env,
+    training_processes,
+    wait_for,
+)
 
 RECORDS = 32
 DIGEST = re.compile(r"Parameters identical on all (\d) processes \(sha256 ([0-9a-f]{64})\)")
@@ -127,6 +138,22 @@ def test_signal_to_the_launcher_alone_reaches_every_process(database, uninterrup
     )
     resumed = two_epochs(database, tmp_path, 2, "--print_every", "1", "--auto_resume")
     assert digest(resumed, 2) == uninterrupted(2)
+
+
+def test_a_stop_signal_to_a_training_process_as_it_starts_is_held_then_saved(database, tmp_path):
+    """SIGTERM to rank 1 the moment it exists, before it can record one: it waits blocked (the
+    launcher starts its processes with the stop signals blocked) and the run saves and stops, as
+    for any stop signal. Until starting multiprocessing's resource tracker, which unblocks SIGTERM
+    in the launcher, was moved before the block, the signal killed rank 1."""
+    run = start_trainer(
+        *("--train_data", database, "--num_gpus", "2", "--num_epochs", "2"),
+        *("--log_dir", str(tmp_path), "--num_workers", "1"),
+    )
+    wait_for(lambda: len(training_processes(run.pid)) == 2, RUN_TIMEOUT_S, "2 processes")
+    os.kill(training_processes(run.pid)[1], signal.SIGTERM)
+    _, stderr = run.communicate(timeout=RUN_TIMEOUT_S)
+    assert "killed by SIGTERM" not in stderr, stderr
+    assert run.returncode == PREEMPTED_EXIT_STATUS, stderr
 
 
 SIGTERM_AT_5 = signalled(5, "SIGTERM", 0, "group")
