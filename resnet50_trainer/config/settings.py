@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from resnet50_trainer.config.lr_policies import LR_POLICIES as LR_POLICIES  # --lr_policy's names
 from resnet50_trainer.data.settings import window_mb_of
 from resnet50_trainer.errors import UserError
 
@@ -29,12 +30,6 @@ LR_REFERENCE_BATCH = 256
 # --lr_scaling: linear follows those docs; none, the original's code (the base LR as given).
 LINEAR_LR_SCALING = "linear"
 LR_SCALINGS = (LINEAR_LR_SCALING, "none")
-LR_POLICIES = ("step", "multistep", "cosine", "poly", "exp", "inv", "fixed")
-DEFAULT_LR_POLICY = "step"
-# The original's step policy: x0.1 every 30 epochs of iterations.
-DEFAULT_STEP_EPOCHS = 30.0
-DEFAULT_GAMMA = 0.1
-DEFAULT_POWER = 1.0
 # --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
 OPTIMIZERS = ("nesterov", "sgd")
 # --grad_compression (grad_compression.py): DDP's float32 all-reduce, casting hooks, PowerSGD.

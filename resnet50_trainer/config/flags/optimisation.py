@@ -6,15 +6,21 @@ from __future__ import annotations
 import argparse
 import math
 
-from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
-from resnet50_trainer.config.settings import (
+from resnet50_trainer.config.lr_policies import (
+    BY_NAME,
+    DEFAULT_GAMMA,
     DEFAULT_LR_POLICY,
-    LINEAR_LR_SCALING,
+    DEFAULT_POWER,
     LR_POLICIES,
-    LR_SCALINGS,
-    OPTIMIZERS,
-    Config,
+    POLICIES,
+    POLICY_FLAGS,
+    listed,
+    policy_help,
+    readers,
+    steps_help,
 )
+from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
+from resnet50_trainer.config.settings import LINEAR_LR_SCALING, LR_SCALINGS, OPTIMIZERS, Config
 from resnet50_trainer.config.values import BATCH_SIZE, SEED, Number, NumberList, NumberValues
 from resnet50_trainer.errors import UserError
 
@@ -104,32 +110,35 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         "--lr_policy",
         default=DEFAULT_LR_POLICY,
         choices=LR_POLICIES,
-        help="step: x gamma every --lr_steps epochs (30 unless given, the original's); multistep: "
-        "x gamma at each of the --lr_steps epochs; cosine, poly: down to --min_lr at the "
-        "run's end; exp: x gamma per epoch; inv: (1 + gamma x epochs) ^ -power; fixed",
+        help=policy_help(),
     )
     rate.add_argument(
         "--lr_steps",
         metavar="EPOCHS",
         action=NumberValues,
         type=NumberList(EPOCHS, "epochs"),
-        help="step: the epochs between drops (one value); multistep: the epochs of the drops",
+        help=steps_help(),
     )
+    gamma_factor = [policy.name for policy in POLICIES if policy.decaying_gamma]
     rate.add_argument(
         "--lr_gamma",
         type=Number(float, 0, 1_000_000, above_minimum=True),
-        help="the factor of step, multistep and exp; inv's gamma (default: 0.1 for step and "
-        "multistep, none for exp and inv)",
+        help=f"the factor of {listed(gamma_factor)}; "
+        f"{listed([name for name in readers('lr_gamma') if name not in gamma_factor])}'s gamma "
+        f"(default: {DEFAULT_GAMMA:g} for {listed(readers('lr_gamma', needing=False))}, none "
+        f"for {listed(readers('lr_gamma', needing=True))})",
     )
     rate.add_argument(
         "--lr_power",
         type=Number(float, 0, 1000),
-        help="the power of poly and inv (default: 1 for poly, linear; none for inv)",
+        help=f"the power of {listed(readers('lr_power'))} (default: {DEFAULT_POWER:g} for "
+        f"{listed(readers('lr_power', needing=False))}, linear; none for "
+        f"{listed(readers('lr_power', needing=True))})",
     )
     rate.add_argument(
         "--min_lr",
         type=Number(float, 0),
-        help="where cosine and poly end (default: 0)",
+        help=f"where {listed(readers('min_lr'))} end (default: 0)",
     )
     rate.add_argument(
         "--warmup_epochs",
@@ -140,60 +149,31 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# The flags each policy reads; those it needs given, having no default that fits every run.
-_READS = {
-    "step": ("lr_steps", "lr_gamma"),
-    "multistep": ("lr_steps", "lr_gamma"),
-    "cosine": ("min_lr",),
-    "poly": ("lr_power", "min_lr"),
-    "exp": ("lr_gamma",),
-    "inv": ("lr_gamma", "lr_power"),
-    "fixed": (),
-}
-
-
-_NEEDS = {"multistep": ("lr_steps",), "exp": ("lr_gamma",), "inv": ("lr_gamma", "lr_power")}
-
-
-# A gamma above 1 would raise the LR at every step without end.
-_DECAYING_GAMMA = ("step", "multistep", "exp")
-
-
 def _check_lr_settings(config: Config) -> None:
     """Each LR flag read by the policy given, and the values that policy needs."""
-    policy = config.lr_policy
-    for flag in ("lr_steps", "lr_gamma", "lr_power", "min_lr"):
-        if getattr(config, flag) is not None and flag not in _READS[policy]:
-            readers = [name for name, flags in _READS.items() if flag in flags]
+    policy = BY_NAME[config.lr_policy]
+    for flag in POLICY_FLAGS:
+        if getattr(config, flag) is not None and flag not in policy.reads:
             raise UserError(
-                f"--{flag} is not read by --lr_policy {policy}: only by "
-                f"{', '.join(readers)}; leave it out or pick one of those"
+                f"--{flag} is not read by --lr_policy {policy.name}: only by "
+                f"{', '.join(readers(flag))}; leave it out or pick one of those"
             )
-    for flag in _NEEDS.get(policy, ()):
+    for flag in policy.needs:
         if getattr(config, flag) is None:
-            raise UserError(f"--lr_policy {policy} needs --{flag}: give it")
-    steps = config.lr_steps
-    if policy == "step" and steps is not None and len(steps) != 1:
+            raise UserError(f"--lr_policy {policy.name} needs --{flag}: give it")
+    if policy.check_steps is not None and config.lr_steps is not None:
+        policy.check_steps(policy.name, config.lr_steps)
+    if policy.decaying_gamma and (config.lr_gamma or 0) > 1:
         raise UserError(
-            f"--lr_policy step takes one --lr_steps value, the epochs between drops "
-            f"(got {len(steps)}): for drops at given epochs use --lr_policy multistep"
-        )
-    if policy == "multistep" and steps is not None and list(steps) != sorted(set(steps)):
-        raise UserError(
-            "--lr_steps of --lr_policy multistep are the epochs of the drops, each after the "
-            "one before: give them in increasing order, no repeats"
-        )
-    if policy in _DECAYING_GAMMA and (config.lr_gamma or 0) > 1:
-        raise UserError(
-            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy} would raise the "
-            "LR without end; give a gamma from 0 to 1"
+            f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy.name} would raise "
+            "the LR without end; give a gamma from 0 to 1"
         )
     # One rule for every policy: the warm-up ends before the run does. Cosine and poly would have
     # nothing left to decay over; the others would never run at the LR asked for.
     if config.warmup_epochs >= config.num_epochs:
         raise UserError(
             f"--warmup_epochs {config.warmup_epochs:g} leaves nothing of the {config.num_epochs} "
-            f"epochs after the warm-up, where --lr_policy {policy} runs from the full LR: "
+            f"epochs after the warm-up, where --lr_policy {policy.name} runs from the full LR: "
             f"shorten the warm-up to below {config.num_epochs} epochs or run longer"
         )
     if (config.min_lr or 0) > config.effective_learning_rate:
