@@ -17,6 +17,7 @@ import re
 
 from resnet50_trainer.config.caffe_solver import read_solver
 from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.config.lr_policies import CAFFE_POLICIES
 from resnet50_trainer.config.solver_translation import Translation, decimal, enum_name
 
 # Caffe's solver types this trainer runs.
@@ -34,16 +35,6 @@ _NOTED = {
     "delta": "read only by solver types this trainer does not run",
     "momentum2": "read only by solver types this trainer does not run",
     "rms_decay": "read only by solver types this trainer does not run",
-}
-# The lr_policy values this trainer runs (not Caffe's sigmoid), and what each reads besides
-# base_lr (Caffe's solver.cpp GetLearningRate).
-_POLICY_READS = {
-    "fixed": (),
-    "step": ("gamma", "stepsize"),
-    "multistep": ("gamma", "stepvalue"),
-    "exp": ("gamma",),
-    "inv": ("gamma", "power"),
-    "poly": ("power",),
 }
 _NET_NAME = re.compile(r'^\s*name\s*:\s*"([^"]*)"', re.MULTILINE)
 
@@ -151,17 +142,18 @@ class _Translation(Translation):
                 )
             return
         policy = solver.lr_policy
-        if policy not in _POLICY_READS:
+        if policy not in CAFFE_POLICIES:  # Caffe's sigmoid
             raise self.refuse(
                 f"lr_policy {policy!r} is not one this trainer runs: use one of "
-                f"{', '.join(_POLICY_READS)}"
+                f"{', '.join(CAFFE_POLICIES)}"
             )
         self.set_flag("lr_policy", "lr_policy", policy)
         if not self.policy_applies:
             for field in shaping:
                 self.note(field, f"read by the file's lr_policy {policy}, not the command line's")
             return
-        reads = _POLICY_READS[policy]
+        caffe = CAFFE_POLICIES[policy]
+        reads = caffe.reads
         for field in shaping:
             if field not in reads:
                 self.note(field, f"lr_policy {policy} does not read it (nor does Caffe's)")
@@ -170,10 +162,13 @@ class _Translation(Translation):
                 raise self.refuse(
                     f"lr_policy {policy} needs {field}, and the file has none: add it"
                 )
-        if "gamma" in reads and policy in ("step", "multistep"):
-            self.set_flag("gamma", "lr_gamma", decimal(solver.gamma))
-        if "power" in reads:
-            self.set_flag("power", "lr_power", decimal(solver.power))
+        for field, flag in caffe.as_written:
+            self.set_flag(field, flag, self._value(field))
+
+    def _value(self, field: str) -> object:
+        """A field's value; a float32 as written in the file (decimal)."""
+        value = getattr(self.solver, field)
+        return decimal(value) if isinstance(value, float) else value
 
     def _read_solver_type(self) -> None:
         solver = self.solver
@@ -243,24 +238,17 @@ class _Translation(Translation):
             images = solver.test_iter[0] * global_batch
             self.set_flag("test_iter", "test_epoch_size", images, f" ({global_batch} a batch)")
         policy = solver.lr_policy if self.policy_applies else None
-        if per_epoch is None:
-            if policy in ("step", "multistep", "exp", "inv"):
-                raise self.refuse(
-                    f"lr_policy {policy} counts iterations, and without test_interval or "
-                    "max_iter the iterations of an epoch are not known: add one of them, or "
-                    "give --epoch_size"
-                )
+        caffe = CAFFE_POLICIES.get(policy or "")
+        if caffe is None or caffe.in_epochs is None:
             return
-        gamma = decimal(solver.gamma)
-        if policy == "step":
-            self.set_flag("stepsize", "lr_steps", (solver.stepsize / per_epoch,), " epochs")
-        elif policy == "multistep":
-            steps = tuple(step / per_epoch for step in solver.stepvalue)
-            self.set_flag("stepvalue", "lr_steps", steps, " epochs")
-        elif policy == "exp":  # gamma per iteration -> per epoch
-            self.set_flag("gamma", "lr_gamma", gamma**per_epoch, " (per epoch)")
-        elif policy == "inv":
-            self.set_flag("gamma", "lr_gamma", gamma * per_epoch, " (per epoch)")
+        if per_epoch is None:
+            raise self.refuse(
+                f"lr_policy {policy} counts iterations, and without test_interval or "
+                "max_iter the iterations of an epoch are not known: add one of them, or "
+                "give --epoch_size"
+            )
+        field, flag, convert, suffix = caffe.in_epochs
+        self.set_flag(field, flag, convert(self._value(field), per_epoch), suffix)
 
     def _max_iter_as_epochs(self, per_epoch: int) -> None:
         max_iter = self.solver.max_iter
