@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from resnet50_trainer.config.flags.parser import flag_actions
+from resnet50_trainer.config.lr_policies import POLICIES, POLICY_FLAGS
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from trainer_runs import SMALL_RUN, config_of, refused_in_process
 
@@ -93,3 +95,27 @@ def test_the_lr_is_a_function_of_the_iteration_alone():
 def test_lr_and_optimizer_flags_that_do_not_fit_are_one_line(capsys, flags, words):
     line = refused_in_process(capsys, "--train_data", "null", *flags)
     assert words in line, line
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda policy: policy.name)
+def test_each_registry_entry_is_whole_and_read_by_the_flags_and_the_schedule(policy):
+    """config/lr_policies.py: an entry is a choice of --lr_policy, named in its help and the help
+    of each flag it reads, and with its needed flags runs a warm-up, then an LR that never rises."""
+    assert set(policy.needs) <= set(policy.reads) <= set(POLICY_FLAGS)
+    assert bool(policy.steps_help) == ("lr_steps" in policy.reads)
+    if policy.caffe is not None:
+        in_epochs = [policy.caffe.in_epochs[0]] if policy.caffe.in_epochs else []
+        fields = [field for field, _ in policy.caffe.as_written] + in_epochs
+        assert set(fields) <= set(policy.caffe.reads)
+    actions = flag_actions()
+    assert policy.name in actions["lr_policy"].choices
+    assert policy.name in actions["lr_policy"].help
+    for flag in policy.reads:
+        assert policy.name in actions[flag].help, flag
+    needed = {"lr_steps": ("1",), "lr_gamma": ("0.5",), "lr_power": ("0.5",)}
+    flags = [arg for flag in policy.needs for arg in (f"--{flag}", *needed[flag])]
+    schedule = schedule_of("--lr_policy", policy.name, "--warmup_epochs", "1", *flags)
+    assert schedule.describe().endswith(", after 1 warm-up epochs")
+    lrs = [schedule(i) for i in range(40)]
+    assert lrs[0] <= 0.1 / 10 + 1e-12 and all(0 <= lr <= 0.1 for lr in lrs)
+    assert lrs[:10] == sorted(lrs[:10]) and lrs[9:] == sorted(lrs[9:], reverse=True)
