@@ -4,17 +4,12 @@ are marked `system`, so `pytest -m "not system"` is the fast inner loop."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-# The helpers in support/ are imported by bare name (dbfactory, trainer_runs, ...).
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
-
-from dbfactory import write_image_db  # noqa: E402
+from tests.support.dbfactory import write_image_db
 
 _SYSTEM_LANES = ("system", "gpu")
 
@@ -32,7 +27,7 @@ def module_tmp_path(request, tmp_path_factory):
     its tests failed. Runs write ResNet checkpoints of 50-200 MB each, and CI's disk is small: the
     whole suite kept everything it wrote (14 GB) until pyproject's tmp_path_retention_policy."""
     failed_before = request.session.testsfailed
-    path = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
+    path = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2].removeprefix("test_"))
     yield path
     if request.session.testsfailed == failed_before:
         shutil.rmtree(path, ignore_errors=True)

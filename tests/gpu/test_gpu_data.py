@@ -19,15 +19,6 @@ import pytest
 import torch
 from PIL import Image
 
-from dbfactory import (
-    datum_record,
-    encode_image,
-    make_jpeg,
-    make_undecodable_jpeg,
-    smooth_pixels,
-    write_db,
-)
-from gpu import gpu_marks, needs_gpu, needs_two_gpus
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
@@ -35,7 +26,16 @@ from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode, raise_unle
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.reporting.progress import EpochProgress, LossReader
-from trainer_runs import RUN_TIMEOUT_S, SMALL_RUN, config_of, read_log, trainer_env
+from tests.support.dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    make_undecodable_jpeg,
+    smooth_pixels,
+    write_db,
+)
+from tests.support.gpu import gpu_marks, needs_gpu, needs_two_gpus
+from tests.support.trainer_runs import RUN_TIMEOUT_S, SMALL_RUN, config_of, read_log, trainer_env
 
 CPU = torch.device("cpu")
 DEVICES = [CPU, pytest.param(torch.device("cuda"), marks=gpu_marks(1))]

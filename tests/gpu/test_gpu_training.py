@@ -19,10 +19,10 @@ import sys
 import pytest
 import torch
 
-from dbfactory import write_image_db
-from gpu import needs_gpu, needs_two_gpus
 from resnet50_trainer.config.launchers import Launched, gpus_the_machine_holds
-from trainer_runs import (
+from tests.support.dbfactory import write_image_db
+from tests.support.gpu import needs_gpu, needs_two_gpus
+from tests.support.trainer_runs import (
     HOOKS,
     REPOSITORY,
     RUN_TIMEOUT_S,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbfactory import smooth_pixels
+from tests.support.dbfactory import smooth_pixels
 
 HEIGHT, WIDTH = 64, 80
 CJPEG = shutil.which("cjpeg")

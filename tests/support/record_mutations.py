@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
-from dbfactory import (
+from resnet50_trainer.data.formats import protos
+from tests.support.dbfactory import (
     datum_record,
     encode_image,
     make_jpeg,
@@ -17,7 +18,6 @@ from dbfactory import (
     smooth_pixels,
     tensorprotos_record,
 )
-from resnet50_trainer.data.formats import protos
 
 # Sizes and counts that overflow 32 and 64 bits, or are negative or zero.
 HUGE = (2**31 - 1, 2**31, 2**32 + 3, 2**62, -1, -(2**31), 0)

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from redis_server import free_port
+from tests.support.redis_server import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scontrol", "scancel")
 START_LIMIT_S = 30

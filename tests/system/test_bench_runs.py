@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dbfactory import (
-    write_db,
-)
-from image_records import records_of
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db import bench
-from trainer_runs import run_python, running
+from tests.support.dbfactory import (
+    write_db,
+)
+from tests.support.image_records import records_of
+from tests.support.trainer_runs import run_python, running
 
 CPU = torch.device("cpu")
 

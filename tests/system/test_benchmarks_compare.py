@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 PLANTED = "\nimport time as _planted_time\n\n_planted_time.sleep(2)\n"
 

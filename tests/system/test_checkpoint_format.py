@@ -12,9 +12,9 @@ from dataclasses import fields
 
 import torch
 
-from checkpoint_format import pinned, signature
 from resnet50_trainer.checkpoint.schema import CheckpointFields
-from trainer_runs import run_trainer
+from tests.support.checkpoint_format import pinned, signature
+from tests.support.trainer_runs import run_trainer
 
 # The pinned checkpoint's run: a mid-epoch checkpoint (the epoch's sums) with an EMA.
 PINNED_RUN = (

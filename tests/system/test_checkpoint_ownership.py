@@ -18,7 +18,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import ownership, schema
 from resnet50_trainer.checkpoint.lock import lock_checkpoints
@@ -28,7 +27,8 @@ from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.replica import Learner, build_replica
-from trainer_runs import (
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import (
     SMALL_RUN,
     config_of,
     files,

@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 
-from original_flags import ORIGINAL_FLAGS
 from resnet50_trainer.cli import build_parser
 from resnet50_trainer.config.values import Number
-from trainer_runs import imported_by, run_python
+from tests.support.original_flags import ORIGINAL_FLAGS
+from tests.support.trainer_runs import imported_by, run_python
 
 
 def test_bad_flag_exits_2_with_one_line_and_no_traceback(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_runs import REPOSITORY, run_python
+from tests.support.trainer_runs import REPOSITORY, run_python
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 RECORDS, RECORD_BYTES, BATCH, BATCHES = 300, 40_000, 32, 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from trainer_runs import read_log, run_trainer
+from tests.support.trainer_runs import read_log, run_trainer
 
 
 def test_random_resized_bounds_reach_the_config_and_the_log(image_db, tmp_path):

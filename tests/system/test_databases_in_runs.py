@@ -10,7 +10,9 @@ import tempfile
 
 import pytest
 
-from dbfactory import (
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.errors import UserError
+from tests.support.dbfactory import (
     LIVE_VALUE_SIZE,
     LiveLmdbWriter,
     caffe_key,
@@ -19,11 +21,9 @@ from dbfactory import (
     make_jpeg,
     write_db,
 )
-from file_digests import _file_digests
-from image_records import records_of
-from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.errors import UserError
-from trainer_runs import log_rows, run_trainer
+from tests.support.file_digests import _file_digests
+from tests.support.image_records import records_of
+from tests.support.trainer_runs import log_rows, run_trainer
 
 
 def _read_all(path: str, start, results) -> None:

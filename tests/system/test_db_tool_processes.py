@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from dbfactory import (
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.tools.db.command import main
+from tests.support.dbfactory import (
     LiveLmdbWriter,
     encode_image,
     random_pixels,
     write_class_folders,
 )
-from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.tools.db.command import main
-from trainer_runs import imported_by, trainer_env, wait_for
+from tests.support.trainer_runs import imported_by, trainer_env, wait_for
 
 
 def _stored_values(db, db_type):

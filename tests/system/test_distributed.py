@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 import torch.utils.data
 
-from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
 from resnet50_trainer.distributed import process_group
-from trainer_runs import trainer_command, trainer_env, wait_for
+from tests.support.redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
+from tests.support.trainer_runs import trainer_command, trainer_env, wait_for
 
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
 RUN_LIMIT_S = 240  # a hang fails the test instead of blocking CI

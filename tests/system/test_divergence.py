@@ -12,11 +12,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dbfactory import write_image_db
 from resnet50_trainer.model.precision import Precision, PrecisionSettings
 from resnet50_trainer.model.resnet import build_model
 from resnet50_trainer.train.divergence import DivergenceWatch
-from trainer_runs import SMALL_RUN, config_of, one_error_line, run_trainer
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import SMALL_RUN, config_of, one_error_line, run_trainer
 
 HUGE_LR = ["--base_learning_rate", "1e30"]  # effective 3e28: the first step blows the weights up
 

@@ -14,13 +14,13 @@ import sys
 import pytest
 import torch
 
-from dbfactory import write_image_db
-from redis_server import free_port
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import ownership, schema
 from resnet50_trainer.checkpoint.auto_resume import resume_path
 from resnet50_trainer.config.launchers import detect_launcher
-from trainer_runs import (
+from tests.support.dbfactory import write_image_db
+from tests.support.redis_server import free_port
+from tests.support.trainer_runs import (
     HOOKS,
     REPOSITORY,
     RUN_TIMEOUT_S,

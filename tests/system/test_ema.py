@@ -12,11 +12,11 @@ import pytest
 import torch
 import torchvision
 
-from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import schema
 from resnet50_trainer.model.ema import WeightsEma, restore_ema
 from resnet50_trainer.model.resnet import build_model
-from trainer_runs import log_rows, one_error_line, run_trainer
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import log_rows, one_error_line, run_trainer
 
 DECAY = 0.9
 # --recipe modern: cosine LR after a warm-up, label smoothing, mixup, cutmix, no BN weight decay,

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torchvision import models
 
-from dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
 from resnet50_trainer.checkpoint.lock import lock_checkpoints
 from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
-from trainer_runs import (
+from tests.support.dbfactory import caffe_key, datum_record, make_jpeg, write_db, write_image_db
+from tests.support.trainer_runs import (
     HOOKS,
     REPOSITORY,
     RUN_TIMEOUT_S,

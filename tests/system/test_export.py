@@ -16,13 +16,13 @@ import onnxruntime
 import pytest
 import torch
 
-from dbfactory import cut_short, write_db, write_image_db
 from resnet50_trainer.checkpoint import schema
 from resnet50_trainer.model.resnet import build_model
 from resnet50_trainer.tools.export.check import check_inputs
 from resnet50_trainer.tools.export.formats import PREPROCESSING_FILE
 from resnet50_trainer.tools.export.network import read_network
-from trainer_runs import imported_by, run_trainer, trainer_env
+from tests.support.dbfactory import cut_short, write_db, write_image_db
+from tests.support.trainer_runs import imported_by, run_trainer, trainer_env
 
 EXPECTED_LINE = (
     "Preprocessing: shorter side resized to 37, centre crop 32x32, RGB, pixels 0..255, "

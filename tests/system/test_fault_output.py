@@ -12,8 +12,14 @@ import signal
 
 import pytest
 
-from dbfactory import write_image_db
-from trainer_runs import run_trainer, start_long_run, start_trainer, training_processes, wait_for
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import (
+    run_trainer,
+    start_long_run,
+    start_trainer,
+    training_processes,
+    wait_for,
+)
 
 TRIES = 3
 PROGRESS = re.compile(

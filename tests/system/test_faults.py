@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dbfactory import (
+from tests.support.dbfactory import (
     caffe_key,
     datum_record,
     make_jpeg,
@@ -23,7 +23,7 @@ from dbfactory import (
     write_db,
     write_image_db,
 )
-from trainer_runs import (
+from tests.support.trainer_runs import (
     RUN_TIMEOUT_S,
     SMALL_RUN,
     log_rows,

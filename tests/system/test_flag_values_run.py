@@ -3,7 +3,7 @@ trains."""
 
 from __future__ import annotations
 
-from trainer_runs import log_rows, run_trainer
+from tests.support.trainer_runs import log_rows, run_trainer
 
 
 def test_an_infinite_timeout_means_no_limit_and_the_run_trains(image_db, tmp_path):

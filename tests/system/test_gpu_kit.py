@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 REPO = Path(REPOSITORY)
 # What a lent GPU machine has without the wheelhouse (scripts/build_wheelhouse.sh's PREINSTALLED).

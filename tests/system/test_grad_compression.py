@@ -12,10 +12,10 @@ import pytest
 import torch
 import torchvision
 
-from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
-from trainer_runs import config_of, log_rows, refused_in_process, run_trainer
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import config_of, log_rows, refused_in_process, run_trainer
 
 # 32 records, global batch 8: 4 steps an epoch; PowerSGD from iteration 2, a checkpoint every 3
 # iterations: iteration 9 is step 1 of epoch 3, 7 steps into compression.

@@ -12,7 +12,7 @@ import torchvision
 from resnet50_trainer.reporting.runlog import HEADER, TOP5_COLUMN
 from resnet50_trainer.tools.plot.figure import build_figure
 from resnet50_trainer.tools.plot.logfile import read_run_log, run_label
-from trainer_runs import files, model_state, read_log, refused_in_process, run_trainer
+from tests.support.trainer_runs import files, model_state, read_log, refused_in_process, run_trainer
 
 # "Epoch 1: ..., test accuracy 0.1250, test top-5 0.7500 over 8 images, ..."
 EPOCH_LINE = re.compile(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer_runs import model_state, run_trainer
+from tests.support.trainer_runs import model_state, run_trainer
 
 # Machine batch, then the run in passes and the run of as many processes as passes: the same
 # positions meet in each pass, BN over the same images at a time.

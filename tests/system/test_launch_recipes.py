@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from redis_server import free_port
-from trainer_runs import REPOSITORY, RUN_TIMEOUT_S, SMALL_RUN, trainer_env
+from tests.support.redis_server import free_port
+from tests.support.trainer_runs import REPOSITORY, RUN_TIMEOUT_S, SMALL_RUN, trainer_env
 
 EXAMPLES = os.path.join(REPOSITORY, "examples")
 SBATCH = os.path.join(EXAMPLES, "slurm", "train.sbatch")
@@ -43,7 +43,7 @@ sys.exit(max(task.wait() for task in running))
 @pytest.fixture(scope="module")
 def databases(module_tmp_path):
     """(training DB, test DB), small."""
-    from dbfactory import write_image_db
+    from tests.support.dbfactory import write_image_db
 
     root = module_tmp_path
     return tuple(write_image_db(str(root / name), 32, 4) for name in ("train", "test"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torchvision
 
-from trainer_runs import read_log, run_trainer
+from tests.support.trainer_runs import read_log, run_trainer
 
 
 def test_split_replicas_train_and_checkpoint_like_unsplit_ones(image_db, tmp_path):

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-# train_db: a fixture.
-from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401
-
-from redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
 from resnet50_trainer.config.launchers import Launched, detect_launcher
 from resnet50_trainer.errors import UserError
-from trainer_runs import config_of, one_error_line, refused_in_process
+from tests.support.redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
+from tests.support.trainer_runs import config_of, one_error_line, refused_in_process
+
+# train_db: a fixture.
+from tests.system.test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401
 
 
 def mpirun_environment(rank: int, per_machine: int = 1, **extra: str) -> dict:

@@ -13,7 +13,6 @@ import sys
 import time
 
 import pytest
-from test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
 from benchmarks.network_namespaces import (  # the helper is shared with the benchmarks
     NamespaceNetwork,
@@ -22,8 +21,9 @@ from benchmarks.network_namespaces import (  # the helper is shared with the ben
     namespaces_unavailable,
     seated,
 )
-from redis_server import free_port, running_redis
-from trainer_runs import one_error_line, trainer_command, trainer_env
+from tests.support.redis_server import free_port, running_redis
+from tests.support.trainer_runs import one_error_line, trainer_command, trainer_env
+from tests.system.test_distributed import assert_trained_one_pass, finish, start, train_db  # noqa: F401 (fixture)
 
 TIMEOUT_S = 10  # --timeout: how long a collective waits on a silent peer
 NOTICE_S = 30  # what noticing may add to it: the roll call of peers, leaving, a loaded machine

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
 from resnet50_trainer.model.replica import build_replica
-from trainer_runs import SMALL_RUN, config_of
+from tests.support.trainer_runs import SMALL_RUN, config_of
 
 
 @pytest.fixture

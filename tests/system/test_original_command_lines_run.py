@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from trainer_runs import read_log, run_trainer
+from tests.support.trainer_runs import read_log, run_trainer
 
 SYNTHETIC_EPOCH = ["--train_data", "null", "--epoch_size", "16", "--num_epochs", "1"]
 # SMALL_RUN's global batch is 8: the default scaling makes the base LR 0.1 into 0.1 x 8 / 256.

@@ -13,8 +13,8 @@ import pytest
 
 from resnet50_trainer.tools.plot.command import main
 from resnet50_trainer.tools.plot.figure import plot_logs
-from run_logs import OURS_NAME, ours_log
-from trainer_runs import REPOSITORY, imported_by
+from tests.support.run_logs import OURS_NAME, ours_log
+from tests.support.trainer_runs import REPOSITORY, imported_by
 
 
 def test_module_run_headless_without_traceback(tmp_path):

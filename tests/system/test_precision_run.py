@@ -10,7 +10,7 @@ import torch
 
 from resnet50_trainer import cli
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from trainer_runs import SMALL_RUN
+from tests.support.trainer_runs import SMALL_RUN
 
 TINY = [*SMALL_RUN, "--num_epochs", "1"]
 

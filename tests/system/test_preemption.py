@@ -15,9 +15,9 @@ import subprocess
 
 import pytest
 
-from dbfactory import caffe_key, datum_record, smooth_pixels, write_db, write_image_db
 from resnet50_trainer.errors import PREEMPTED_EXIT_STATUS
-from trainer_runs import (
+from tests.support.dbfactory import caffe_key, datum_record, smooth_pixels, write_db, write_image_db
+from tests.support.trainer_runs import (
     HOOKS,
     REPOSITORY,
     RUN_TIMEOUT_S,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import json
 
-from trainer_runs import read_log, run_trainer
+from tests.support.trainer_runs import read_log, run_trainer
 
 
 def test_profile_iters_writes_a_trace_that_loads_as_json(tmp_path):

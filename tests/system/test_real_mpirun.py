@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from redis_server import free_port
-from trainer_runs import RUN_TIMEOUT_S, SMALL_RUN, trainer_env
+from tests.support.redis_server import free_port
+from tests.support.trainer_runs import RUN_TIMEOUT_S, SMALL_RUN, trainer_env
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(

@@ -14,9 +14,9 @@ import sys
 import time
 
 import pytest
-from slurm_cluster import SlurmCluster, unavailable
 
-from trainer_runs import HOOKS, REPOSITORY, SMALL_RUN
+from tests.support.slurm_cluster import SlurmCluster, unavailable
+from tests.support.trainer_runs import HOOKS, REPOSITORY, SMALL_RUN
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 SBATCH = os.path.join(REPOSITORY, "examples", "slurm", "train.sbatch")
@@ -42,7 +42,7 @@ def cluster(module_tmp_path):
 
 @pytest.fixture(scope="module")
 def databases(module_tmp_path):
-    from dbfactory import write_image_db
+    from tests.support.dbfactory import write_image_db
 
     return tuple(write_image_db(str(module_tmp_path / name), 64, 4) for name in ("train", "test"))
 

@@ -3,7 +3,7 @@ trains, says what it fitted, and scores its EMA."""
 
 from __future__ import annotations
 
-from trainer_runs import run_trainer
+from tests.support.trainer_runs import run_trainer
 
 
 def test_modern_runs_a_two_epoch_run(image_db, tmp_path):

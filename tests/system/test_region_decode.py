@@ -13,7 +13,6 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from dbfactory import datum_record, make_jpeg, smooth_pixels, write_db
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
@@ -23,6 +22,7 @@ from resnet50_trainer.data.formats.images import gray_pixels
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP, SCALE_CROP, InputSettings
 from resnet50_trainer.errors import RecordError
+from tests.support.dbfactory import datum_record, make_jpeg, smooth_pixels, write_db
 
 # A crop decoded at 1/2 to 1/8 scale against the full-size decode's crop, both resized to the
 # output: libjpeg's scaled IDCT drops the high frequencies the resize would have filtered, a

@@ -15,10 +15,10 @@ import pytest
 import redis
 import torch.distributed as dist
 
-from redis_server import free_port, redis_keys, redis_port, running_redis  # noqa: F401 (fixture)
 from resnet50_trainer.distributed.rendezvous import open_board
 from resnet50_trainer.distributed.rendezvous.meeting import Seat, meet
 from resnet50_trainer.errors import UserError
+from tests.support.redis_server import free_port, redis_keys, redis_port, running_redis  # noqa: F401 (fixture)
 
 HOST = "127.0.0.1"
 

@@ -16,9 +16,9 @@ import time
 import pytest
 import torch
 
-from dbfactory import write_image_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
-from trainer_runs import (
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import (
     config_of,
     log_rows,
     model_state,

@@ -16,15 +16,15 @@ import plyvel
 import pytest
 
 from benchmarks.make_scale_db import padded, scale_key, tiny_jpegs
-from dbfactory import datum_record, tensorprotos_record
-from record_mutations import MUTATIONS, SEED, seed_values
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.formats.keys import KeyStore
 from resnet50_trainer.data.formats.label_scan import quick_label
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
-from trainer_runs import REPOSITORY, refused_beside
+from tests.support.dbfactory import datum_record, tensorprotos_record
+from tests.support.record_mutations import MUTATIONS, SEED, seed_values
+from tests.support.trainer_runs import REPOSITORY, refused_beside
 
 
 def make_scale_db(

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from benchmarks import scaling_model
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 
 def test_the_script_prints_a_row_for_every_gpu_dtype_and_count():

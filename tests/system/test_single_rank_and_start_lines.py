@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from dbfactory import write_image_db
-from trainer_runs import (
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import (
     REPOSITORY,
     RUN_TIMEOUT_S,
     refused_in_process,

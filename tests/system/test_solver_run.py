@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from solver_files import STEP_SOLVER, solver_file
-from trainer_runs import (
+from tests.support.solver_files import STEP_SOLVER, solver_file
+from tests.support.trainer_runs import (
     log_rows,
     run_trainer,
 )

@@ -16,7 +16,7 @@ from resnet50_trainer.model.resnet import (
     build_model,
     weight_decay_groups,
 )
-from small_models import CPU_PAIR, NUM_LABELS, seeded_batch, seeded_resnet18
+from tests.support.small_models import CPU_PAIR, NUM_LABELS, seeded_batch, seeded_resnet18
 
 LEARNING_RATE = 0.1
 WEIGHT_DECAY = 1e-4

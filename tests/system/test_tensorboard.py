@@ -11,7 +11,7 @@ import os
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from trainer_runs import run_trainer
+from tests.support.trainer_runs import run_trainer
 
 STEPS = 4  # 32 records at a batch of 8
 EPOCH_TAGS = {

@@ -9,7 +9,7 @@ import torch
 import torchvision
 
 from resnet50_trainer.reporting.runlog import HEADER
-from trainer_runs import REPOSITORY, read_log, run_trainer
+from tests.support.trainer_runs import REPOSITORY, read_log, run_trainer
 
 SAMPLE = os.path.join(REPOSITORY, "sample_data")
 

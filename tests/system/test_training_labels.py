@@ -4,7 +4,7 @@ processes read the record: one line naming the label, the record and --num_label
 
 from __future__ import annotations
 
-from trainer_runs import HOOKS, REPOSITORY, run_trainer
+from tests.support.trainer_runs import HOOKS, REPOSITORY, run_trainer
 
 FIX_FOR_TEN = "outside 0..3 of --num_labels 4: this DB has labels up to 9: --num_labels 10"
 

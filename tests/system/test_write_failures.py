@@ -12,7 +12,7 @@ import pytest
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.reporting.runlog import HEADER, EpochRow, RunLog
-from trainer_runs import config_of, fill_up, one_error_line, run_trainer
+from tests.support.trainer_runs import config_of, fill_up, one_error_line, run_trainer
 
 SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]  # 8 steps
 EARLIER = b"an earlier run's log\n"

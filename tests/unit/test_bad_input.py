@@ -10,12 +10,12 @@ import os
 import pytest
 import torch
 
-from dbfactory import cut_short, datum_record, make_jpeg, write_db
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.launch.preflight import _check_test_labels
 from resnet50_trainer.model.resnet import build_model
-from trainer_runs import config_of, refused_beside
+from tests.support.dbfactory import cut_short, datum_record, make_jpeg, write_db
+from tests.support.trainer_runs import config_of, refused_beside
 
 
 @pytest.fixture

@@ -11,15 +11,6 @@ import pytest
 import torch
 from PIL import Image
 
-from dbfactory import (
-    datum_record,
-    encode_image,
-    make_jpeg,
-    make_undecodable_jpeg,
-    smooth_pixels,
-    write_db,
-)
-from image_records import records_of
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.formats.images import jpeg_header
@@ -27,6 +18,15 @@ from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
 from resnet50_trainer.tools.db import bench
+from tests.support.dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    make_undecodable_jpeg,
+    smooth_pixels,
+    write_db,
+)
+from tests.support.image_records import records_of
 
 CPU = torch.device("cpu")
 

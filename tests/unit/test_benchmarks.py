@@ -17,7 +17,7 @@ from benchmarks.output import output_path, replace_file
 from benchmarks.registry import HIGHER, LOWER, Figure, all_figures, registered
 from benchmarks.runner import compared, records, select
 from benchmarks.trees import BENCHMARKS_ROOT, Tree
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 # The quick set's figures, by the names docs/speed.md defines and the issue asked for.
 QUICK = {

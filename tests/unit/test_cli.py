@@ -8,8 +8,6 @@ import os
 
 import pytest
 
-from dbfactory import write_db
-from original_flags import ORIGINAL_FLAGS
 from resnet50_trainer.cli import build_parser
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import (
@@ -21,7 +19,9 @@ from resnet50_trainer.errors import (
     run_command,
 )
 from resnet50_trainer.tools.db import command as db_command
-from trainer_runs import config_of
+from tests.support.dbfactory import write_db
+from tests.support.original_flags import ORIGINAL_FLAGS
+from tests.support.trainer_runs import config_of
 
 
 def parse(argv, gpus_present=0):

@@ -12,7 +12,6 @@ import pytest
 import torch
 from torchvision.transforms import RandomResizedCrop
 
-from dbfactory import datum_record, make_jpeg, write_db
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
@@ -26,7 +25,8 @@ from resnet50_trainer.data.settings import (
     InputSettings,
 )
 from resnet50_trainer.train.inputs import input_settings
-from trainer_runs import config_of, refused_in_process
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.trainer_runs import config_of, refused_in_process
 
 SMALL_RUN_FLAGS = ("--use_cpu", "--image_size", "32")
 SIZES = [(400, 300), (300, 400), (64, 64), (1000, 40), (40, 1000), (33, 2000), (500, 499)]

@@ -11,11 +11,11 @@ import numpy as np
 import plyvel
 import pytest
 
-from dbfactory import cut_short, write_db
-from file_digests import _file_digests
 from resnet50_trainer.data.formats.databases import DB_TYPES, _merged, open_database
 from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import UserError
+from tests.support.dbfactory import cut_short, write_db
+from tests.support.file_digests import _file_digests
 
 RECORDS = [(b"%03d" % index, b"value-%d" % index) for index in (5, 1, 3, 0, 2, 4)]
 

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from dbfactory import (
+from resnet50_trainer.data.formats import protos
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.tools.db.build import _built_in_place
+from resnet50_trainer.tools.db.command import main
+from resnet50_trainer.tools.db.sources import CreateOptions
+from tests.support.dbfactory import (
     caffe_key,
     cut_short,
     datum_record,
@@ -25,14 +32,7 @@ from dbfactory import (
     write_class_folders,
     write_db,
 )
-from resnet50_trainer.data.formats import protos
-from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.db.build import _built_in_place
-from resnet50_trainer.tools.db.command import main
-from resnet50_trainer.tools.db.sources import CreateOptions
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 SAMPLE_DATA = os.path.join(REPOSITORY, "sample_data")
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 PAGES = [os.path.join(REPOSITORY, "README.md")] + sorted(
     glob.glob(os.path.join(REPOSITORY, "docs", "*.md"))

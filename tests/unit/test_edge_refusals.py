@@ -9,15 +9,15 @@ import warnings
 
 import pytest
 
-from dbfactory import datum_record, make_jpeg, write_db
 from resnet50_trainer.config.launchers import detect_launcher
 from resnet50_trainer.config.settings import LR_POLICIES
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.command import main as db_main
 from resnet50_trainer.tools.plot.figure import LABEL_CHARS, LEGEND_ENTRIES, plot_logs
 from resnet50_trainer.tools.plot.logfile import read_run_log
-from run_logs import ours_log
-from trainer_runs import config_of, refused_in_process
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.run_logs import ours_log
+from tests.support.trainer_runs import config_of, refused_in_process
 
 # What each policy needs besides the warm-up, so that the warm-up is the one thing refused.
 POLICY_FLAGS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 
 def _writer():

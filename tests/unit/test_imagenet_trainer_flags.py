@@ -13,7 +13,7 @@ from resnet50_trainer.model.precision import Precision, PrecisionSettings
 from resnet50_trainer.model.resnet import build_model, build_split_model
 from resnet50_trainer.reporting.runlog import log_file_name
 from resnet50_trainer.train.evaluation import _correct_in_top
-from trainer_runs import config_of, refused_in_process
+from tests.support.trainer_runs import config_of, refused_in_process
 
 CPU_PAIR = (torch.device("cpu"), torch.device("cpu"))
 

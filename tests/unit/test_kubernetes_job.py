@@ -10,7 +10,7 @@ import os
 import kubernetes_validate
 import pytest
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 JOB_FILE = os.path.join(REPOSITORY, "examples", "kubernetes", "resnet50-job.yaml")
 # The oldest schemas kubernetes-validate ships (the file needs 1.24, for Indexed Jobs), and the

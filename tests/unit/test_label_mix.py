@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from dbfactory import datum_record, make_jpeg, write_db
 from resnet50_trainer.cli import main
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.label_mix import expected_labels, poor_mix_warning
 from resnet50_trainer.data.order import RecordOrder
 from resnet50_trainer.data.settings import database_bytes, resolve_read_order
 from resnet50_trainer.tools.db import bench
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
 
 GIB = 2**30
 RECORDS, CLASSES = 3000, 10

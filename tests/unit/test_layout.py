@@ -7,7 +7,7 @@ import ast
 import os
 import re
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 PACKAGE = "resnet50_trainer"
 

@@ -10,7 +10,7 @@ import pytest
 from resnet50_trainer.config.flags.parser import flag_actions
 from resnet50_trainer.config.lr_policies import POLICIES, POLICY_FLAGS
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
-from trainer_runs import SMALL_RUN, config_of, refused_in_process
+from tests.support.trainer_runs import SMALL_RUN, config_of, refused_in_process
 
 # SMALL_RUN's global batch is 8; with --lr_scaling none the base LR is the LR.
 RUN = (*SMALL_RUN, "--train_data", "null", "--lr_scaling", "none", "--num_epochs", "4")

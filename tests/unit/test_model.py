@@ -23,7 +23,7 @@ from resnet50_trainer.model.resnet import (
     build_split_model,
     weight_decay_groups,
 )
-from small_models import CPU_PAIR, NUM_LABELS, seeded_batch, seeded_resnet18
+from tests.support.small_models import CPU_PAIR, NUM_LABELS, seeded_batch, seeded_resnet18
 
 
 # torchvision has no resnet200 to compare with: tests/unit/test_imagenet_trainer_flags.py counts

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from trainer_runs import REPOSITORY
+from tests.support.trainer_runs import REPOSITORY
 
 PACKAGE = Path(REPOSITORY) / "resnet50_trainer"
 

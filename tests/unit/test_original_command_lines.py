@@ -10,7 +10,7 @@ import pytest
 from resnet50_trainer.cli import build_parser
 from resnet50_trainer.config.parsing import HELP_DEFAULT, FlagHelpFormatter
 from resnet50_trainer.errors import UserError
-from trainer_runs import SMALL_RUN, config_of, refused_in_process
+from tests.support.trainer_runs import SMALL_RUN, config_of, refused_in_process
 
 # Every boolean flag, found from the parser: one added later as a plain store_true is tested too.
 SWITCHES = [action for action in build_parser()._actions if action.const is True]

@@ -11,7 +11,7 @@ from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.plot.command import main
 from resnet50_trainer.tools.plot.figure import PANELS, plot_logs
 from resnet50_trainer.tools.plot.logfile import LOG_COLUMNS, read_run_log
-from run_logs import HEADER, NO_TEST, OURS_NAME, ours_log, row, write_log
+from tests.support.run_logs import HEADER, NO_TEST, OURS_NAME, ours_log, row, write_log
 
 ORIGINAL_NAME = "resnet50_gpu1_b32_L10_lr0.01_v2_20170601_080000.log"
 

@@ -15,7 +15,7 @@ from resnet50_trainer.model.precision import (
     compute_dtype,
     normalize,
 )
-from trainer_runs import SMALL_RUN, config_of
+from tests.support.trainer_runs import SMALL_RUN, config_of
 
 TINY = [*SMALL_RUN, "--num_epochs", "1"]
 

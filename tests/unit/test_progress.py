@@ -7,7 +7,7 @@ import torch
 
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.progress import EpochProgress
-from trainer_runs import config_of
+from tests.support.trainer_runs import config_of
 
 INPUT_S = 0.03  # what each batch takes to arrive
 

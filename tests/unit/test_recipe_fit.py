@@ -8,7 +8,7 @@ import pytest
 
 from resnet50_trainer.cli import build_parser, with_recipe_and_solver
 from resnet50_trainer.config.recipes import fitted_to_run
-from trainer_runs import config_of
+from tests.support.trainer_runs import config_of
 
 IMAGENET = 1_281_167
 

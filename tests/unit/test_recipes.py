@@ -12,7 +12,7 @@ import pytest
 
 from resnet50_trainer.cli import build_parser, with_recipe_and_solver
 from resnet50_trainer.config.recipes import MODERN
-from trainer_runs import REPOSITORY, SMALL_RUN, config_of, refused_in_process
+from tests.support.trainer_runs import REPOSITORY, SMALL_RUN, config_of, refused_in_process
 
 RUN = (*SMALL_RUN, "--train_data", "null")
 

@@ -12,11 +12,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbfactory import (
-    datum_record,
-    make_jpeg,
-)
-from record_mutations import MUTATIONS, SEED, seed_values
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.images import (
     decode_image,
@@ -26,6 +21,11 @@ from resnet50_trainer.data.formats.images import (
 )
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
+from tests.support.dbfactory import (
+    datum_record,
+    make_jpeg,
+)
+from tests.support.record_mutations import MUTATIONS, SEED, seed_values
 
 MUTATIONS_PER_SEED_VALUE = 500
 

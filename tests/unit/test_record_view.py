@@ -8,12 +8,18 @@ import random
 import numpy as np
 import pytest
 
-from dbfactory import datum_record, make_jpeg, random_pixels, tensorprotos_record, write_db
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import DB_TYPES, open_database
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
+from tests.support.dbfactory import (
+    datum_record,
+    make_jpeg,
+    random_pixels,
+    tensorprotos_record,
+    write_db,
+)
 
 
 def datum(**fields) -> bytes:

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dbfactory import datum_record, encode_image, make_jpeg, random_pixels, tensorprotos_record
 from resnet50_trainer.data.formats.images import (
     decode_image,
     decode_jpeg_reduced,
@@ -25,6 +24,13 @@ from resnet50_trainer.data.formats.records import (
     serialize_record,
 )
 from resnet50_trainer.errors import RecordError
+from tests.support.dbfactory import (
+    datum_record,
+    encode_image,
+    make_jpeg,
+    random_pixels,
+    tensorprotos_record,
+)
 
 # Two pixels: pure red, pure blue, as RGB
 RED_BLUE = np.array([[[255, 0, 0], [0, 0, 255]]], dtype=np.uint8)

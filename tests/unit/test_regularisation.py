@@ -18,7 +18,7 @@ from resnet50_trainer.train.batch_mixing import (
     mix_images,
     mix_targets,
 )
-from trainer_runs import config_of, refused_in_process, run_trainer
+from tests.support.trainer_runs import config_of, refused_in_process, run_trainer
 
 NUM_LABELS = 5
 HEIGHT, WIDTH = 40, 48  # not square: a box's x and y must not be swapped

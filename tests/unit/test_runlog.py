@@ -6,7 +6,7 @@ import re
 import time
 
 from resnet50_trainer.reporting.runlog import HEADER, EpochRow, RunLog, log_file_name
-from trainer_runs import config_of
+from tests.support.trainer_runs import config_of
 
 ORIGINAL_HEADER = (
     "time_spent,cumulative_time_spent,input_count,cumulative_input_count,"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from image_records import records_of
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.order import (
     RecordOrder,
@@ -21,6 +20,7 @@ from resnet50_trainer.data.settings import (
     describe_order,
     resolve_read_order,
 )
+from tests.support.image_records import records_of
 
 # (run_length, window_runs): random order, short runs in small windows, runs longer than the DB.
 ORDERS = [(1, 1), (5, 3), (7, 2), (200, 4)]

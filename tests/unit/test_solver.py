@@ -12,8 +12,8 @@ import pytest
 from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
-from solver_files import STEP_SOLVER, solver_file
-from trainer_runs import (
+from tests.support.solver_files import STEP_SOLVER, solver_file
+from tests.support.trainer_runs import (
     REPOSITORY,
     SMALL_RUN,
     config_of,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-from dbfactory import datum_record, make_jpeg, write_db
 from resnet50_trainer.data.batch import TrainingLabelOutside, require_records
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
@@ -16,7 +15,8 @@ from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.train.labels import training_label_refusal
-from trainer_runs import config_of, refused_in_process
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.trainer_runs import config_of, refused_in_process
 
 FIX_FOR_TEN = "outside 0..3 of --num_labels 4: this DB has labels up to 9: --num_labels 10"
 

@@ -13,17 +13,6 @@ import pytest
 import torch
 from PIL import Image
 
-from dbfactory import datum_record, make_jpeg, write_db
-from image_records import records_of
-from jpeg_variants import (
-    ALL_VARIANTS,
-    CJPEG_VARIANTS,
-    PILLOW_VARIANTS,
-    jpeg_variant,
-    needs_cjpeg,
-    pillow_pixels,
-    with_precision,
-)
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.formats.images import MAX_PIXELS, decode_image, jpeg_header, luma
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box, with_restart_markers
@@ -32,6 +21,17 @@ from resnet50_trainer.data.gpu_decode import BatchDecoder, GpuDecode
 from resnet50_trainer.data.input_pipeline import make_loader
 from resnet50_trainer.data.settings import RANDOM_RESIZED_CROP
 from resnet50_trainer.errors import RecordError
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.image_records import records_of
+from tests.support.jpeg_variants import (
+    ALL_VARIANTS,
+    CJPEG_VARIANTS,
+    PILLOW_VARIANTS,
+    jpeg_variant,
+    needs_cjpeg,
+    pillow_pixels,
+    with_precision,
+)
 
 
 @pytest.mark.parametrize("variant", [*ALL_VARIANTS, "YCCK"])
