@@ -10,6 +10,7 @@ overlap: batches pass through `stage`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -28,7 +29,7 @@ class DevicePrefetcher:
         self,
         batches: DataLoader,
         device: torch.device,
-        stage: Callable[[object], Batch],
+        stage: Callable[[Any], Batch],
         allow_empty: bool = False,
     ):
         self.batches, self.device, self.stage = batches, device, stage

@@ -191,7 +191,9 @@ def test_a_float16_step_the_scaler_skips_leaves_the_fused_sgd_where_the_unfused_
                 loss = model(batch).float().square().mean()
             scaler.scale(loss).backward()
             if step == 0:
-                model.weight.grad[0, 0] = float("inf")
+                grad = model.weight.grad
+                assert grad is not None
+                grad[0, 0] = float("inf")
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)

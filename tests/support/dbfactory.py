@@ -19,6 +19,7 @@ import plyvel
 from PIL import Image
 
 from resnet50_trainer.data.formats import protos
+from resnet50_trainer.data.formats.records import Record
 
 
 def random_pixels(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
@@ -76,6 +77,8 @@ def datum_record(
         datum.label = label
         datum.encoded = True
         return datum.SerializeToString()
+    if pixels is None:
+        raise TypeError("datum_record needs pixels or encoded")
     height, width, channels = pixels.shape
     chw_bgr = pixels[:, :, ::-1].transpose(2, 0, 1)
     datum.channels = channels
@@ -105,6 +108,8 @@ def tensorprotos_record(
         image.dims.append(1)
         image.data_type = protos.STRING
         image.string_data.append(encoded)
+    elif pixels is None:
+        raise TypeError("tensorprotos_record needs pixels or encoded")
     elif as_float:
         chw_bgr = pixels[:, :, ::-1].transpose(2, 0, 1)
         image.dims.extend(chw_bgr.shape)
@@ -254,3 +259,17 @@ class LiveLmdbWriter:
         self._process.wait()
         self._stdin.close()
         self._stdout.close()
+
+
+def encoded_of(record: Record) -> bytes:
+    """The file bytes an encoded record holds (a view into a database's memory copied out)."""
+    if record.encoded is None:
+        raise AssertionError(f"a record of {record.format} holds pixels, not file bytes")
+    return bytes(record.encoded)
+
+
+def pixels_of(record: Record) -> np.ndarray:
+    """The pixels a raw (not encoded) record holds."""
+    if record.pixels is None:
+        raise AssertionError(f"a record of {record.format} holds file bytes, not pixels")
+    return record.pixels

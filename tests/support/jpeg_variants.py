@@ -21,7 +21,7 @@ needs_cjpeg = pytest.mark.skipif(
 )
 
 # Pillow's save options (and the mode it saves from) for each variant.
-PILLOW_VARIANTS = {
+PILLOW_VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "4:4:4": ("RGB", {"subsampling": 0}),
     "4:2:2": ("RGB", {"subsampling": 1}),
     "4:2:0": ("RGB", {"subsampling": 2}),

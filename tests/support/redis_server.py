@@ -77,5 +77,5 @@ def redis_port():
         yield port
 
 
-def redis_keys(port: int) -> list[bytes]:
+def redis_keys(port: int) -> list[bytes | str]:
     return redis.Redis(port=port).keys("*")

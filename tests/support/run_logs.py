@@ -15,7 +15,11 @@ NO_TEST = -1
 
 
 def row(
-    epoch: int, loss: float, accuracy: float, test_accuracy: float, learning_rate: object = 0.1
+    epoch: int,
+    loss: float | str,
+    accuracy: float,
+    test_accuracy: float,
+    learning_rate: object = 0.1,
 ) -> str:
     """One log row: the order of LOG_COLUMNS, counts consistent with 1280 images per epoch."""
     counts = [10.0, 10.0 * epoch, 1280, 1280 * epoch, 40 * epoch, 128.0]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from resnet50_trainer.cli import build_parser, config_from_args, with_recipe_and_solver
-from resnet50_trainer.config.launchers import Launched
+from resnet50_trainer.config.launchers import Launched, detect_launcher
 from resnet50_trainer.config.settings import Config
 
 SUPPORT = os.path.dirname(os.path.abspath(__file__))
@@ -226,6 +226,7 @@ def refused_in_process(capsys, *args: str) -> str:
     one line (returned), no traceback."""
     from resnet50_trainer import cli
 
+    status: int | str | None
     try:  # argparse exits; a check across flags returns the status
         status = cli.main([*SMALL_RUN, *args])
     except SystemExit as exit_info:
@@ -244,3 +245,10 @@ def refused_beside(capsys, earlier_run, *args: str) -> str:
     line = refused_in_process(capsys, "--log_dir", str(earlier_run), *args)
     assert files(earlier_run) == before
     return line
+
+
+def launched(environ: dict[str, str]) -> Launched:
+    """What detect_launcher makes of `environ`, which names a launcher."""
+    found = detect_launcher(environ)
+    assert found is not None, environ
+    return found

@@ -30,6 +30,7 @@ def test_a_checkpoint_holds_what_one_written_before_the_move_held(tmp_path):
         os.path.join(tmp_path, "resnet50_model_0_step2.pt"), map_location="cpu", weights_only=True
     )
     now, before = signature(state), pinned()
+    assert isinstance(now, dict)
     arguments_now, arguments_before = now.pop("'arguments'"), before.pop("'arguments'")
     assert {key: now[key] for key in before} == before
     # A field added since is one a checkpoint may lack: those written before still resume.

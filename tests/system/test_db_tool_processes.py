@@ -153,7 +153,7 @@ def _create_blocked_mid_write(tmp_path: Path, workers: str = "1") -> subprocess.
         text=True,
         env=trainer_env(),
     )
-    wait_for(lambda: set(os.listdir(tmp_path / "out")) - before, 60, "the temporary database")
+    wait_for(lambda: bool(set(os.listdir(tmp_path / "out")) - before), 60, "the temporary database")
     return process
 
 

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import IO
 
 import pytest
 import redis
@@ -35,14 +37,21 @@ def train_db(image_db):
     return image_db("train", RECORDS, RECORDS)
 
 
-def start(tmp_path, name, *flags, launcher=(), environment=None):
+class Run(subprocess.Popen):
+    """A trainer process and the directory it writes its log to."""
+
+    log_dir: Path
+    stdout: IO[str]  # start() pipes it, as text
+
+
+def start(tmp_path, name, *flags, launcher=(), environment=None) -> Run:
     """A trainer command in its own process group, writing its log under tmp_path/name."""
     out = tmp_path / name
     out.mkdir()
     command = trainer_command(*ONE_EPOCH, "--log_dir", str(out), *flags)
     if launcher:
         command[:1] = launcher  # in place of the interpreter: `torchrun ... -m resnet50_trainer`
-    process = subprocess.Popen(
+    process = Run(
         command,
         cwd=out,
         env=trainer_env(**(environment or {})),
@@ -303,7 +312,13 @@ def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
     on its peers: that error stays the DataLoader's (distributed/process_group.py names it), it is
     no PeerLost."""
     before = children_of_this_process()
-    batches = iter(torch.utils.data.DataLoader(range(100), batch_size=1, num_workers=1))
+    # A range is a map-style dataset (len and indexing); torch's annotation asks for a Dataset.
+    numbers: torch.utils.data.DataLoader[int] = torch.utils.data.DataLoader(
+        range(100),  # type: ignore[arg-type]
+        batch_size=1,
+        num_workers=1,
+    )
+    batches = iter(numbers)
     next(batches)
     (worker,) = children_of_this_process() - before
     with pytest.raises(RuntimeError) as raised:

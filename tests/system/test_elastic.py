@@ -17,7 +17,6 @@ import torch
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import ownership, schema
 from resnet50_trainer.checkpoint.auto_resume import resume_path
-from resnet50_trainer.config.launchers import detect_launcher
 from tests.support.dbfactory import write_image_db
 from tests.support.redis_server import free_port
 from tests.support.trainer_runs import (
@@ -27,6 +26,7 @@ from tests.support.trainer_runs import (
     SMALL_RUN,
     config_of,
     files,
+    launched,
     model_state,
     refused_in_process,
     run_trainer,
@@ -107,13 +107,13 @@ def test_torchrun_rounds_keep_their_keys_apart():
     """Each round's process group writes under keys of its own on the agent's store."""
     torchrun_env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
     prefixes = {
-        detect_launcher({**torchrun_env, "WORLD_SIZE": world, **restart}).round_prefix
+        launched({**torchrun_env, "WORLD_SIZE": world, **restart}).round_prefix
         for world in ("2", "4")
         for restart in ({}, {"TORCHELASTIC_RESTART_COUNT": "1"})
     }
     assert len(prefixes) == 4
     srun = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"}
-    assert detect_launcher({**srun, "SLURM_STEP_TASKS_PER_NODE": "2"}).round_prefix == ""
+    assert launched({**srun, "SLURM_STEP_TASKS_PER_NODE": "2"}).round_prefix == ""
 
 
 def test_its_own_checkpoints_win_over_load_model_path(runs, tmp_path):

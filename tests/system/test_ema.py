@@ -95,7 +95,8 @@ def test_a_checkpoint_without_an_ema_starts_it_from_the_resumed_weights():
 def test_a_malformed_ema_in_a_checkpoint_is_named(ema, named):
     model = _model(0)
     state = {"model": model.state_dict(), "optimizer": {}, "epoch_sums": None, "step": 0}
-    assert named in schema.field_problem({**state, "ema": ema})
+    problem = schema.field_problem({**state, "ema": ema})
+    assert problem is not None and named in problem
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +156,9 @@ def test_the_log_and_test_only_score_the_ema(uninterrupted, tmp_path):
         *("--load_model_path", str(final), "--ema_for_test"),
     )
     assert scored.returncode == 0, scored.stderr
-    test_only = float(re.search(r"Test accuracy ([0-9.]+) of .*'s EMA", scored.stderr)[1])
+    found = re.search(r"Test accuracy ([0-9.]+) of .*'s EMA", scored.stderr)
+    assert found, scored.stderr
+    test_only = float(found[1])
     assert test_only == float(log_rows(out)[2]["test_accuracy"])
 
     bare = tmp_path / "no_ema.pt"

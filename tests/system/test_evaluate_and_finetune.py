@@ -85,7 +85,9 @@ def test_test_only_gives_the_accuracy_the_run_logged(trained, tmp_path, processe
     finally:
         held.release()
     assert done.returncode == 0, done.stderr
-    accuracy, path, records = ACCURACY_LINE.search(done.stderr).groups()
+    found = ACCURACY_LINE.search(done.stderr)
+    assert found, done.stderr
+    accuracy, path, records = found.groups()
     assert float(accuracy) == float(rows[-1]["test_accuracy"]), done.stderr
     assert path == str(out / "resnet50_model_1.pt") and records == "12"
     assert "(unreadable records left out: 1)" in done.stderr
@@ -108,7 +110,9 @@ def test_test_only_scores_the_files_weights_on_every_process(trained, tmp_path):
         "--load_model_path", str(always_three), "--log_dir", str(tmp_path),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    accuracy, _, records = ACCURACY_LINE.search(done.stderr).groups()
+    found = ACCURACY_LINE.search(done.stderr)
+    assert found, done.stderr
+    accuracy, _, records = found.groups()
     assert float(accuracy) == round(TEST_LABELS.count(3) / len(TEST_LABELS), 6)
     assert records == "12" and os.listdir(tmp_path) == ["always_three.pt"]
 

@@ -57,7 +57,8 @@ def db_with_corrupt_records(path: str, num_records: int) -> tuple[str, list[byte
     """`num_records` records, the five corrupt kinds spread among them; returns the bad keys."""
     corrupt = corrupt_records()
     spacing = num_records // len(corrupt)
-    records, bad_keys = [], []
+    records: list[tuple[bytes, bytes]] = []
+    bad_keys: list[bytes] = []
     for i in range(num_records):
         key = caffe_key(i, f"img{i}.jpg")
         if i % spacing == spacing // 2:
@@ -230,10 +231,10 @@ LOST_PEER = re.compile(
 def start_ranks(store: dist.TCPStore, ranks, out, *args: str, **env: str) -> list[subprocess.Popen]:
     """Training processes of a 2-process run as independent commands (as on two machines): no
     launcher, they only have each other and the store."""
-    args = [*SMALL_RUN, "--num_gpus", "2", "--log_dir", str(out), *TIMEOUT, *args]
+    argv = [*SMALL_RUN, "--num_gpus", "2", "--log_dir", str(out), *TIMEOUT, *args]
     return [
         subprocess.Popen(
-            [sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *args],
+            [sys.executable, "-c", RUN_ONE_PROCESS, str(rank), str(store.port), *argv],
             env=trainer_env(**env),
             text=True,
             stderr=subprocess.PIPE,
@@ -374,6 +375,7 @@ def test_the_store_lost_while_the_group_forms_is_named(small_db, tmp_path):
     server = subprocess.Popen(
         [sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True
     )
+    assert server.stdout is not None
     port = int(server.stdout.readline())
     client = dist.TCPStore("127.0.0.1", port, is_master=False)
     (alone,) = start_ranks(

@@ -42,7 +42,9 @@ def test_a_run_evaluates_the_first_test_epoch_size_images_with_top5(image_db, tm
     assert "image_mean_per_channel=[104.0, 117.0, 123.0]" in first_line
     accuracy_axes = build_figure([read_run_log(path)]).axes[1]
     assert TOP5_COLUMN in {line.get_label() for line in accuracy_axes.lines}
-    assert "test top-5" in [text.get_text() for text in accuracy_axes.get_legend().get_texts()]
+    legend = accuracy_axes.get_legend()
+    assert legend is not None
+    assert "test top-5" in [text.get_text() for text in legend.get_texts()]
 
 
 def test_resnext_checkpoint_loads_into_torchvision_and_a_plain_resume_is_refused(

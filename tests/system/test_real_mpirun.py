@@ -30,6 +30,7 @@ def mpirun(
     tmp_path, db: str, ranks: int, *flags: str, launcher_args: tuple[str, ...] = ()
 ) -> tuple[int, str]:
     """`mpirun -np ranks launcher_args resnet50-trainer ... flags` to its end: status, output."""
+    assert MPIRUN is not None  # pytestmark skips the module without one
     command = [
         MPIRUN,
         *MPIRUN_AS_HERE,

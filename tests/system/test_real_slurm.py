@@ -47,7 +47,9 @@ def databases(module_tmp_path):
     return tuple(write_image_db(str(module_tmp_path / name), 64, 4) for name in ("train", "test"))
 
 
-def submit(cluster, directory, databases, *flags: str, **env: str) -> str:
+def submit(
+    cluster, directory, databases, *flags: str, hooks: tuple[str, ...] = (), **env: str
+) -> str:
     """The example script submitted as it is, sized for this machine; its job id."""
     directory.mkdir()
     bin_directory = directory / "bin"
@@ -66,7 +68,7 @@ def submit(cluster, directory, databases, *flags: str, **env: str) -> str:
         *RUN,
         *flags,
         PATH=os.pathsep.join([str(bin_directory), os.environ["PATH"]]),
-        PYTHONPATH=os.pathsep.join([REPOSITORY, *env.pop("hooks", ())]),
+        PYTHONPATH=os.pathsep.join([REPOSITORY, *hooks]),
         TRAIN_DATA=databases[0],
         TEST_DATA=databases[1],
         RUN_DIR=str(directory / "run"),

@@ -261,11 +261,11 @@ def test_crops_match_a_full_decode_then_the_same_crop_and_resize(tmp_path, crop)
             continue
         # The same crop: the box as decoded (in whole reduced pixels; the rounding of the plan's
         # box to them is tests/unit/test_crops.py's), at full size.
-        box = [
+        left, top, right, bottom = (
             min(side, corner * planned.reduction)
             for side, corner in zip((width, height, width, height), planned.crop.box)
-        ]
-        plan = transforms.CropPlan(tuple(box), planned.crop.mirror)
+        )
+        plan = transforms.CropPlan((left, top, right, bottom), planned.crop.mirror)
         difference = image.float() - transforms.resize_crop(full, plan, 32).float()
         assert difference.abs().mean() <= REDUCED_MEAN_ABS_DIFFERENCE, (position, index)
         assert difference.mean().abs() <= REDUCED_MEAN_BIAS, (position, index)

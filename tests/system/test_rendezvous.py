@@ -16,7 +16,7 @@ import redis
 import torch.distributed as dist
 
 from resnet50_trainer.distributed.rendezvous import open_board
-from resnet50_trainer.distributed.rendezvous.meeting import Seat, meet
+from resnet50_trainer.distributed.rendezvous.meeting import Meeting, Seat, meet
 from resnet50_trainer.errors import UserError
 from tests.support.redis_server import free_port, redis_keys, redis_port, running_redis  # noqa: F401 (fixture)
 
@@ -39,7 +39,7 @@ def meet_all(
 ):
     """Participants met in threads, index 0 last so the others start before it.
     Returns (index, Meeting or UserError) pairs; dict() of them where indices are unique."""
-    results = []
+    results: list[tuple[int, Meeting | UserError]] = []
 
     def participant(index):
         try:

@@ -114,7 +114,7 @@ def test_checkpoint_of_another_model(capsys, earlier_run, image_db, tmp_path, la
     path = str(tmp_path / "other_1.pt")
     model = build_model(layers, labels, 3)
     arguments = {"num_layers": layers, "num_labels": labels, "num_channels": 3}
-    state = dict.fromkeys(checkpoint_files.REQUIRED_KEYS, 0)
+    state: dict[str, object] = dict.fromkeys(checkpoint_files.REQUIRED_KEYS, 0)
     state.update(
         model=model.state_dict(),
         arguments=arguments,

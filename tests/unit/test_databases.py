@@ -11,7 +11,13 @@ import numpy as np
 import plyvel
 import pytest
 
-from resnet50_trainer.data.formats.databases import DB_TYPES, _merged, open_database
+from resnet50_trainer.data.formats.databases import (
+    DB_TYPES,
+    LevelDbDatabase,
+    LmdbDatabase,
+    _merged,
+    open_database,
+)
 from resnet50_trainer.data.formats.writers import open_writer
 from resnet50_trainer.errors import UserError
 from tests.support.dbfactory import cut_short, write_db
@@ -156,6 +162,7 @@ def test_leveldb_reads_tables_through_links_and_removes_its_snapshot(tmp_path):
             writer.put(key, value)
     tables = sorted(name for name in os.listdir(path) if name.endswith(".ldb"))
     database = open_database(path, "leveldb")
+    assert isinstance(database, LevelDbDatabase)
     snapshot = database._snapshot
     assert tables and all(
         os.readlink(os.path.join(snapshot, name)) == os.path.join(path, name) for name in tables
@@ -306,6 +313,7 @@ def test_the_values_are_located_where_lmdb_keeps_them(tmp_path, size):
     path = write_values(str(tmp_path / "db"), values)
     with open_database(path, "lmdb") as database:
         database.prefetch([b"k000"])
+        assert isinstance(database, LmdbDatabase)
         locator = database._locator
         assert locator is not None
         asked = [b"k499", b"absent", *values, b"k0005", b"k250"]  # out of order, repeated

@@ -25,7 +25,9 @@ from tests.support.dbfactory import (
     cut_short,
     datum_record,
     encode_image,
+    encoded_of,
     make_jpeg,
+    pixels_of,
     random_pixels,
     smooth_pixels,
     tensorprotos_record,
@@ -96,7 +98,7 @@ def test_create_then_dump_gives_back_the_pixels(tmp_path, db_type, record_format
         record = parse_record(value)
         assert (record.label, record.format) == (index // 2, record_format)
         if storage == "jpg":  # the file's bytes are kept; the decode is Pillow's
-            expected = np.asarray(Image.open(io.BytesIO(record.encoded)).convert("RGB"))
+            expected = np.asarray(Image.open(io.BytesIO(encoded_of(record))).convert("RGB"))
         else:
             expected = pixels
         np.testing.assert_array_equal(dumped, expected)
@@ -136,25 +138,25 @@ def test_restart_markers_rewrite_jpegs_losslessly_and_only_jpegs(tmp_path, capsy
         assert main(["create", str(images), db, "--restart_markers", *flags]) == 0
         names = ["img_0.jpg", "img_1.jpg", "img_2.png"]
         for name, (_, value) in zip(names, _stored_values(db, "lmdb")):
-            stored = parse_record(value).encoded
+            stored = encoded_of(parse_record(value))
             source = (images / "class_0" / name).read_bytes()
             if name.endswith(".png"):
                 assert stored == source
                 continue
             assert b"\xff\xdd\x00\x04\x00\x01" in stored  # DRI: an interval of 1 MCU
-            expected = Image.open(io.BytesIO(source)).convert("RGB")
+            expected = np.asarray(Image.open(io.BytesIO(source)).convert("RGB"))
             if flags:  # re-encoded at the new size, then rewritten: Pillow's own re-encode
                 expected = np.asarray(Image.open(io.BytesIO(stored)))
                 assert min(expected.shape[:2]) == 24
             np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(stored))), expected)
     capsys.readouterr()
-    for refused, expected in [
+    for refused, said in [
         (["--raw"], "--raw stores none"),
         (["--encode_type", "png"], "--encode_type png makes none"),
     ]:
         with pytest.raises(SystemExit) as caught:
             main(["create", str(images), str(tmp_path / "no"), "--restart_markers", *refused])
-        assert caught.value.code == 2 and expected in capsys.readouterr().err
+        assert caught.value.code == 2 and said in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
 
 
@@ -179,9 +181,9 @@ def test_copy_rewrites_only_the_jpegs_and_keeps_every_other_byte(tmp_path, capsy
     for (_, original), (_, value) in zip(records[:2], stored[:2]):
         before, after = parse_record(original), parse_record(value)
         assert (after.label, after.format) == (before.label, before.format)
-        assert b"\xff\xdd\x00\x04\x00\x01" in after.encoded
+        assert b"\xff\xdd\x00\x04\x00\x01" in encoded_of(after)
         np.testing.assert_array_equal(
-            np.asarray(Image.open(io.BytesIO(after.encoded))),
+            np.asarray(Image.open(io.BytesIO(encoded_of(after)))),
             np.asarray(Image.open(io.BytesIO(jpeg))),
         )
     assert stored[2:] == records[2:]
@@ -327,11 +329,11 @@ def test_resize_gray_and_reencoding(tmp_path):
         == 0
     )
     record = parse_record(_stored_values(db, "leveldb")[0][1])
-    assert Image.open(io.BytesIO(record.encoded)).format == "PNG"
+    assert Image.open(io.BytesIO(encoded_of(record))).format == "PNG"
     assert _dump(db, "leveldb", 0, str(tmp_path / "g.png"), num_channels=1).shape == (16, 20)
     shorter = str(tmp_path / "shorter")
     assert main(["create", str(tmp_path / "images"), shorter, "--raw", "--shorter_side", "16"]) == 0
-    assert parse_record(_stored_values(shorter, "lmdb")[0][1]).pixels.shape == (16, 20, 3)
+    assert pixels_of(parse_record(_stored_values(shorter, "lmdb")[0][1])).shape == (16, 20, 3)
 
 
 def test_reads_databases_written_like_caffe_and_caffe2_tools(tmp_path):
@@ -629,7 +631,7 @@ def test_exif_orientation_is_applied_when_pixels_are_made_and_the_file_is_not_ke
     assert kept.shape == (48, 32, 3)
     assert np.abs(kept.astype(int) - upright).mean() < 3
     record = parse_record(_stored_values(str(tmp_path / "jpg_db"), "lmdb")[0][1])
-    assert 0x0112 not in Image.open(io.BytesIO(record.encoded)).getexif()
+    assert 0x0112 not in Image.open(io.BytesIO(encoded_of(record))).getexif()
 
 
 def damaged_tiff() -> bytes:

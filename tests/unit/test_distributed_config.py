@@ -14,6 +14,7 @@ from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
 from resnet50_trainer.distributed.process_group import placement_for
 from resnet50_trainer.distributed.transport import advertised_host, transport_environment
 from resnet50_trainer.errors import UserError
+from tests.support.trainer_runs import launched
 
 TORCHRUN = {
     "RANK": "3",
@@ -44,7 +45,7 @@ def config(*flags, launched=None):
 
 
 def test_launcher_environments():
-    torchrun, srun, mpirun = (detect_launcher(env) for env in (TORCHRUN, SRUN, MPIRUN))
+    torchrun, srun, mpirun = (launched(env) for env in (TORCHRUN, SRUN, MPIRUN))
     assert (torchrun.name, torchrun.rank, torchrun.machine_index, torchrun.num_machines) == (
         "torchrun",
         3,
@@ -166,7 +167,8 @@ def test_two_shards_of_two_processes_read_each_record_once_per_epoch():
     order = RecordOrder(records, settings.seed)
     steps = settings.iterations_per_epoch(records)
     for epoch in range(epochs):
-        read, ranks = Counter(), []
+        read: Counter[int] = Counter()
+        ranks = []
         for shard in range(2):
             shard_config = config(
                 "--num_shards",

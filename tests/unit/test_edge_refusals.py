@@ -6,8 +6,10 @@ log named after a same-second collision. In this process: nothing here trains.""
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from resnet50_trainer.config.launchers import detect_launcher
 from resnet50_trainer.config.settings import LR_POLICIES
@@ -138,7 +140,7 @@ def test_plots_of_any_number_of_logs_keep_their_panels_and_a_bounded_legend(tmp_
     assert all(len(text) <= LABEL_CHARS for text in texts), texts
     if count > LEGEND_ENTRIES:
         assert texts[-1] == f"... and {count - LEGEND_ENTRIES + 1} more runs"
-    renderer = figure.canvas.get_renderer()
+    renderer = cast(FigureCanvasAgg, figure.canvas).get_renderer()  # build_figure attached it
     legend_box = legend.get_window_extent(renderer)
     assert all(not legend_box.overlaps(axes.get_window_extent(renderer)) for axes in figure.axes)
 

@@ -28,6 +28,7 @@ CHOICE_FLAGS = [
 def refusal(capsys, *argv: str) -> str:
     """The command line's one error line for argv; the train DB does not exist, so a value refused
     here was refused before any path was looked at."""
+    status: int | str | None
     try:  # argparse exits; a check across flags returns the status
         status = cli.main(["--train_data", "no_such_db", "--use_cpu", "--log_dir", ".", *argv])
     except SystemExit as exit_info:

@@ -112,7 +112,8 @@ def test_split_model_matches_unsplit_exactly_in_training():
     F.cross_entropy(reference_logits, labels).backward()
     split_grads = dict(split.named_parameters())
     for name, parameter in reference.named_parameters():
-        assert torch.equal(split_grads[name].grad, parameter.grad), name
+        split_grad, grad = split_grads[name].grad, parameter.grad
+        assert split_grad is not None and grad is not None and torch.equal(split_grad, grad), name
 
 
 def test_split_state_dict_round_trips_strictly():

@@ -24,10 +24,15 @@ def train(fused: bool, overflowing_steps: set[int], steps: int = 4) -> list[torc
         start_momentum_at_zero(optimizer)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     for step in range(steps):
-        loss = sum((p * torch.randn(p.shape, generator=generator)).sum() for p in parameters)
+        loss = sum(
+            ((p * torch.randn(p.shape, generator=generator)).sum() for p in parameters),
+            torch.zeros(()),
+        )
         scaler.scale(loss).backward()
         if step in overflowing_steps:
-            parameters[0].grad[0, 0, 0, 0] = float("inf")
+            grad = parameters[0].grad
+            assert grad is not None
+            grad[0, 0, 0, 0] = float("inf")
         for shape in SHAPES:  # freed at once: NaN where a buffer from torch.empty_like lands
             torch.full(shape, float("nan"))
         scaler.step(optimizer)

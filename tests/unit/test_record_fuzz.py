@@ -23,6 +23,7 @@ from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 from tests.support.dbfactory import (
     datum_record,
+    encoded_of,
     make_jpeg,
 )
 from tests.support.record_mutations import MUTATIONS, SEED, seed_values
@@ -35,7 +36,7 @@ def read_like_the_trainer(value: bytes) -> None:
     frame = jpeg_header(record.encoded)
     if frame is not None:
         try:
-            decode_jpeg_reduced(record.encoded, frame.size, jpeg_reduction(min(frame.size), 16))
+            decode_jpeg_reduced(encoded_of(record), frame.size, jpeg_reduction(min(frame.size), 16))
         except RecordError:
             pass  # the trainer then lets Pillow judge it, as below
     decode_image(record, 3, draft_size=(16, 16))

@@ -15,6 +15,7 @@ from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 from tests.support.dbfactory import (
     datum_record,
+    encoded_of,
     make_jpeg,
     random_pixels,
     tensorprotos_record,
@@ -93,6 +94,6 @@ def test_a_database_views_its_values(tmp_path, db_type):
         assert [bytes(view) for view in views] == values  # earlier views stay valid
         assert isinstance(views[0], memoryview if db_type == "lmdb" else bytes)
         assert np.array_equal(
-            np.frombuffer(parse_record_view(views[2]).encoded, np.uint8),
-            np.frombuffer(parse_record(values[2]).encoded, np.uint8),
+            np.frombuffer(encoded_of(parse_record_view(views[2])), np.uint8),
+            np.frombuffer(encoded_of(parse_record(values[2])), np.uint8),
         )

@@ -27,7 +27,9 @@ from resnet50_trainer.errors import RecordError
 from tests.support.dbfactory import (
     datum_record,
     encode_image,
+    encoded_of,
     make_jpeg,
+    pixels_of,
     random_pixels,
     tensorprotos_record,
 )
@@ -42,8 +44,8 @@ def test_wire_bytes_of_a_raw_datum_parse_with_caffe_field_numbers():
     value = b"\x08\x01\x10\x01\x18\x02\x22\x02\xaa\xbb\x28\x07"
     record = parse_record(value)
     assert (record.label, record.format, record.is_encoded) == (7, DATUM, False)
-    assert record.pixels.shape == (1, 2, 1)
-    assert record.pixels.ravel().tolist() == [0xAA, 0xBB]
+    assert pixels_of(record).shape == (1, 2, 1)
+    assert pixels_of(record).ravel().tolist() == [0xAA, 0xBB]
 
 
 def test_wire_bytes_of_a_tensorprotos_parse_with_caffe2_field_numbers():
@@ -75,7 +77,7 @@ def test_raw_records_give_back_the_stored_pixels_in_rgb(build, channels):
 
 
 def test_bgr_storage_is_swapped_to_rgb():
-    stored = np.frombuffer(parse_record(datum_record(0, RED_BLUE)).pixels.tobytes(), np.uint8)
+    stored = np.frombuffer(pixels_of(parse_record(datum_record(0, RED_BLUE))).tobytes(), np.uint8)
     assert stored.tolist() == [255, 0, 0, 0, 0, 255]
     datum_bytes = datum_record(0, RED_BLUE)
     assert b"\x00\xff\x00\x00\xff\x00" in datum_bytes  # CHW BGR: B plane, G plane, R plane
@@ -88,7 +90,7 @@ def test_float_values_are_rounded_and_clipped():
     image = message.protos.add(data_type=protos.FLOAT, dims=[1, 1, 3])
     image.float_data.extend([-5.0, 100.4, 300.0])
     message.protos.add(data_type=protos.INT32, dims=[1], int32_data=[2])
-    assert parse_record(message.SerializeToString()).pixels.ravel().tolist() == [0, 100, 255]
+    assert pixels_of(parse_record(message.SerializeToString())).ravel().tolist() == [0, 100, 255]
 
 
 @pytest.mark.parametrize("build", [datum_record, tensorprotos_record])
@@ -137,7 +139,7 @@ def test_channel_conversion_both_ways():
     colour = parse_record(datum_record(0, random_pixels(4, 6, 3)))
     assert decode_native(gray).mode == "L" and decode_native(colour).mode == "RGB"
     as_rgb = np.asarray(decode_image(gray, 3))
-    assert as_rgb.shape == (4, 6, 3) and (as_rgb[:, :, 0] == gray.pixels[:, :, 0]).all()
+    assert as_rgb.shape == (4, 6, 3) and (as_rgb[:, :, 0] == pixels_of(gray)[:, :, 0]).all()
     assert decode_image(colour, 1).mode == "L"
     rgba_png = encode_image(
         np.dstack([random_pixels(4, 6, 3), np.full((4, 6), 9, np.uint8)]), "PNG"
@@ -158,11 +160,12 @@ def test_jpeg_draft_scales_down_but_keeps_the_requested_size():
 
 def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side():
     record = parse_record(datum_record(0, encoded=make_jpeg(200, 300)))
+    frame = jpeg_header(record.encoded)
+    assert frame is not None
 
     def decoded_shape(min_side):
-        size = jpeg_header(record.encoded).size
-        reduction = jpeg_reduction(min(size), min_side)
-        return decode_jpeg_reduced(record.encoded, size, reduction).shape
+        reduction = jpeg_reduction(min(frame.size), min_side)
+        return decode_jpeg_reduced(encoded_of(record), frame.size, reduction).shape
 
     assert decoded_shape(40) == (50, 75, 3)  # 1/4; 1/8 would make the height 25 < 40
     assert decoded_shape(100) == (100, 150, 3)  # 1/2, the height exactly 100
@@ -170,17 +173,19 @@ def test_libjpeg_turbo_decode_scales_by_powers_of_two_keeping_the_shorter_side()
     assert decoded_shape(120) == decoded_shape(200) == (200, 300, 3)
     # At full size it is the same libjpeg-turbo decode as Pillow's, to the pixel.
     np.testing.assert_array_equal(
-        decode_jpeg_reduced(record.encoded, (300, 200), 1), np.asarray(decode_image(record, 3))
+        decode_jpeg_reduced(encoded_of(record), (300, 200), 1), np.asarray(decode_image(record, 3))
     )
 
 
 def test_libjpeg_turbo_decode_reads_gray_jpegs_and_refuses_truncated_ones():
     gray = parse_record(datum_record(0, encoded=make_jpeg(64, 48, channels=1)))
-    as_rgb = decode_jpeg_reduced(gray.encoded, jpeg_header(gray.encoded).size, 2)
+    frame = jpeg_header(gray.encoded)
+    assert frame is not None
+    as_rgb = decode_jpeg_reduced(encoded_of(gray), frame.size, 2)
     assert as_rgb.shape == (32, 24, 3)
     assert (as_rgb[:, :, 0] == as_rgb[:, :, 1]).all() and (as_rgb[:, :, 1] == as_rgb[:, :, 2]).all()
     np.testing.assert_array_equal(
-        gray_pixels(decode_jpeg_reduced(gray.encoded, (48, 64), 1))[:, :, 0],
+        gray_pixels(decode_jpeg_reduced(encoded_of(gray), (48, 64), 1))[:, :, 0],
         np.asarray(decode_image(gray, 1)),
     )
     truncated = make_jpeg(64, 64)[:-200]

@@ -103,7 +103,8 @@ def test_every_input_size_to_the_usual_outputs_matches_pytorch():
     ],
 )
 def test_extreme_shapes_match_pytorch(shape, box, size):
-    pixels = noise(*shape, seed=sum(shape))
+    height, width, channels = shape
+    pixels = noise(height, width, channels, seed=sum(shape))
     for mirror in (False, True):
         assert np.array_equal(
             resampled(pixels, box, size, mirror), torch_crop(pixels, box, size, mirror)

@@ -109,7 +109,7 @@ def test_a_quasi_random_window_holds_whole_runs_of_consecutive_records(num_recor
 
     start = 0
     while start < num_records:
-        end, runs = start, set()
+        end, runs = start, set[int]()
         while end < num_records and (len(runs) < 3 or len(records_of(runs)) != end - start):
             runs.add(int(permutation[end]) // 10)
             end += 1

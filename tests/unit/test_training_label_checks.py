@@ -9,7 +9,7 @@ import torch
 
 from resnet50_trainer.data.batch import TrainingLabelOutside, require_records
 from resnet50_trainer.data.cpu_decode import CpuDecode
-from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.formats.databases import open_database, read_keys
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.gpu_decode import GpuDecode
@@ -71,7 +71,7 @@ def test_both_decode_strategies_carry_the_label_to_the_training_loop(image_db):
     keys = read_keys(db, "lmdb")
     for strategy in (CpuDecode, GpuDecode):
         settings = InputSettings(4, 3, 37, 32, 0, 0, strategy is GpuDecode)
-        decoding = strategy(settings)
+        decoding: DecodeStrategy = strategy(settings)
         records = ImageRecords(db, "lmdb", keys, settings, True, decoding)
         for indices in (range(8), range(5, 8)):
             batch = decoding.collate([records[(i, i)] for i in indices])

@@ -12,6 +12,10 @@ import itertools
 import os
 import re
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
 
 PAUSE_ENV = "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME"
 _CHECKPOINT_TEMPORARY = re.compile(r"\.tmp-.+\.pt-[a-z0-9_]{8}\.pt")
@@ -19,10 +23,16 @@ _pause_s = float(os.environ.get(PAUSE_ENV, 0))
 _replace = os.replace
 
 
-def _replace_after_a_pause(source, target, *args, **kwargs):
-    if _CHECKPOINT_TEMPORARY.fullmatch(os.path.basename(os.fsdecode(source))):
+def _replace_after_a_pause(
+    src: StrOrBytesPath,
+    dst: StrOrBytesPath,
+    *,
+    src_dir_fd: int | None = None,
+    dst_dir_fd: int | None = None,
+) -> None:
+    if _CHECKPOINT_TEMPORARY.fullmatch(os.path.basename(os.fsdecode(src))):
         time.sleep(_pause_s)
-    return _replace(source, target, *args, **kwargs)
+    _replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 if _pause_s:
@@ -66,7 +76,11 @@ if os.environ.get(DETERMINISTIC_ENV) == "1":
     import torch
 
     torch.use_deterministic_algorithms(True)
-    type(torch.backends.cudnn).benchmark = property(lambda self: False, lambda self, value: None)
+    # torch.backends.cudnn is an instance of a module subclass (CudnnModule) whose class holds the
+    # `benchmark` property; its stubs describe a plain module.
+    type(torch.backends.cudnn).benchmark = property(  # type: ignore[attr-defined]
+        lambda self: False, lambda self, value: None
+    )
 
 # "FIRST:COUNT": from the end of optimizer step FIRST to the end of step FIRST + COUNT, any host
 # sync raises (torch.cuda.set_sync_debug_mode("error")): the training loop between two steps, the
