@@ -4,9 +4,15 @@ one epoch of training, each exit 0 with the two bad records counted or named."""
 
 from __future__ import annotations
 
-from tests.support.dbfactory import datum_record, make_jpeg, write_db
-from tests.support.jpeg_variants import CJPEG_VARIANTS, PILLOW_VARIANTS, jpeg_variant, needs_cjpeg, with_precision
 from resnet50_trainer.tools.db import bench
+from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.jpeg_variants import (
+    CJPEG_VARIANTS,
+    PILLOW_VARIANTS,
+    jpeg_variant,
+    needs_cjpeg,
+    with_precision,
+)
 from tests.support.trainer_runs import run_trainer
 
 BAD_KEYS = (b"bad_12bit", b"bad_cut")

@@ -108,10 +108,10 @@ def test_each_registry_entry_is_whole_and_read_by_the_flags_and_the_schedule(pol
         fields = [field for field, _ in policy.caffe.as_written] + in_epochs
         assert set(fields) <= set(policy.caffe.reads)
     actions = flag_actions()
-    assert policy.name in actions["lr_policy"].choices
-    assert policy.name in actions["lr_policy"].help
+    assert policy.name in (actions["lr_policy"].choices or ())
+    assert policy.name in (actions["lr_policy"].help or "")
     for flag in policy.reads:
-        assert policy.name in actions[flag].help, flag
+        assert policy.name in (actions[flag].help or ""), flag
     needed = {"lr_steps": ("1",), "lr_gamma": ("0.5",), "lr_power": ("0.5",)}
     flags = [arg for flag in policy.needs for arg in (f"--{flag}", *needed[flag])]
     schedule = schedule_of("--lr_policy", policy.name, "--warmup_epochs", "1", *flags)
