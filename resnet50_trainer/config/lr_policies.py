@@ -66,7 +66,7 @@ class LrPolicy:
     reads: tuple[str, ...] = ()  # of POLICY_FLAGS
     needs: tuple[str, ...] = ()  # of reads: those with no default that fits every run
     steps_help: str = ""  # what --lr_steps is to it, where it reads them
-    decaying_gamma: bool = False  # a gamma above 1 would raise the LR at every step without end
+    gamma_at_most_one: bool = False  # a gamma above 1 would raise the LR at every step without end
     check_steps: Callable[[str, tuple[float, ...]], None] | None = None  # its rule on --lr_steps
     caffe: CaffePolicy | None = None  # None: not one of Caffe's
 
@@ -119,7 +119,7 @@ POLICIES = (
         lambda s: f"x{s.gamma:g} every {_epochs(s.steps)} epochs",
         reads=("lr_steps", "lr_gamma"),
         steps_help="the epochs between drops (one value)",
-        decaying_gamma=True,
+        gamma_at_most_one=True,
         check_steps=_one_period,
         caffe=CaffePolicy(
             ("gamma", "stepsize"),
@@ -135,7 +135,7 @@ POLICIES = (
         reads=("lr_steps", "lr_gamma"),
         needs=("lr_steps",),
         steps_help="the epochs of the drops",
-        decaying_gamma=True,
+        gamma_at_most_one=True,
         check_steps=_increasing,
         caffe=CaffePolicy(
             ("gamma", "stepvalue"),
@@ -171,7 +171,7 @@ POLICIES = (
         lambda s: f"x{s.gamma:g} per epoch",
         reads=("lr_gamma",),
         needs=("lr_gamma",),
-        decaying_gamma=True,
+        gamma_at_most_one=True,
         # Caffe's gamma per iteration -> per epoch
         caffe=CaffePolicy(
             ("gamma",), in_epochs=("gamma", "lr_gamma", lambda gamma, n: gamma**n, " (per epoch)")
@@ -194,7 +194,7 @@ POLICIES = (
 )
 BY_NAME = {policy.name: policy for policy in POLICIES}
 LR_POLICIES = tuple(BY_NAME)
-DEFAULT_LR_POLICY = POLICIES[0].name  # the original's
+DEFAULT_LR_POLICY = "step"  # the original's
 CAFFE_POLICIES = {policy.name: policy.caffe for policy in POLICIES if policy.caffe is not None}
 
 
@@ -209,7 +209,7 @@ def readers(flag: str, needing: bool | None = None) -> list[str]:
 
 def listed(names: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
-    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
 
 
 def policy_help() -> str:

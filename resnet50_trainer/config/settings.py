@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from resnet50_trainer.config.lr_policies import LR_POLICIES as LR_POLICIES  # --lr_policy's names
 from resnet50_trainer.data.settings import window_mb_of
 from resnet50_trainer.errors import UserError
 

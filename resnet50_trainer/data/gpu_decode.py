@@ -182,9 +182,10 @@ class BatchDecoder:
         # The input processes' failures take the places after these records'.
         failed = [i not in places for i in range(len(batch.spans))] + [True] * len(batch.bad_keys)
         order = filled_order(failed)
-        labels = batch.labels.to(self.device, non_blocking=True)
-        if bad_keys:  # rare: a record failed
-            labels = labels[order]
+        # Reordered on the host (rare: a record failed): a list index on the device would wait.
+        labels = (batch.labels[order] if bad_keys else batch.labels).to(
+            self.device, non_blocking=True
+        )
         if order:
             images = torch.stack([places[i] for i in order])
         else:  # every record failed
@@ -263,9 +264,10 @@ class BatchDecoder:
 def _device_idle_first(device: torch.device) -> Iterator[None]:
     """On CUDA, wait for the device's current stream before the block: torchvision's decoder
     writes from its own stream into memory allocated on this one, so nothing queued here may still
-    read memory the allocator could hand it (vision PR #9606). A host wait by design, once a batch:
-    torch's sync debug mode, where set (by users and tests/gpu, to find the waits nobody meant),
-    lets the block's pass. Set only then: any setting prints torch's "prototype feature" warning."""
+    read memory the allocator could hand it (vision PR #9606). A host wait by design, once a batch,
+    and so is the decode's own wait for nvJPEG's stream: torch's sync debug mode, where set (by
+    users and tests/gpu, to find the waits nobody meant), is off for the whole block. Set only
+    then: any setting prints torch's "prototype feature" warning."""
     if device.type != "cuda":
         yield
         return

@@ -152,21 +152,24 @@ def test_the_nvjpeg_probe_passes_where_nvjpeg_runs():
 @needs_gpu
 def test_the_decodes_wait_by_design_passes_sync_debug_mode_and_leaves_it_set(tmp_path):
     """The GPU decode waits for the device once a batch (vision PR #9606): under
-    set_sync_debug_mode("error") it decodes, and the mode is still "error" after it."""
+    set_sync_debug_mode("error") it decodes a batch with a record nvJPEG fails on (decoded again
+    one at a time, its place filled, the labels reordered), and the mode is still "error"."""
+    jpegs = [make_jpeg(40, 50, seed=i) for i in range(4)] + [make_undecodable_jpeg()]
     db = write_db(
         str(tmp_path / "db"),
         "lmdb",
-        [(b"%d" % i, datum_record(i, encoded=make_jpeg(40, 50, seed=i))) for i in range(4)],
+        [(b"%d" % i, datum_record(i % 4, encoded=jpeg)) for i, jpeg in enumerate(jpegs)],
     )
     decoder = BatchDecoder(torch.device("cuda"), 3, 32)
-    encoded = first_batch(GpuDecode, db, 4)
+    encoded = first_batch(GpuDecode, db, 5)
     torch.cuda.set_sync_debug_mode("error")
     try:
         decoded = decoder(encoded)
         assert torch.cuda.get_sync_debug_mode() == 2  # "error"
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert decoded.bad_keys == [] and decoded.images.shape == (4, 3, 32, 32)
+    assert decoded.bad_keys == [b"4"] and decoded.images.shape == (5, 3, 32, 32)
+    assert decoded.labels.tolist() == [0, 1, 2, 3, 0]
 
 
 @needs_gpu

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from resnet50_trainer.config.launchers import detect_launcher
-from resnet50_trainer.config.settings import LR_POLICIES
+from resnet50_trainer.config.lr_policies import LR_POLICIES
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.command import main as db_main
 from resnet50_trainer.tools.plot.figure import LABEL_CHARS, LEGEND_ENTRIES, plot_logs

@@ -119,7 +119,7 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
         type=NumberList(EPOCHS, "epochs"),
         help=steps_help(),
     )
-    gamma_factor = [policy.name for policy in POLICIES if policy.decaying_gamma]
+    gamma_factor = [policy.name for policy in POLICIES if policy.gamma_at_most_one]
     rate.add_argument(
         "--lr_gamma",
         type=Number(float, 0, 1_000_000, above_minimum=True),
@@ -163,7 +163,7 @@ def _check_lr_settings(config: Config) -> None:
             raise UserError(f"--lr_policy {policy.name} needs --{flag}: give it")
     if policy.check_steps is not None and config.lr_steps is not None:
         policy.check_steps(policy.name, config.lr_steps)
-    if policy.decaying_gamma and (config.lr_gamma or 0) > 1:
+    if policy.gamma_at_most_one and (config.lr_gamma or 0) > 1:
         raise UserError(
             f"--lr_gamma {config.lr_gamma:g} is above 1: --lr_policy {policy.name} would raise "
             "the LR without end; give a gamma from 0 to 1"

@@ -4,8 +4,8 @@ scale, with libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines (_jpeg_re
 Rows below the box are never entropy-decoded, rows above it are only entropy-decoded (no inverse
 DCT, upsampling or colour conversion), and columns beside it only entropy-decoded; the box's
 pixels are the full decode's, bit for bit (one extra column each side, and 3 columns at least where
-chroma is subsampled and the image has them, keep the chroma upsampling at the box's edges as in
-the full frame, for a box a pixel wide at the image's edge too;
+chroma is subsampled horizontally and the image has them, keep the chroma upsampling at the box's
+edges as in the full frame, for a box a pixel wide at the image's edge too;
 tests/system/test_region_decode.py). Why our own module: no binding on PyPI reaches these calls.
 simplejpeg (which we keep for headers and whole frames) and PyTurboJPEG call TurboJPEG's
 whole-frame decode (PyTurboJPEG's crop is a lossless transform that re-encodes the crop, dearer
