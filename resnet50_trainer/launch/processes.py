@@ -165,10 +165,9 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
 
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker, which the spawn context's first lock or process
-    would start, and
-    block the stop signals again: starting it unblocks SIGINT and SIGTERM in this thread (CPython's
-    guard against bpo-33613 ends with SIG_UNBLOCK, not the mask it found), so the children would
-    start with SIGTERM unblocked and die by one sent before they record it."""
+    would start, and block the stop signals again: starting it unblocks SIGINT and SIGTERM in this
+    thread (CPython's guard against bpo-33613 ends with SIG_UNBLOCK, not the mask it found), so the
+    children would start with SIGTERM unblocked and die by one sent before they record it."""
     resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
 
