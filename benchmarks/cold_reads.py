@@ -29,9 +29,9 @@ from benchmarks.trees import BENCHMARKS_ROOT, Tree
 BLKIO = Path("/sys/fs/cgroup/blkio")
 READS_PER_S, BYTES_PER_S = 500, 50 * 10**6
 RECORDS = 2000
-# 1,984 records a measurement, the warm-up batch's included: a pass over the DB (as an epoch reads
-# it; quasi-random order asks for whole runs, which a part of a pass would not all use), none twice.
-BATCH, BATCHES = 64, 30
+# 1,984 records a measurement, all timed: a pass over the DB (as an epoch reads it; quasi-random
+# order asks for whole runs, which a part of a pass would not all use), none twice.
+BATCH, BATCHES = 64, 30  # bench's batches: a warm-up batch more is read (and timed here)
 READERS = 2  # training processes reading one DB (many_readers)
 # Quasi-random windows of 8 MB (16 runs of 14 records): the 76 MB DB is 10 of them, as a DB larger
 # than memory is many; in one window (the default 512 MB) the warm-up batch would ask storage for
@@ -90,27 +90,56 @@ def _unavailable() -> str | None:
 
 
 def bench_rate(
-    db: str, order: str, workers: int, group: str, cold: bool, rank: int = 0, world_size: int = 1
+    db: str,
+    order: str,
+    workers: int,
+    group: str,
+    cold: bool,
+    rank: int = 0,
+    world_size: int = 1,
+    together: str = "",
 ) -> float:
-    """Runs in a tree's process: joins `group` (its input processes too), drops the DB from the
-    page cache if `cold`, and times `resnet50-db bench`'s pipeline (as process `rank` of a run of
-    `world_size`: its share of a pass)."""
+    """Runs in a tree's process: joins `group` (its input processes too) and times `resnet50-db
+    bench`'s pipeline over a pass (as process `rank` of a run of `world_size`: its share), every
+    batch timed from the start, the DB dropped from the page cache there if `cold` (what the set-up
+    read, the keys and the label check, is not left cached). Processes timed together meet in
+    the folder `together` first, and the first of them drops the DB."""
     import argparse
+    import inspect
 
     from resnet50_trainer.tools.db import bench
 
     if group:
         Path(group, "tasks").write_text(f"{os.getpid()}\n")
-    if cold:
-        evict(Path(db))
     arguments = dict(db=db, db_type="lmdb", batch_size=BATCH, image_size=224, scale=None)
     arguments |= dict(crop="random_resized", num_channels=3, num_workers=workers)
     arguments |= dict(batches=(BATCHES + 1) // world_size - 1, device="cpu", decode_device="cpu")
     window_mb = WINDOW_MB if order == "quasi_random" else None  # refused with random order
     arguments |= dict(seed=0, read_order=order, read_window_mb=window_mb)
-    if world_size == 1:  # a tree before many readers were measured knows no rank
-        return bench.bench(argparse.Namespace(**arguments))
-    return bench.bench(argparse.Namespace(**arguments), rank, world_size)
+
+    def start() -> None:
+        if together:
+            _meet(Path(together), rank, world_size)
+        if cold and rank == 0:
+            evict(Path(db))
+        if together:
+            _meet(Path(together), rank, world_size, "evicted")
+
+    if "start" not in inspect.signature(bench.bench).parameters:
+        # A tree before the timed first batch: its cold DB dropped before the set-up.
+        if cold:
+            evict(Path(db))
+        if world_size == 1:  # nor ranks, before many readers were measured
+            return bench.bench(argparse.Namespace(**arguments))
+        return bench.bench(argparse.Namespace(**arguments), rank, world_size)
+    return bench.bench(argparse.Namespace(**arguments), rank, world_size, start=start)
+
+
+def _meet(folder: Path, rank: int, world_size: int, stage: str = "ready") -> None:
+    """Returns once all `world_size` processes have reached `stage` (a file each in `folder`)."""
+    (folder / f"{stage}.{rank}").touch()
+    while len(list(folder.glob(f"{stage}.*"))) < world_size:
+        time.sleep(0.005)
 
 
 def streamed_records_s(db: Path, group: Path) -> float:
@@ -211,28 +240,37 @@ def measure_cold_reads(context: Context, tree: Tree) -> dict[str, float]:
         group.rmdir()
 
 
-def reader_window(db: str, order: str, workers: int, group: str, rank: int) -> list[float]:
-    """Runs in a tree's process: bench_rate as process `rank` of READERS, and when its timed
-    batches began and ended (wall-clock seconds)."""
-    rate = bench_rate(db, order, workers, group, cold=False, rank=rank, world_size=READERS)
+def reader_window(
+    db: str, order: str, workers: int, group: str, rank: int, together: str
+) -> list[float]:
+    """Runs in a tree's process: bench_rate as process `rank` of READERS meeting in `together`,
+    and when its timing began and ended (wall-clock seconds)."""
+    rate = bench_rate(
+        db,
+        order,
+        workers,
+        group,
+        cold=bool(group),
+        rank=rank,
+        world_size=READERS,
+        together=together,
+    )
     ended = time.time()
     return [ended - reader_images() / rate, ended]
 
 
 def reader_images() -> int:
-    """The images one reader times: its share of a pass, less its warm-up batch."""
-    return ((BATCHES + 1) // READERS - 1) * BATCH
+    """The images one reader times: its share of a pass."""
+    return (BATCHES + 1) // READERS * BATCH
 
 
 def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | None) -> float:
     """Images/s of two processes of one run reading their shares of one pass together (each with
-    `workers` input processes), the DB dropped from the page cache first where `group` throttles
-    it: all their timed images over the time from the first one's start to the last one's end
-    (their start-up differs: a sum of their rates would count a reader alone as two)."""
-    if group is not None:
-        evict(db)
+    `workers` input processes), the DB dropped from the page cache as they start where `group`
+    throttles it: all their images over the time from their common start to the last one's
+    end."""
 
-    def reader(rank: int) -> list[float]:
+    def reader(rank: int, together: str) -> list[float]:
         return tree.call(
             "benchmarks.cold_reads:reader_window",
             db=str(db),
@@ -240,10 +278,11 @@ def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | N
             workers=workers,
             group=str(group or ""),
             rank=rank,
+            together=together,
         )
 
-    with ThreadPoolExecutor(READERS) as readers:
-        windows = list(readers.map(reader, range(READERS)))
+    with tempfile.TemporaryDirectory() as together, ThreadPoolExecutor(READERS) as readers:
+        windows = list(readers.map(reader, range(READERS), [together] * READERS))
     span = max(end for _, end in windows) - min(start for start, _ in windows)
     return READERS * reader_images() / span
 

@@ -3,6 +3,7 @@ logic (run here with the CPU as its device, which decode_jpeg also supports)."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import random
@@ -41,6 +42,23 @@ def test_bench_refuses_gpu_decoding_without_a_gpu_in_one_line(image_db, capsys):
     db = image_db("bench", 4, 4)
     assert bench.main([db, "--decode_device", "gpu"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("start", [False, True], ids=["warm_up", "start"])
+def test_bench_times_its_first_batch_only_from_a_start_it_is_given(tmp_path, capsys, start):
+    # One undecodable record among 8, a batch of 8, one batch after the first: a batch a
+    # bench counts holds it once.
+    records = [(b"%08d" % i, datum_record(0, encoded=make_jpeg(40, 40, seed=i))) for i in range(7)]
+    records.append((b"%08d" % 7, datum_record(0, encoded=make_undecodable_jpeg())))
+    db = write_db(str(tmp_path / "db"), "lmdb", records)
+    starts = []
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args([db, "--batch_size", "8", "--batches", "1", "--num_workers", "0"])
+    args.image_size = 32
+    bench.bench(args, start=(lambda: starts.append(1)) if start else None)
+    assert starts == ([1] if start else [])
+    assert f"skipped {2 if start else 1} records" in capsys.readouterr().out
 
 
 # The training crops both paths are compared on: the default, and random-resized boxes of at

@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.data import add_read_order_flags, check_read_window
@@ -95,9 +95,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float:
+def bench(
+    args: argparse.Namespace,
+    rank: int = 0,
+    world_size: int = 1,
+    start: Callable[[], None] | None = None,
+) -> float:
     """Images per second over args.batches batches after a warm-up batch, read as process `rank`
-    of a run of `world_size` training processes would (each reads its share of one stream)."""
+    of a run of `world_size` training processes would (each reads its share of one stream).
+
+    `start`, where given, is called once all is ready but the first batch, and the timing begins
+    as it returns and counts every batch, the first too: the warm-up batch's reads of the DB are
+    timed. benchmarks/cold_reads.py passes one that drops the DB from the page cache, and, for
+    processes timed together, waits for the others."""
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
     from resnet50_trainer.data.input_pipeline import device_batches
     from resnet50_trainer.data.label_mix import poor_mix_warning
@@ -143,10 +153,14 @@ def bench(args: argparse.Namespace, rank: int = 0, world_size: int = 1) -> float
         args.decode_device == "gpu",
         crop=args.crop,
     )
-    batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
-    next(batches)  # warm-up: input processes start, the DB opens
-    _synchronize(device)
+    if start is not None:
+        start()
     started = time.perf_counter()
+    batches = iter(device_batches(args.db, db_type, keys, sampler, device, settings, train=True))
+    if start is None:
+        next(batches)  # warm-up: input processes start, the DB opens
+        _synchronize(device)
+        started = time.perf_counter()
     images, bad_keys = 0, []
     for batch in batches:  # a bad record's place is filled with a copy: not counted
         images += batch.num_real
