@@ -99,46 +99,47 @@ def bench_rate(
     world_size: int = 1,
     together: str = "",
 ) -> float:
-    """Runs in a tree's process: joins `group` (its input processes too) and times `resnet50-db
-    bench`'s pipeline over a pass (as process `rank` of a run of `world_size`: its share), every
-    batch timed from the start, the DB dropped from the page cache there if `cold` (what the set-up
-    read, the keys and the label check, is not left cached). Processes timed together meet in
-    the folder `together` first, and the first of them drops the DB."""
+    """Runs in a tree's process: joins `group` (its input processes too), drops the DB from the
+    page cache if `cold`, and times `resnet50-db bench`'s pipeline over a pass (as process `rank`
+    of a run of `world_size`: its share): every batch, from the end of the set-up (listing the
+    keys, the label check: a run's start, not its epochs' reads). Processes timed together meet
+    in the folder `together` there, so that each one's set-up is out of the others' timing."""
     import argparse
-    import inspect
 
     from resnet50_trainer.tools.db import bench
 
     if group:
         Path(group, "tasks").write_text(f"{os.getpid()}\n")
+    if cold:
+        evict(Path(db))
     arguments = dict(db=db, db_type="lmdb", batch_size=BATCH, image_size=224, scale=None)
     arguments |= dict(crop="random_resized", num_channels=3, num_workers=workers)
     arguments |= dict(batches=(BATCHES + 1) // world_size - 1, device="cpu", decode_device="cpu")
     window_mb = WINDOW_MB if order == "quasi_random" else None  # refused with random order
     arguments |= dict(seed=0, read_order=order, read_window_mb=window_mb)
-
-    def start() -> None:
-        if together:
-            _meet(Path(together), rank, world_size)
-        if cold and rank == 0:
-            evict(Path(db))
-        if together:
-            _meet(Path(together), rank, world_size, "evicted")
-
-    if "start" not in inspect.signature(bench.bench).parameters:
-        # A tree before the timed first batch: its cold DB dropped before the set-up.
-        if cold:
-            evict(Path(db))
-        if world_size == 1:  # nor ranks, before many readers were measured
-            return bench.bench(argparse.Namespace(**arguments))
-        return bench.bench(argparse.Namespace(**arguments), rank, world_size)
-    return bench.bench(argparse.Namespace(**arguments), rank, world_size, start=start)
+    args = argparse.Namespace(**arguments)
+    if _times_first_batch():
+        return bench.bench(args, rank, world_size, start=lambda: _meet(together, rank, world_size))
+    # A tree from before: its first batch untimed, and no ranks before many readers were measured.
+    return bench.bench(args) if world_size == 1 else bench.bench(args, rank, world_size)
 
 
-def _meet(folder: Path, rank: int, world_size: int, stage: str = "ready") -> None:
-    """Returns once all `world_size` processes have reached `stage` (a file each in `folder`)."""
-    (folder / f"{stage}.{rank}").touch()
-    while len(list(folder.glob(f"{stage}.*"))) < world_size:
+def _times_first_batch() -> bool:
+    """Whether this tree's bench times its first batch from a start it is given (since e5eaf45)."""
+    import inspect
+
+    from resnet50_trainer.tools.db import bench
+
+    return "start" in inspect.signature(bench.bench).parameters
+
+
+def _meet(folder: str, rank: int, world_size: int) -> None:
+    """Returns once all `world_size` processes have come here (a file each in `folder`; none to
+    wait for without one)."""
+    if not folder:
+        return
+    Path(folder, f"ready.{rank}").touch()
+    while len(list(Path(folder).glob("ready.*"))) < world_size:
         time.sleep(0.005)
 
 
@@ -244,31 +245,31 @@ def reader_window(
     db: str, order: str, workers: int, group: str, rank: int, together: str
 ) -> list[float]:
     """Runs in a tree's process: bench_rate as process `rank` of READERS meeting in `together`,
-    and when its timing began and ended (wall-clock seconds)."""
+    when its timing began and ended (wall-clock seconds), and the images it timed."""
     rate = bench_rate(
         db,
         order,
         workers,
         group,
-        cold=bool(group),
+        cold=False,  # dropped before both start
         rank=rank,
         world_size=READERS,
         together=together,
     )
     ended = time.time()
-    return [ended - reader_images() / rate, ended]
-
-
-def reader_images() -> int:
-    """The images one reader times: its share of a pass."""
-    return (BATCHES + 1) // READERS * BATCH
+    images = (BATCHES + 1) // READERS * BATCH  # its share of the pass
+    if not _times_first_batch():
+        images -= BATCH
+    return [ended - images / rate, ended, images]
 
 
 def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | None) -> float:
     """Images/s of two processes of one run reading their shares of one pass together (each with
-    `workers` input processes), the DB dropped from the page cache as they start where `group`
+    `workers` input processes), the DB dropped from the page cache before they start where `group`
     throttles it: all their images over the time from their common start to the last one's
     end."""
+    if group is not None:
+        evict(db)
 
     def reader(rank: int, together: str) -> list[float]:
         return tree.call(
@@ -283,8 +284,8 @@ def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | N
 
     with tempfile.TemporaryDirectory() as together, ThreadPoolExecutor(READERS) as readers:
         windows = list(readers.map(reader, range(READERS), [together] * READERS))
-    span = max(end for _, end in windows) - min(start for start, _ in windows)
-    return READERS * reader_images() / span
+    span = max(end for _, end, _ in windows) - min(start for start, _, _ in windows)
+    return sum(images for _, _, images in windows) / span
 
 
 @benchmark(
