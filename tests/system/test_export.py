@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -172,7 +173,7 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(trained, tmp_path
         (tmp_path / "notes.pt").write_text("not a checkpoint")
     elif case == "a damaged checkpoint":
         args[0] = str(tmp_path / "cut.pt")
-        (tmp_path / "cut.pt").write_bytes(open(checkpoint, "rb").read()[:100_000])
+        (tmp_path / "cut.pt").write_bytes(Path(checkpoint).read_bytes()[:100_000])
     elif case == "no EMA":
         state = torch.load(checkpoint, weights_only=True)
         state["ema"] = None

@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,8 +85,8 @@ def test_the_slurm_script_asks_for_one_task_per_gpu_and_requeue():
     options = sbatch_options(SBATCH)
     assert "--requeue" in options
     assert options["--ntasks-per-node"] == options["--gpus-per-node"]
-    assert re.search(r"srun [^\n]*resnet50-trainer", open(SBATCH).read())
-    assert "--auto_resume" in open(SBATCH).read()
+    assert re.search(r"srun [^\n]*resnet50-trainer", Path(SBATCH).read_text())
+    assert "--auto_resume" in Path(SBATCH).read_text()
 
 
 def job_id_with_a_free_port() -> str:

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,12 +139,12 @@ RESULTS_FILE = os.path.join(RESULTS, "cpu_2_cores.json")
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_and_nothing_is_written(argv, names):
-    before = {path: open(path).read() for path in (RESULTS_FILE, str(tables.SPEED_DOC))}
+    before = {path: Path(path).read_text() for path in (RESULTS_FILE, str(tables.SPEED_DOC))}
     done = run_benchmarks(*argv)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert names in line and "Traceback" not in done.stderr
-    assert before == {path: open(path).read() for path in before}
+    assert before == {path: Path(path).read_text() for path in before}
 
 
 def test_an_output_is_written_through_its_link_and_whole_or_not_at_all(tmp_path):

@@ -405,7 +405,8 @@ def test_inspect_counts_planted_corrupt_records(tmp_path, capsys):
     )
     text = capsys.readouterr().out
     assert "failed      3" in text and "91_truncated" in text and "WARNING" in text
-    assert Image.open(tmp_path / "s.png").size == (4 * 96, 110)
+    with Image.open(tmp_path / "s.png") as sheet:
+        assert sheet.size == (4 * 96, 110)
 
 
 def test_inspect_warns_when_every_label_is_the_same(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 from resnet50_trainer.reporting.runlog import HEADER, EpochRow, RunLog, log_file_name
 from tests.support.trainer_runs import config_of
@@ -31,7 +32,7 @@ def test_first_line_header_and_rows(tmp_path):
     run_log = RunLog(config(tmp_path, "--num_labels", "10"), time.time())
     run_log.write(EpochRow(1.5, 1.5, 64, 64, 1, 42.7, 0.5, 1, 0.025, 2.3, -1))
     run_log.close()
-    lines = open(run_log.path).read().splitlines()
+    lines = Path(run_log.path).read_text().splitlines()
     assert lines[0].startswith("# Namespace(") and "batch_size=64" in lines[0]
     assert ",".join(HEADER) == ORIGINAL_HEADER and lines[1] == ORIGINAL_HEADER
     assert lines[2] == "1.5,1.5,64,64,1,42.7,0.5,1,0.025,2.3,-1"
@@ -48,4 +49,4 @@ def test_an_existing_log_is_never_overwritten(tmp_path):
     second = RunLog(config(tmp_path), started)
     second.close()
     assert second.path != first.path
-    assert len(open(first.path).read().splitlines()) == 3
+    assert len(Path(first.path).read_text().splitlines()) == 3
