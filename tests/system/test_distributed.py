@@ -83,7 +83,8 @@ def assert_trained_one_pass(shard_0, others=()):
     assert "Parameters identical on all 4 processes" in output, output[-3000:]
     assert "global batch 16, effective LR 0.00625" in output
     (log_path,) = [p for p in shard_0.log_dir.iterdir() if p.suffix == ".log"]
-    rows = list(csv.DictReader(line for line in open(log_path) if not line.startswith("# ")))
+    lines = log_path.read_text().splitlines()
+    rows = list(csv.DictReader(line for line in lines if not line.startswith("# ")))
     assert [int(rows[0]["input_count"])] == [RECORDS]  # every record once: the DB is one pass
     return output
 

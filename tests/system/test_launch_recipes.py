@@ -54,7 +54,7 @@ def sbatch_options(path: str) -> dict[str, str]:
     """The script's #SBATCH options, as sbatch reads them: the comment lines before the first
     command."""
     options = {}
-    for line in open(path):
+    for line in Path(path).read_text().splitlines():
         if line.startswith("#SBATCH "):
             name, _, value = line[len("#SBATCH ") :].strip().partition("=")
             options[name] = value
@@ -148,7 +148,8 @@ def test_the_slurm_script_does_not_retry_bad_input(tmp_path, databases):
 
 def kubernetes_objects(path: str) -> dict[str, dict]:
     """The file's objects by kind. It is YAML written as JSON: its comment lines aside, JSON."""
-    text = "".join(line for line in open(path) if not line.lstrip().startswith("#"))
+    lines = Path(path).read_text().splitlines(keepends=True)
+    text = "".join(line for line in lines if not line.lstrip().startswith("#"))
     listed = json.loads(text)
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
     return {item["kind"]: item for item in listed["items"]}
