@@ -161,7 +161,7 @@ def test_two_runs_on_one_redis_at_once_and_a_rerun_after_a_kill(tmp_path, train_
         assert time.monotonic() < deadline and killed.poll() is None, "shard 0 never published"
         time.sleep(0.2)
     os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
+    killed.communicate()  # waits, and closes its output pipe
     runs = [
         shards(tmp_path, train_db, run_id, *through_redis(redis_port), processes=1, name=run_id)
         for run_id in ("again", "other")
