@@ -38,7 +38,8 @@ from benchmarks.network_namespaces import (
     seated,
 )
 from resnet50_trainer.cli import build_parser, config_from_args
-from resnet50_trainer.config.settings import GRAD_COMPRESSIONS, Config
+from resnet50_trainer.config.flags.distributed import GRAD_COMPRESSIONS
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.model.replica import build_replica
 
 PROCESSES = 2

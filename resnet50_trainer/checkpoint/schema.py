@@ -19,7 +19,8 @@ from typing import Any, Callable
 import torch
 
 from resnet50_trainer.checkpoint.grad_compression_entry import entry_problem
-from resnet50_trainer.config.settings import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, Config
+from resnet50_trainer.config.flags.model import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.finite import non_finite_tensors
 

@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from resnet50_trainer.config.flags.images import default_scale
 from resnet50_trainer.config.flags.parser import (
     RUN_ID_PATTERN,
     build_parser,
@@ -23,7 +24,6 @@ from resnet50_trainer.config.settings import (
     SYNTHETIC_DATA,
     SYNTHETIC_EPOCH_SIZE,
     Config,
-    default_scale,
 )
 from resnet50_trainer.config.solver import with_solver
 from resnet50_trainer.errors import UserError

@@ -2,8 +2,8 @@
 check_settings checks them against each other.
 
 The command line builds a Config once (build.py), one field per flag; nothing changes it
-afterwards. Names, types, defaults and help live in the parser (flags/) alone, so each is written
-once.
+afterwards. Each field is declared once, as its flag, in its group's dataclass (flags/data.py,
+flags/images.py, ...: name, type, default, valid values, help), and Config inherits them all.
 """
 
 from __future__ import annotations
@@ -12,57 +12,26 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from resnet50_trainer.config.flags.data import DataFlags
+from resnet50_trainer.config.flags.declare import flag_names
+from resnet50_trainer.config.flags.devices import DeviceFlags
+from resnet50_trainer.config.flags.distributed import DistributedFlags, GradCompressionFlags
+from resnet50_trainer.config.flags.images import CROP_BOUNDS, ImageFlags
+from resnet50_trainer.config.flags.model import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, ModelFlags
+from resnet50_trainer.config.flags.optimisation import (
+    LINEAR_LR_SCALING,
+    LearningRateFlags,
+    OptimisationFlags,
+)
+from resnet50_trainer.config.flags.outputs import OutputFlags
+from resnet50_trainer.config.flags.regularisation import RegularisationFlags
 from resnet50_trainer.data.settings import window_mb_of
-from resnet50_trainer.errors import UserError
 
 SYNTHETIC_DATA = "null"
-# ResNet depths: torchvision's builders (model/resnet.py), named here so the command line needs
-# no torch.
-SUPPORTED_LAYERS = (18, 34, 50, 101, 152, 200)
-# Depths built of basic blocks, which torchvision makes only with 1 group of width 64.
-BASIC_BLOCK_LAYERS = (18, 34)
-# --resnext_num_groups and --resnext_width_per_group at these values: a plain ResNet.
-RESNET_GROUPS = 1
-RESNET_WIDTH_PER_GROUP = 64
 # The base learning rate is "based on 256 global batch size" (the original's docs).
 LR_REFERENCE_BATCH = 256
-# --lr_scaling: linear follows those docs; none, the original's code (the base LR as given).
-LINEAR_LR_SCALING = "linear"
-LR_SCALINGS = (LINEAR_LR_SCALING, "none")
-# --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
-OPTIMIZERS = ("nesterov", "sgd")
-# --grad_compression (grad_compression.py): DDP's float32 all-reduce, casting hooks, PowerSGD.
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
-# PowerSGD's defaults: rank 2, as Vogels et al. 2019's main experiments; plain all-reduce for the
-# first 1000 iterations, as torch's PowerSGDState (the first steps suffer most from inexact
-# gradients).
-DEFAULT_POWERSGD_RANK = 2
-DEFAULT_POWERSGD_START_ITER = 1000
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.
 SYNTHETIC_EPOCH_SIZE = 1_500_000
-# The crop is this share of the resized shorter side by default: 224 of 256.
-CROP_SHARE = 0.875
-CROP_BOUNDS = ("crop_area", "crop_ratio")  # the flags of random_resized's bounds
-
-
-def default_scale(image_size: int) -> int:
-    """--scale's default: round(image_size / 0.875), 256 for 224."""
-    return round(image_size / CROP_SHARE)
-
-
-def resolve_scale(image_size: int, scale: int | None) -> int:
-    """--scale, or its default; the crop must fit in the resized image."""
-    scale = scale or default_scale(image_size)
-    check_crop_fits(image_size, scale)
-    return scale
-
-
-def check_crop_fits(image_size: int, scale: int) -> None:
-    if image_size > scale:
-        raise UserError(
-            f"--image_size {image_size} is above --scale {scale}: the crop must fit "
-            "in the resized image; raise --scale or lower --image_size"
-        )
 
 
 def effective_learning_rate(
@@ -75,99 +44,22 @@ def effective_learning_rate(
     return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 
-# Fields named for what they are whose flag keeps the original's name.
-FLAG_OF_FIELD = {"processes_per_machine": "num_gpus"}
-
-
+# The flag groups last to first: a dataclass's fields start with its last base's, so Config's
+# fields (and the saved settings, to_dict) follow --help's order, which flags/parser.py reads
+# from here.
 @dataclass(frozen=True)
-class Config:
-    train_data: str
-    test_data: str | None
-    db_type: str
-    gpus: tuple[int, ...]  # the GPU ids this machine trains on; empty with use_cpu
-    processes_per_machine: int  # the flag --num_gpus: GPUs, or CPU workers with use_cpu
-    model_parallel: bool
-    num_channels: int
-    image_size: int
-    scale: int
-    num_labels: int
-    num_layers: int
-    batch_size: int  # total over this machine's devices, as the original
-    epoch_size: int | None
-    num_epochs: int
-    base_learning_rate: float
-    lr_scaling: str
-    warmup_epochs: float
-    lr_policy: str
-    lr_steps: tuple[float, ...] | None  # epochs; None: the policy's default
-    lr_gamma: float | None
-    lr_power: float | None
-    min_lr: float | None
-    momentum: float
-    optimizer: str
-    iter_size: int  # passes each step's batch is split into, gradients accumulated
-    weight_decay: float
-    cudnn_workspace_limit_mb: int | None  # None: cuDNN's own workspace choice
-    num_shards: int
-    shard_id: int
-    run_id: str | None
-    redis_host: str | None
-    redis_port: int
-    file_store_path: str
-    save_model_name: str
-    load_model_path: str | None
-    auto_resume: bool  # the newest checkpoint of checkpoint_dir, if any, wins over load_model_path
-    use_cpu: bool
-    dtype: str
-    float16_compute: bool
-    enable_tensor_core: bool
-    distributed_transport: str | None  # None: NCCL's own choice
-    distributed_interfaces: str
-    first_iter_timeout: float
-    timeout: float
-    log_dir: str
-    checkpoint_dir: str
-    num_workers: int
-    seed: int
-    max_bad_records: float
-    print_every: int
-    redis_password: str | None
-    keep_checkpoints: int
-    checkpoint_every_iters: int
-    compile: bool
-    decode_device: str
-    profile_iters: int
-    pipeline_chunks: int
-    test_epoch_size: int | None
-    image_mean_per_channel: tuple[float, ...] | None  # the original's channel order: BGR
-    image_std_per_channel: tuple[float, ...] | None
-    resnext_num_groups: int
-    resnext_width_per_group: int
-    log_top5: bool
-    tensorboard: bool
-    test_only: bool
-    init_model: str | None
-    solver: str | None
-    recipe: str
-    crop: str
-    crop_area: tuple[float, float] | None  # None: DEFAULT_CROP_AREA; set only with random_resized
-    crop_ratio: tuple[float, float] | None  # None: DEFAULT_CROP_RATIO
-    read_order: str  # as given: auto is resolved with the DB (train/inputs._agreed_read_order)
-    read_window_mb: int | None  # None: DEFAULT_WINDOW_MB; refused with --read_order random
-    test_resize: int | None  # None: scale
-    test_image_size: int | None  # None: image_size
-    label_smoothing: float
-    mixup_alpha: float
-    cutmix_alpha: float
-    no_bn_weight_decay: bool
-    ema_decay: float  # 0: no EMA of the weights
-    ema_steps: int
-    ema_for_test: bool
-    sync_bn: bool
-    grad_compression: str
-    powersgd_rank: int
-    powersgd_start_iter: int
-
+class Config(
+    OutputFlags,
+    GradCompressionFlags,
+    DistributedFlags,
+    RegularisationFlags,
+    LearningRateFlags,
+    OptimisationFlags,
+    ModelFlags,
+    DeviceFlags,
+    ImageFlags,
+    DataFlags,
+):
     @property
     def synthetic(self) -> bool:
         return self.train_data == SYNTHETIC_DATA
@@ -225,9 +117,8 @@ class Config:
         """The settings by their flags' names (the original's Namespace, as the run log's first line
         and a checkpoint's arguments hold them); plain types only, so a checkpoint can hold them
         and be loaded with weights_only=True."""
-        values = {
-            FLAG_OF_FIELD.get(name, name): value for name, value in dataclasses.asdict(self).items()
-        }
+        flags = flag_names(Config)
+        values = {flags[name]: value for name, value in dataclasses.asdict(self).items()}
         for name in (
             "gpus",
             "image_mean_per_channel",

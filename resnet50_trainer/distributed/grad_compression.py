@@ -17,7 +17,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from resnet50_trainer.config.settings import GRAD_COMPRESSIONS, Config
+from resnet50_trainer.config.flags.distributed import GRAD_COMPRESSIONS
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.powersgd_state import ResumablePowerSGD
 from resnet50_trainer.errors import UserError
 

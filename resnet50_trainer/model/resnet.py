@@ -16,12 +16,12 @@ import torch
 from torch import nn
 from torchvision import models
 
-from resnet50_trainer.config.settings import (
+from resnet50_trainer.config.flags.model import (
     RESNET_GROUPS,
     RESNET_WIDTH_PER_GROUP,
     SUPPORTED_LAYERS,
-    Config,
 )
+from resnet50_trainer.config.settings import Config
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
-from resnet50_trainer.config.settings import SUPPORTED_LAYERS
+from resnet50_trainer.config.flags.model import SUPPORTED_LAYERS
 from resnet50_trainer.distributed.devices import model_parallel_devices
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.resnet import (

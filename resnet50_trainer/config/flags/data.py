@@ -3,9 +3,10 @@ share of bad records an epoch may skip. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.settings import Config
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
@@ -20,39 +21,26 @@ from resnet50_trainer.data.settings import (
 )
 from resnet50_trainer.errors import UserError
 
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
 
-def add_data_flags(parser: argparse.ArgumentParser) -> None:
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--train_data",
+# The trainer's, and resnet50-db bench's (tools/db/bench.py).
+READ_ORDER_FLAGS = ("read_order", "read_window_mb")
+
+
+@dataclass(frozen=True)
+class DataFlags(FlagGroup):
+    TITLE = "data"
+
+    train_data: str = flag(
         required=True,
         help="path of the training DB; the word 'null' trains on synthetic data",
     )
-    data.add_argument("--test_data", help="path of the test DB, evaluated after every epoch")
-    data.add_argument(
-        "--db_type", default="lmdb", choices=("lmdb", "leveldb"), help="database type"
-    )
-    data.add_argument("--num_labels", type=NUM_LABELS, default=1000, help="number of classes")
-    add_read_order_flags(data)
-    data.add_argument(
-        "--test_epoch_size",
-        type=Number(int, 1, 10**12),
-        help="test images per evaluation: the first N of the test DB in key order "
-        "(default: the whole test DB)",
-    )
-    data.add_argument(
-        "--max_bad_records",
-        type=Number(float, 0, 1, below_maximum=True),
-        default=0.01,
-        help="fraction of an epoch's records that may fail to decode (skipped and "
-        "named) before the run stops",
-    )
-
-
-def add_read_order_flags(group: argparse._ActionsContainer) -> None:
-    """--read_order and --read_window_mb: the trainer's, and resnet50-db bench's."""
-    group.add_argument(
-        "--read_order",
+    test_data: str | None = flag(help="path of the test DB, evaluated after every epoch")
+    db_type: str = flag(default="lmdb", choices=("lmdb", "leveldb"), help="database type")
+    num_labels: int = flag(type=NUM_LABELS, default=1000, help="number of classes")
+    # As given: auto is resolved with the DB (train/inputs._agreed_read_order).
+    read_order: str = flag(
         default=AUTO_ORDER,
         choices=READ_ORDERS,
         help="order of each pass over the training DB: random (any record anywhere, one "
@@ -62,12 +50,23 @@ def add_read_order_flags(group: argparse._ActionsContainer) -> None:
         "(quasi_random when the DB is more than half of this machine's memory, else random); "
         "the start line says which and why",
     )
-    group.add_argument(
-        "--read_window_mb",
+    # None: DEFAULT_WINDOW_MB; refused with --read_order random.
+    read_window_mb: int | None = flag(
         type=Number(int, 1, 2**20),
         help="quasi_random (and auto): the records shuffled together, in MB of the DB (held in "
         "the page cache while its batches read it): larger mixes a DB more, smaller leaves more "
         f"memory (default: {DEFAULT_WINDOW_MB})",
+    )
+    test_epoch_size: int | None = flag(
+        type=Number(int, 1, 10**12),
+        help="test images per evaluation: the first N of the test DB in key order "
+        "(default: the whole test DB)",
+    )
+    max_bad_records: float = flag(
+        type=Number(float, 0, 1, below_maximum=True),
+        default=0.01,
+        help="fraction of an epoch's records that may fail to decode (skipped and "
+        "named) before the run stops",
     )
 
 

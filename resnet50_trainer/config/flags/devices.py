@@ -3,11 +3,10 @@ compile, the model-parallel split); and their checks. Part of the one parser (pa
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.settings import (
-    Config,
-)
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import (
     Number,
     Switch,
@@ -15,61 +14,59 @@ from resnet50_trainer.config.values import (
 )
 from resnet50_trainer.errors import UserError
 
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
 
-def add_device_flags(parser: argparse.ArgumentParser) -> None:
-    devices = parser.add_argument_group("devices")
-    devices.add_argument(
-        "--gpus",
+
+@dataclass(frozen=True)
+class DeviceFlags(FlagGroup):
+    TITLE = "devices"
+
+    gpus: tuple[int, ...] = flag(  # the GPU ids this machine trains on; empty with use_cpu
         type=gpu_list,
         help="comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)",
     )
-    devices.add_argument(
-        "--num_gpus",
-        dest="processes_per_machine",  # GPUs, or CPU workers: the field says what it is
+    # GPUs, or CPU workers with use_cpu: the field says what it is, the flag keeps the original's
+    # name.
+    processes_per_machine: int = flag(
+        name="num_gpus",
         metavar="NUM_GPUS",
         type=Number(int, 1, 256),
         help="number of GPUs (instead of --gpus); with --use_cpu, the number of "
         "CPU training processes (default: 1)",
     )
-    devices.add_argument("--use_cpu", action=Switch, help="train on CPU (Gloo)")
-    devices.add_argument(
-        "--model_parallel",
+    use_cpu: bool = flag(action=Switch, help="train on CPU (Gloo)")
+    model_parallel: bool = flag(
         action=Switch,
         help="split each model replica over 2 GPUs (so 2 x --num_gpus devices)",
     )
-    devices.add_argument(
-        "--dtype",
+    dtype: str = flag(
         default="float",
         choices=("float", "float16", "bfloat16"),
         help="training precision: float16 uses autocast and a gradient scaler "
         "(GPU only), bfloat16 autocast alone (GPU or CPU); weights stay float32",
     )
-    devices.add_argument(
-        "--float16_compute",
+    float16_compute: bool = flag(
         action=Switch,
         help="fp16 arithmetic in conv and fc (GPU only): under autocast this is "
         "the same mode as --dtype float16",
     )
-    devices.add_argument(
-        "--enable_tensor_core",
+    enable_tensor_core: bool = flag(
         action=Switch,
         help="tensor-core maths for conv and fc (GPU only): TF32 in matmuls and "
         "convolutions, and channels_last tensors",
     )
-    devices.add_argument(
-        "--compile",
+    compile: bool = flag(
         action=Switch,
         help="compile the training model with torch.compile (the first steps "
         "take minutes; needs a C++ compiler on the CPU)",
     )
-    devices.add_argument(
-        "--pipeline_chunks",
+    pipeline_chunks: int = flag(
         type=Number(int, 1, 1024),
         default=1,
         help="with --model_parallel: micro-batches per step, so both GPUs of a pair work at once",
     )
-    devices.add_argument(
-        "--cudnn_workspace_limit_mb",
+    cudnn_workspace_limit_mb: int | None = flag(  # None: cuDNN's own workspace choice
         type=Number(int, 1, 1 << 20),
         help="cap on cuDNN's convolution workspace, in MiB (GPU only; the original capped it at "
         "64). PyTorch has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN "
@@ -113,9 +110,9 @@ def _check_precision_and_decoding(config: Config) -> None:
             "PyTorch's SyncBatchNorm runs on GPUs only: leave it out with --use_cpu",
         ),
     }
-    for flag, (given, reason) in gpu_only.items():
+    for setting, (given, reason) in gpu_only.items():
         if given:
-            raise UserError(f"{flag} with --use_cpu: {reason}")
+            raise UserError(f"{setting} with --use_cpu: {reason}")
 
 
 def check_devices(config: Config) -> None:

@@ -4,13 +4,10 @@ against each other. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from resnet50_trainer.config.settings import (
-    CROP_BOUNDS,
-    Config,
-    check_crop_fits,
-)
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import (
     INPUT_WORKERS,
     PIXELS,
@@ -28,7 +25,13 @@ from resnet50_trainer.data.settings import (
 )
 from resnet50_trainer.errors import UserError
 
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
+
 DEFAULT_IMAGE_SIZE = 227
+# The crop is this share of the resized shorter side by default: 224 of 256.
+CROP_SHARE = 0.875
+CROP_BOUNDS = ("crop_area", "crop_ratio")  # the flags of random_resized's bounds
 
 
 PIXEL_MEAN = Number(float, 0, 255)
@@ -44,56 +47,52 @@ CROP_AREA = Bounds(Number(float, 0, 1, above_minimum=True))
 CROP_RATIO = Bounds(Number(float, 0.001, 1000))
 
 
-def add_image_flags(parser: argparse.ArgumentParser) -> None:
-    images = parser.add_argument_group("images and the input pipeline")
-    images.add_argument(
-        "--num_channels",
+def _per_channel(statistic: str, values: Number) -> Any:
+    """--image_mean_per_channel or --image_std_per_channel."""
+    return flag(
+        action=NumberValues,
+        type=NumberList(values),
+        help=f"the pixels' {statistic} per channel in 0..255 units, one value per "
+        "channel in the original's order (blue, green, red), separated by commas or "
+        "spaces; inputs are (x - mean) / std (default: 128 each, the original's "
+        "(x - 128) / 128)",
+    )
+
+
+def _crop_bound(bounds: Bounds, default: tuple[float, float], what: str) -> Any:
+    """--crop_area or --crop_ratio: a random-resized box's bounds."""
+    return flag(
+        type=bounds,
+        metavar="MIN,MAX",
+        help=f"--crop random_resized: the box's {what}, from MIN to MAX (default: "
+        f"{default[0]:.4g},{default[1]:.4g}, torchvision's; valid: each "
+        f"{bounds.number.describe()})",
+    )
+
+
+@dataclass(frozen=True)
+class ImageFlags(FlagGroup):
+    """Images and the input pipeline; the training crop and the test images' sizes (FixRes: test
+    at a larger size than trained)."""
+
+    TITLE = "images and the input pipeline"
+
+    num_channels: int = flag(
         type=Number(int),
         default=3,
         choices=(1, 3),
         help="colour channels; 1 trains on grayscale",
     )
-    images.add_argument(
-        "--image_size", type=PIXELS, default=DEFAULT_IMAGE_SIZE, help="crop size in pixels, square"
+    image_size: int = flag(
+        type=PIXELS, default=DEFAULT_IMAGE_SIZE, help="crop size in pixels, square"
     )
-    images.add_argument(
-        "--scale",
+    scale: int = flag(  # its default worked out by config/build.py
         type=PIXELS,
         help="shorter side images are resized to before cropping "
         "(default: round(image_size / 0.875), 256 for 224; --scale 256 "
         "--image_size 227 is exactly the original)",
     )
-    _add_crop_flags(images)
-    for statistic, values in (("mean", PIXEL_MEAN), ("std", PIXEL_STD)):
-        images.add_argument(
-            f"--image_{statistic}_per_channel",
-            action=NumberValues,
-            type=NumberList(values),
-            help=f"the pixels' {statistic} per channel in 0..255 units, one value per "
-            "channel in the original's order (blue, green, red), separated by commas or "
-            "spaces; inputs are (x - mean) / std (default: 128 each, the original's "
-            "(x - 128) / 128)",
-        )
-    images.add_argument(
-        "--num_workers",
-        type=INPUT_WORKERS,
-        help="input (decoding) processes per training process; 0 decodes in the "
-        "training process (default: the cores per training process minus one, "
-        "1 to 8)",
-    )
-    images.add_argument(
-        "--decode_device",
-        default="cpu",
-        choices=("cpu", "gpu"),
-        help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
-        "training GPU; input processes only read bytes)",
-    )
-
-
-def _add_crop_flags(images: argparse._ArgumentGroup) -> None:
-    """The training crop and the test images' sizes (FixRes: test at a larger size than trained)."""
-    images.add_argument(
-        "--crop",
+    crop: str = flag(
         default=SCALE_CROP,
         choices=CROPS,
         help="training crop: scale (shorter side to --scale, a random --image_size square, "
@@ -101,41 +100,69 @@ def _add_crop_flags(images: argparse._ArgumentGroup) -> None:
         "RandomResizedCrop: a random box of --crop_area of the image and --crop_ratio "
         "width / height, resized to --image_size, mirrored half the time)",
     )
-    for flag, bounds, default, what in (
-        ("--crop_area", CROP_AREA, DEFAULT_CROP_AREA, "share of the image's area"),
-        ("--crop_ratio", CROP_RATIO, DEFAULT_CROP_RATIO, "width / height (drawn log-uniform)"),
-    ):
-        images.add_argument(
-            flag,
-            type=bounds,
-            metavar="MIN,MAX",
-            help=f"--crop random_resized: the box's {what}, from MIN to MAX (default: "
-            f"{default[0]:.4g},{default[1]:.4g}, torchvision's; valid: each "
-            f"{bounds.number.describe()})",
-        )
-    images.add_argument(
-        "--test_resize",
+    # None: DEFAULT_CROP_AREA and DEFAULT_CROP_RATIO; set only with random_resized.
+    crop_area: tuple[float, float] | None = _crop_bound(
+        CROP_AREA, DEFAULT_CROP_AREA, "share of the image's area"
+    )
+    crop_ratio: tuple[float, float] | None = _crop_bound(
+        CROP_RATIO, DEFAULT_CROP_RATIO, "width / height (drawn log-uniform)"
+    )
+    test_resize: int | None = flag(  # None: scale
         type=PIXELS,
         help="shorter side the test images are resized to before their centre crop "
         "(default: --scale)",
     )
-    images.add_argument(
-        "--test_image_size",
+    test_image_size: int | None = flag(  # None: image_size
         type=PIXELS,
         help="side of the test images' centre crop (default: --image_size); FixRes as "
         "torchvision's recipe: --image_size 176 --test_resize 232 --test_image_size 224",
     )
+    # The original's channel order: BGR.
+    image_mean_per_channel: tuple[float, ...] | None = _per_channel("mean", PIXEL_MEAN)
+    image_std_per_channel: tuple[float, ...] | None = _per_channel("std", PIXEL_STD)
+    num_workers: int = flag(  # its default worked out by config/build.py
+        type=INPUT_WORKERS,
+        help="input (decoding) processes per training process; 0 decodes in the "
+        "training process (default: the cores per training process minus one, "
+        "1 to 8)",
+    )
+    decode_device: str = flag(
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="where JPEGs are decoded: cpu (input processes) or gpu (batched on the "
+        "training GPU; input processes only read bytes)",
+    )
+
+
+def default_scale(image_size: int) -> int:
+    """--scale's default: round(image_size / 0.875), 256 for 224."""
+    return round(image_size / CROP_SHARE)
+
+
+def resolve_scale(image_size: int, scale: int | None) -> int:
+    """--scale, or its default; the crop must fit in the resized image."""
+    scale = scale or default_scale(image_size)
+    check_crop_fits(image_size, scale)
+    return scale
+
+
+def check_crop_fits(image_size: int, scale: int) -> None:
+    if image_size > scale:
+        raise UserError(
+            f"--image_size {image_size} is above --scale {scale}: the crop must fit "
+            "in the resized image; raise --scale or lower --image_size"
+        )
 
 
 def _check_crops(config: Config) -> None:
     """--crop_area and --crop_ratio shape random-resized boxes only; the test crop must fit in the
     resized test image."""
     if config.crop != RANDOM_RESIZED_CROP:
-        for flag in CROP_BOUNDS:
-            if getattr(config, flag) is not None:
+        for name in CROP_BOUNDS:
+            if getattr(config, name) is not None:
                 raise UserError(
-                    f"--{flag} bounds the boxes of --crop {RANDOM_RESIZED_CROP}, and this run has "
-                    f"--crop {config.crop}: add --crop {RANDOM_RESIZED_CROP} or leave --{flag} out"
+                    f"--{name} bounds the boxes of --crop {RANDOM_RESIZED_CROP}, and this run has "
+                    f"--crop {config.crop}: add --crop {RANDOM_RESIZED_CROP} or leave --{name} out"
                 )
     resize, size = config.test_sizes
     if size > resize:
@@ -154,10 +181,10 @@ def _check_crops(config: Config) -> None:
 def check_images(config: Config) -> None:
     check_crop_fits(config.image_size, config.scale)
     _check_crops(config)
-    for flag in ("image_mean_per_channel", "image_std_per_channel"):
-        values = getattr(config, flag)
+    for name in ("image_mean_per_channel", "image_std_per_channel"):
+        values = getattr(config, name)
         if values is not None and len(values) != config.num_channels:
             raise UserError(
-                f"--{flag} has {len(values)} values for --num_channels {config.num_channels}: "
+                f"--{name} has {len(values)} values for --num_channels {config.num_channels}: "
                 f"give one per channel ({config.num_channels})"
             )

@@ -3,19 +3,26 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.settings import (
-    BASIC_BLOCK_LAYERS,
-    RESNET_GROUPS,
-    RESNET_WIDTH_PER_GROUP,
-    SUPPORTED_LAYERS,
-    Config,
-)
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import (
     Number,
 )
 from resnet50_trainer.errors import UserError
+
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
+
+# ResNet depths: torchvision's builders (model/resnet.py), named here so the command line needs
+# no torch.
+SUPPORTED_LAYERS = (18, 34, 50, 101, 152, 200)
+# Depths built of basic blocks, which torchvision makes only with 1 group of width 64.
+BASIC_BLOCK_LAYERS = (18, 34)
+# --resnext_num_groups and --resnext_width_per_group at these values: a plain ResNet.
+RESNET_GROUPS = 1
+RESNET_WIDTH_PER_GROUP = 64
 
 RESNEXT_GROUPS = Number(int, 1, 1024)
 
@@ -23,20 +30,20 @@ RESNEXT_GROUPS = Number(int, 1, 1024)
 RESNEXT_WIDTH = Number(int, 1, 4096)
 
 
-def add_model_flags(parser: argparse.ArgumentParser) -> None:
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--num_layers", type=Number(int), default=50, choices=SUPPORTED_LAYERS, help="ResNet depth"
+@dataclass(frozen=True)
+class ModelFlags(FlagGroup):
+    TITLE = "model"
+
+    num_layers: int = flag(
+        type=Number(int), default=50, choices=SUPPORTED_LAYERS, help="ResNet depth"
     )
-    model.add_argument(
-        "--resnext_num_groups",
+    resnext_num_groups: int = flag(
         type=RESNEXT_GROUPS,
         default=RESNET_GROUPS,
         help="groups of the bottlenecks' 3x3 convolutions: with --resnext_width_per_group, "
         "a ResNeXt (32 and 4 at 50 layers: ResNeXt-50 32x4d)",
     )
-    model.add_argument(
-        "--resnext_width_per_group",
+    resnext_width_per_group: int = flag(
         type=RESNEXT_WIDTH,
         default=RESNET_WIDTH_PER_GROUP,
         help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",

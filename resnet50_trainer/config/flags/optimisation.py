@@ -3,9 +3,11 @@ learning rate's scaling, policy and warm-up. Part of the one parser (parser.py).
 
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.lr_policies import (
     BY_NAME,
     DEFAULT_GAMMA,
@@ -20,55 +22,57 @@ from resnet50_trainer.config.lr_policies import (
     steps_help,
 )
 from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
-from resnet50_trainer.config.settings import LINEAR_LR_SCALING, LR_SCALINGS, OPTIMIZERS, Config
 from resnet50_trainer.config.values import BATCH_SIZE, SEED, Number, NumberList, NumberValues
 from resnet50_trainer.errors import UserError
 
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
+
+# --lr_scaling: linear follows the original's docs (the base LR is "based on 256 global batch
+# size"); none, the original's code (the base LR as given).
+LINEAR_LR_SCALING = "linear"
+LR_SCALINGS = (LINEAR_LR_SCALING, "none")
+# --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
+OPTIMIZERS = ("nesterov", "sgd")
 EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
 
 
-def add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
-    optimisation = parser.add_argument_group("optimisation")
-    optimisation.add_argument(
-        "--batch_size",
+@dataclass(frozen=True)
+class OptimisationFlags(FlagGroup):
+    TITLE = "optimisation"
+
+    batch_size: int = flag(  # total over this machine's devices, as the original
         type=BATCH_SIZE,
         default=32,
         help="batch size TOTAL over this machine's devices; must divide by them",
     )
-    optimisation.add_argument(
-        "--iter_size",
+    iter_size: int = flag(  # passes each step's batch is split into, gradients accumulated
         type=Number(int, 1, 65536),
         default=1,
         help="passes each process's share of a batch is split into, gradients accumulated "
         "(Caffe's iter_size): the memory of batch / N, one step of the whole batch",
     )
-    optimisation.add_argument(
-        "--epoch_size",
+    epoch_size: int | None = flag(
         type=Number(int, 1, 10**12),
         help="images per epoch over all machines (default: one pass over the "
         "training DB; the original's was 1500000)",
     )
-    optimisation.add_argument(
-        "--num_epochs", type=Number(int, 1, 1_000_000), default=1000, help="epochs"
-    )
-    optimisation.add_argument(
-        "--optimizer",
+    num_epochs: int = flag(type=Number(int, 1, 1_000_000), default=1000, help="epochs")
+    optimizer: str = flag(
         default="nesterov",
         choices=OPTIMIZERS,
         help="nesterov: SGD with Nesterov momentum, as the original; sgd: plain momentum, "
         "Caffe's solver type SGD",
     )
-    optimisation.add_argument(
-        "--momentum", type=Number(float, 0, 1, below_maximum=True), default=0.9, help="momentum"
+    momentum: float = flag(
+        type=Number(float, 0, 1, below_maximum=True), default=0.9, help="momentum"
     )
-    optimisation.add_argument(
-        "--weight_decay",
+    weight_decay: float = flag(
         type=Number(float, 0),
         default=1e-4,
         help="L2 on conv and fc weights and BN scales, not on biases",
     )
-    optimisation.add_argument(
-        "--recipe",
+    recipe: str = flag(
         default=CAFFE2_RECIPE,
         choices=RECIPES,
         help="caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe "
@@ -76,72 +80,66 @@ def add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
         "FixRes), its warm-up and EMA fitted to the run's epochs, batch and DB, said at "
         "start; flags given here override it",
     )
-    optimisation.add_argument(
-        "--solver",
+    solver: str | None = flag(
         metavar="FILE",
         help="a Caffe solver.prototxt: its base_lr, lr_policy, max_iter, snapshot and the "
         "rest become the flags they mean (said at start); flags given here override it",
     )
-    optimisation.add_argument(
-        "--seed",
+    seed: int = flag(
         type=SEED,
         default=0,
         help="seed of the initial weights, the data order and the augmentation",
     )
 
 
-def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
-    rate = parser.add_argument_group("learning rate")
-    rate.add_argument(
-        "--base_learning_rate",
+def _gamma_help() -> str:
+    """--lr_gamma's help: a factor for some policies, a gamma of their own for the others."""
+    factor = [policy.name for policy in POLICIES if policy.gamma_at_most_one]
+    return (
+        f"the factor of {listed(factor)}; "
+        f"{listed([name for name in readers('lr_gamma') if name not in factor])}'s gamma "
+        f"(default: {DEFAULT_GAMMA:g} for {listed(readers('lr_gamma', needing=False))}, none "
+        f"for {listed(readers('lr_gamma', needing=True))})"
+    )
+
+
+@dataclass(frozen=True)
+class LearningRateFlags(FlagGroup):
+    TITLE = "learning rate"
+
+    base_learning_rate: float = flag(
         type=Number(float, 0, above_minimum=True),
         default=0.1,
         help="learning rate for a global batch of 256, scaled linearly to the "
         "real global batch (see --lr_scaling), then shaped by --lr_policy",
     )
-    rate.add_argument(
-        "--lr_scaling",
+    lr_scaling: str = flag(
         default=LINEAR_LR_SCALING,
         choices=LR_SCALINGS,
         help="linear: the LR is --base_learning_rate x global batch / 256; none: "
         "--base_learning_rate as given, as the original's code did",
     )
-    rate.add_argument(
-        "--lr_policy",
-        default=DEFAULT_LR_POLICY,
-        choices=LR_POLICIES,
-        help=policy_help(),
-    )
-    rate.add_argument(
-        "--lr_steps",
+    lr_policy: str = flag(default=DEFAULT_LR_POLICY, choices=LR_POLICIES, help=policy_help())
+    lr_steps: tuple[float, ...] | None = flag(  # epochs; None: the policy's default
         metavar="EPOCHS",
         action=NumberValues,
         type=NumberList(EPOCHS, "epochs"),
         help=steps_help(),
     )
-    gamma_factor = [policy.name for policy in POLICIES if policy.gamma_at_most_one]
-    rate.add_argument(
-        "--lr_gamma",
-        type=Number(float, 0, 1_000_000, above_minimum=True),
-        help=f"the factor of {listed(gamma_factor)}; "
-        f"{listed([name for name in readers('lr_gamma') if name not in gamma_factor])}'s gamma "
-        f"(default: {DEFAULT_GAMMA:g} for {listed(readers('lr_gamma', needing=False))}, none "
-        f"for {listed(readers('lr_gamma', needing=True))})",
+    lr_gamma: float | None = flag(
+        type=Number(float, 0, 1_000_000, above_minimum=True), help=_gamma_help()
     )
-    rate.add_argument(
-        "--lr_power",
+    lr_power: float | None = flag(
         type=Number(float, 0, 1000),
         help=f"the power of {listed(readers('lr_power'))} (default: {DEFAULT_POWER:g} for "
         f"{listed(readers('lr_power', needing=False))}, linear; none for "
         f"{listed(readers('lr_power', needing=True))})",
     )
-    rate.add_argument(
-        "--min_lr",
+    min_lr: float | None = flag(
         type=Number(float, 0),
         help=f"where {listed(readers('min_lr'))} end (default: 0)",
     )
-    rate.add_argument(
-        "--warmup_epochs",
+    warmup_epochs: float = flag(
         type=Number(float, 0, 1_000_000),
         default=0.0,
         help="linear learning-rate warm-up over this many epochs (Goyal et al. 2017), fewer than "
@@ -150,17 +148,17 @@ def add_learning_rate_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_lr_settings(config: Config) -> None:
-    """Each LR flag read by the policy given, and the values that policy needs."""
+    """Each LR name read by the policy given, and the values that policy needs."""
     policy = BY_NAME[config.lr_policy]
-    for flag in POLICY_FLAGS:
-        if getattr(config, flag) is not None and flag not in policy.reads:
+    for name in POLICY_FLAGS:
+        if getattr(config, name) is not None and name not in policy.reads:
             raise UserError(
-                f"--{flag} is not read by --lr_policy {policy.name}: only by "
-                f"{', '.join(readers(flag))}; leave it out or pick one of those"
+                f"--{name} is not read by --lr_policy {policy.name}: only by "
+                f"{', '.join(readers(name))}; leave it out or pick one of those"
             )
-    for flag in policy.needs:
-        if getattr(config, flag) is None:
-            raise UserError(f"--lr_policy {policy.name} needs --{flag}: give it")
+    for name in policy.needs:
+        if getattr(config, name) is None:
+            raise UserError(f"--lr_policy {policy.name} needs --{name}: give it")
     if policy.check_steps is not None and config.lr_steps is not None:
         policy.check_steps(policy.name, config.lr_steps)
     if policy.gamma_at_most_one and (config.lr_gamma or 0) > 1:

@@ -4,16 +4,18 @@ and their checks. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.settings import (
-    Config,
-)
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import (
     Number,
     Switch,
 )
 from resnet50_trainer.errors import UserError
+
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
 
 COUNT_FROM_0 = Number(int, 0)
 
@@ -21,75 +23,65 @@ COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
 
 
-def add_output_flags(parser: argparse.ArgumentParser) -> None:
-    output = parser.add_argument_group("logs and checkpoints")
-    output.add_argument("--log_dir", default=".", help="directory of the CSV run log")
-    output.add_argument(
-        "--profile_iters",
+@dataclass(frozen=True)
+class OutputFlags(FlagGroup):
+    """Logs; then where checkpoints go, how many stay, how often; what a run starts from or
+    scores."""
+
+    TITLE = "logs and checkpoints"
+
+    log_dir: str = flag(default=".", help="directory of the CSV run log")
+    profile_iters: int = flag(
         type=COUNT_FROM_0,
         default=0,
         help="profile N steps after warm-up with torch.profiler; writes a Chrome "
         "trace next to the log",
     )
-    output.add_argument(
-        "--print_every",
+    print_every: int = flag(
         type=COUNT_FROM_1,
         default=100,
         help="print the original's iteration and loss lines every N iterations",
     )
-    output.add_argument(
-        "--log_top5",
+    log_top5: bool = flag(
         action=Switch,
         help="add a top5_test_accuracy column to the run log (the console shows top-5 "
         "anyway; without it the log keeps the original's columns)",
     )
-    output.add_argument(
-        "--tensorboard",
+    tensorboard: bool = flag(
         action=Switch,
         help="also write TensorBoard event files (the log's columns per epoch; loss, accuracy, "
         "LR and input wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps "
         "counted in global iterations, continued by a resume; view with tensorboard --logdir "
         "<log_dir>",
     )
-    _add_checkpoint_flags(output)
-
-
-def _add_checkpoint_flags(checkpoints: argparse._ArgumentGroup) -> None:
-    """Where checkpoints go, how many stay, how often; what a run starts from or scores."""
-    checkpoints.add_argument(
-        "--checkpoint_dir", help="directory of checkpoints (default: --log_dir)"
+    checkpoint_dir: str = flag(  # its default, log_dir, worked out by config/build.py
+        help="directory of checkpoints (default: --log_dir)"
     )
-    checkpoints.add_argument(
-        "--save_model_name", default="resnet50_model", help="checkpoint name stem"
-    )
-    checkpoints.add_argument("--load_model_path", help="checkpoint to continue training from")
-    checkpoints.add_argument(
-        "--auto_resume",
+    save_model_name: str = flag(default="resnet50_model", help="checkpoint name stem")
+    load_model_path: str | None = flag(help="checkpoint to continue training from")
+    # The newest checkpoint of checkpoint_dir, if any, wins over load_model_path.
+    auto_resume: bool = flag(
         action=Switch,
         help="continue from the newest usable checkpoint of this --checkpoint_dir and "
         "--save_model_name when there is one, else start as the other flags say (for "
         "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
     )
-    checkpoints.add_argument(
-        "--keep_checkpoints",
+    keep_checkpoints: int = flag(
         type=COUNT_FROM_1,
         default=1,
         help="how many of the newest checkpoints to keep",
     )
-    checkpoints.add_argument(
-        "--checkpoint_every_iters",
+    checkpoint_every_iters: int = flag(
         type=COUNT_FROM_0,
         default=0,
         help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
     )
-    checkpoints.add_argument(
-        "--test_only",
+    test_only: bool = flag(
         action=Switch,
         help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "
         "its test accuracy, and stop: nothing is trained or written",
     )
-    checkpoints.add_argument(
-        "--init_model",
+    init_model: str | None = flag(
         metavar="PATH",
         help="start a fresh run from these weights (Caffe's --weights): one of our "
         "checkpoints or a torch.save(model.state_dict()) file; a classifier of another "

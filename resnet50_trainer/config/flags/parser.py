@@ -1,8 +1,8 @@
-"""The trainer's flags, the original's and ours, each defined once: name, type and valid values,
-default, help. Grouped as the help shows them: data, images and the input pipeline, devices
-(devices.py), model, optimisation and the learning rate (optimisation.py), regularisation
-(regularisation.py), machines (distributed.py), logs and checkpoints.
-A flag's name is its Config field's (config/settings.py), but where `dest` says otherwise."""
+"""The trainer's parser, from the flags each group's dataclass declares once (declare.py): data,
+images and the input pipeline (images.py), devices (devices.py), model, optimisation and the
+learning rate (optimisation.py), regularisation (regularisation.py), machines (distributed.py),
+logs and checkpoints (outputs.py); and the groups' checks of the settings against each other.
+A flag's name is its Config field's (config/settings.py), but where its declaration names it."""
 
 from __future__ import annotations
 
@@ -10,40 +10,22 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from resnet50_trainer.config.flags.data import add_data_flags, check_data
-from resnet50_trainer.config.flags.devices import add_device_flags, check_devices
-from resnet50_trainer.config.flags.distributed import add_distributed_flags, check_distributed
-from resnet50_trainer.config.flags.images import add_image_flags, check_images
-from resnet50_trainer.config.flags.model import add_model_flags, check_model
-from resnet50_trainer.config.flags.optimisation import (
-    add_learning_rate_flags,
-    add_optimisation_flags,
-    check_optimisation,
-)
-from resnet50_trainer.config.flags.outputs import add_output_flags, check_outputs
-from resnet50_trainer.config.flags.regularisation import (
-    add_regularisation_flags,
-    check_regularisation,
-)
+from resnet50_trainer.config.flags.data import check_data
+from resnet50_trainer.config.flags.declare import add_flag_group, flag_groups
+from resnet50_trainer.config.flags.devices import check_devices
+from resnet50_trainer.config.flags.distributed import check_distributed
+from resnet50_trainer.config.flags.images import check_images
+from resnet50_trainer.config.flags.model import check_model
+from resnet50_trainer.config.flags.optimisation import check_optimisation
+from resnet50_trainer.config.flags.outputs import check_outputs
+from resnet50_trainer.config.flags.regularisation import check_regularisation
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
-from resnet50_trainer.config.settings import (
-    Config,
-)
+from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import TRAINER
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
-# The groups in the order --help shows them; each group's file holds its flags and their checks.
-FLAG_GROUPS = (
-    add_data_flags,
-    add_image_flags,
-    add_device_flags,
-    add_model_flags,
-    add_optimisation_flags,
-    add_learning_rate_flags,
-    add_regularisation_flags,
-    add_distributed_flags,
-    add_output_flags,
-)
+# The groups in the order --help shows them: Config's fields' order.
+FLAG_GROUPS = flag_groups(Config)
 GROUP_CHECKS = (
     check_data,
     check_devices,
@@ -67,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=FlagHelpFormatter,
     )
     add_version_flag(parser)
-    for add_flags in FLAG_GROUPS:
-        add_flags(parser)
+    for flags in FLAG_GROUPS:
+        add_flag_group(parser, flags)
     return parser
 
 

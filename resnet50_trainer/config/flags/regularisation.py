@@ -4,62 +4,66 @@ Each is off by default: a run without them trains as the original did."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from resnet50_trainer.config.settings import Config
+from resnet50_trainer.config.flags.declare import FlagGroup, flag
 from resnet50_trainer.config.values import Number, Switch
 from resnet50_trainer.errors import UserError
+
+if TYPE_CHECKING:
+    from resnet50_trainer.config.settings import Config
 
 SHARE = Number(float, 0, 1, below_maximum=True)
 BETA_ALPHA = Number(float, 0, 1_000_000)
 EMA_STEPS = Number(int, 1, 1_000_000_000)
 
 
-def add_regularisation_flags(parser: argparse.ArgumentParser) -> None:
-    regularisation = parser.add_argument_group("regularisation and EMA")
-    regularisation.add_argument(
-        "--label_smoothing",
+def _mixing_alpha(what: str) -> Any:
+    """--mixup_alpha or --cutmix_alpha."""
+    return flag(
+        type=BETA_ALPHA,
+        default=0.0,
+        help=f"{what} of each image with the batch's previous one, by a share drawn from "
+        "Beta(alpha, alpha), as torchvision's; with both on, one of the two per batch "
+        "(0: off)",
+    )
+
+
+@dataclass(frozen=True)
+class RegularisationFlags(FlagGroup):
+    TITLE = "regularisation and EMA"
+
+    label_smoothing: float = flag(
         type=SHARE,
         default=0.0,
         help="share of each target spread evenly over all labels (cross-entropy's "
         "label_smoothing; 0: off)",
     )
-    for name, what in (("mixup", "MixUp (pixels blended)"), ("cutmix", "CutMix (a box pasted)")):
-        regularisation.add_argument(
-            f"--{name}_alpha",
-            type=BETA_ALPHA,
-            default=0.0,
-            help=f"{what} of each image with the batch's previous one, by a share drawn from "
-            "Beta(alpha, alpha), as torchvision's; with both on, one of the two per batch "
-            "(0: off)",
-        )
-    regularisation.add_argument(
-        "--no_bn_weight_decay",
+    mixup_alpha: float = _mixing_alpha("MixUp (pixels blended)")
+    cutmix_alpha: float = _mixing_alpha("CutMix (a box pasted)")
+    no_bn_weight_decay: bool = flag(
         action=Switch,
         help="no weight decay on batch norm's scales either (biases never have it)",
     )
-    regularisation.add_argument(
-        "--ema_decay",
+    ema_decay: float = flag(  # 0: no EMA of the weights
         type=SHARE,
         default=0.0,
         help="keep an exponential moving average of the weights and batch-norm statistics, "
         "ema = decay x ema + (1 - decay) x weights at each update; scored after every "
         "epoch beside the model and saved in checkpoints (0: off)",
     )
-    regularisation.add_argument(
-        "--ema_steps",
+    ema_steps: int = flag(
         type=EMA_STEPS,
         default=1,
         help="update the EMA every N global iterations (torchvision's reference: 32)",
     )
-    regularisation.add_argument(
-        "--ema_for_test",
+    ema_for_test: bool = flag(
         action=Switch,
         help="the EMA's test accuracy is the log's test_accuracy and the summary's best; "
         "with --test_only, score the checkpoint's EMA",
     )
-    regularisation.add_argument(
-        "--sync_bn",
+    sync_bn: bool = flag(
         action=Switch,
         help="batch norm's training statistics over the global batch (SyncBatchNorm; GPU only)",
     )

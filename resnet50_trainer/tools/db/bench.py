@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.flags.data import add_read_order_flags, check_read_window
-from resnet50_trainer.config.settings import resolve_scale
+from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS, DataFlags, check_read_window
+from resnet50_trainer.config.flags.declare import add_flags
+from resnet50_trainer.config.flags.images import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.data.formats.keys import printable_key
@@ -85,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cpu", "gpu"),
         help="gpu: input processes only read bytes; JPEGs are decoded on --device cuda",
     )
-    add_read_order_flags(parser)
+    add_flags(parser, DataFlags, READ_ORDER_FLAGS)
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the order and the crops")
 
 
