@@ -18,7 +18,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS, Record, serialize_record
 from resnet50_trainer.data.formats.writers import open_writer
 

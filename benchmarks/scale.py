@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.startup import evict
-from resnet50_trainer.data.formats.databases import LMDB, open_database, read_keys
+from resnet50_trainer.data.formats.databases import open_database, read_keys
+from resnet50_trainer.data.formats.db_types import LMDB
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError
 from resnet50_trainer.launch.preflight import LABEL_SCAN_S, _check_test_labels

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from resnet50_trainer.data.formats import protos
-from resnet50_trainer.data.formats.databases import DB_TYPES, open_database
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.db_types import DB_TYPES
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError

@@ -11,6 +11,7 @@ from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
 )
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.settings import (
     AUTO_ORDER,
     DEFAULT_WINDOW_MB,
@@ -37,7 +38,7 @@ class DataFlags(FlagGroup):
         help="path of the training DB; the word 'null' trains on synthetic data",
     )
     test_data: str | None = flag(help="path of the test DB, evaluated after every epoch")
-    db_type: str = flag(default="lmdb", choices=("lmdb", "leveldb"), help="database type")
+    db_type: str = flag(default=LMDB, choices=DB_TYPES, help="database type")
     num_labels: int = flag(type=NUM_LABELS, default=1000, help="number of classes")
     # As given: auto is resolved with the DB (train/inputs._agreed_read_order).
     read_order: str = flag(

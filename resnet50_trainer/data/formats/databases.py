@@ -29,12 +29,10 @@ import numpy as np
 import plyvel
 
 from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LEVELDB, LMDB
 from resnet50_trainer.data.formats.keys import KeyStore
 from resnet50_trainer.errors import UserError
 
-LMDB = "lmdb"
-LEVELDB = "leveldb"
-DB_TYPES = (LMDB, LEVELDB)
 _DB_NAMES = {LMDB: "LMDB", LEVELDB: "LevelDB"}
 _ARTICLES = {LMDB: "an", LEVELDB: "a"}
 

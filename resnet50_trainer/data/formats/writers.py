@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import lmdb
 import plyvel
 
-from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.errors import UserError
 

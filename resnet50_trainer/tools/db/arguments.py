@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 
 
 def add_subcommand(

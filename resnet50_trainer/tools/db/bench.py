@@ -21,6 +21,7 @@ from resnet50_trainer.config.flags.declare import add_flags
 from resnet50_trainer.config.flags.images import resolve_scale
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
 from resnet50_trainer.errors import UserError, run_command
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("db", help="LMDB or LevelDB directory of image records")
     parser.add_argument(
         "--db_type",
-        choices=("lmdb", "leveldb"),
+        choices=DB_TYPES,
         help="database type (default: detected from the directory)",
     )
     parser.add_argument("--batch_size", type=BATCH_SIZE, default=256, help="images per batch")
@@ -122,7 +123,7 @@ def bench(
     )
 
     device = _device(args)
-    db_type = args.db_type or detect_db_type(args.db) or "lmdb"
+    db_type = args.db_type or detect_db_type(args.db) or LMDB
     check_database_path(args.db, db_type)
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)

@@ -9,7 +9,8 @@ import argparse
 from functools import partial
 
 from resnet50_trainer.config.values import BUILD_WORKERS
-from resnet50_trainer.data.formats.databases import DB_TYPES, detect_db_type
+from resnet50_trainer.data.formats.databases import detect_db_type
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.tools.db.build import CreateSummary, copy_database
 from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
 from resnet50_trainer.tools.db.sources import CreateOptions
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CreateOptions:
     refuse_markers_without_region_decoder(parser, args)
-    db_type = args.db_type or detect_db_type(args.source) or "lmdb"
+    db_type = args.db_type or detect_db_type(args.source) or LMDB
     return CreateOptions(
         db_path=args.db_path,
         db_type=db_type,

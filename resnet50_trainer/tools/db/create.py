@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from resnet50_trainer.config.values import BUILD_WORKERS
-from resnet50_trainer.data.formats.databases import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database

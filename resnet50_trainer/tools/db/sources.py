@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from PIL import Image
 
-from resnet50_trainer.data.formats.databases import LMDB
+from resnet50_trainer.data.formats.db_types import LMDB
 from resnet50_trainer.data.formats.images import (
     decode_native,
     encoded_format,

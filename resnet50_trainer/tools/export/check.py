@@ -8,6 +8,7 @@ import torch
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import detect_db_type, open_database
+from resnet50_trainer.data.formats.db_types import LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import UserError
@@ -24,7 +25,7 @@ def check_inputs(network: Network, path: str | None, count: int) -> tuple[torch.
         generator = torch.Generator().manual_seed(RANDOM_SEED)
         shape = (count, network.num_channels, pre.centre_crop, pre.centre_crop)
         return torch.randn(shape, generator=generator), f"{count} random inputs"
-    db_type = detect_db_type(path) or "lmdb"  # open_database names what is wrong with the path
+    db_type = detect_db_type(path) or LMDB  # open_database names what is wrong with the path
     with open_database(path, db_type) as database:
         keys = database.keys()[:count]
     settings = InputSettings(
