@@ -13,6 +13,7 @@ import torch.distributed as dist
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.run_state import RunState
+from resnet50_trainer.config.lr_policies import POLICIES
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.process_group import Placement
@@ -177,8 +178,8 @@ def warn_of_changes(state: dict, config: Config, learning_rate: float) -> None:
         log.warning(
             "The learning rate changes on resume from %.6g to %.6g: this run's "
             "--base_learning_rate, --lr_scaling, --lr_policy (or its --lr_* flags), "
-            "--num_epochs (cosine, poly), --batch_size or --warmup_epochs differ from the "
-            "checkpoint's",
+            "--num_epochs (%s), --batch_size or --warmup_epochs differ from the checkpoint's",
             state["learning_rate"],
             learning_rate,
+            ", ".join(policy.name for policy in POLICIES if policy.by_run_length),
         )

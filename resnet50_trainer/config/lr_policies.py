@@ -69,6 +69,7 @@ class LrPolicy:
     gamma_at_most_one: bool = False  # a gamma above 1 would raise the LR at every step without end
     check_steps: Callable[[str, tuple[float, ...]], None] | None = None  # its rule on --lr_steps
     caffe: CaffePolicy | None = None  # None: not one of Caffe's
+    by_run_length: bool = False  # its LR at an iteration depends on --num_epochs
 
 
 def _epochs(steps: tuple[float, ...]) -> str:
@@ -154,6 +155,7 @@ POLICIES = (
         _to_min_lr(lambda s, done: 0.5 * (1 + math.cos(math.pi * done))),
         lambda s: f"cosine to {s.min_lr:g}",
         reads=("min_lr",),
+        by_run_length=True,
     ),
     LrPolicy(
         "poly",
@@ -162,6 +164,7 @@ POLICIES = (
         lambda s: f"poly (power {s.power:g}) to {s.min_lr:g}",
         reads=("lr_power", "min_lr"),
         caffe=CaffePolicy(("power",), as_written=(("power", "lr_power"),)),
+        by_run_length=True,
     ),
     LrPolicy(
         "exp",

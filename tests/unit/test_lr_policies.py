@@ -32,6 +32,19 @@ def test_the_default_is_the_originals_step_policy():
     ]
 
 
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda policy: policy.name)
+def test_a_policy_says_whether_its_lr_depends_on_the_run_s_length(policy):
+    # The resume's warning names these as the policies --num_epochs changes.
+    needed = {
+        "lr_steps": ("--lr_steps", "1"),
+        "lr_gamma": ("--lr_gamma", "0.5"),
+        "lr_power": ("--lr_power", "0.75"),
+    }
+    flags = ("--lr_policy", policy.name, *(arg for name in policy.needs for arg in needed[name]))
+    lrs = [schedule_of(*flags, "--num_epochs", epochs)(15) for epochs in ("4", "8")]
+    assert (lrs[0] != lrs[1]) == policy.by_run_length, lrs
+
+
 def test_step_and_multistep_drop_at_their_epochs():
     step = schedule_of("--lr_steps", "1.5", "--lr_gamma", "0.5")
     assert [step(i) for i in (14, 15, 29, 30)] == [0.1, 0.05, 0.05, 0.025]
