@@ -4,6 +4,8 @@ Config, and the refusals of flags a policy does not read or needs."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +134,9 @@ def test_each_registry_entry_is_whole_and_read_by_the_flags_and_the_schedule(pol
     lrs = [schedule(i) for i in range(40)]
     assert lrs[0] <= 0.1 / 10 + 1e-12 and all(0 <= lr <= 0.1 for lr in lrs)
     assert lrs[:10] == sorted(lrs[:10]) and lrs[9:] == sorted(lrs[9:], reverse=True)
+
+
+def test_the_caffe_guide_lists_the_solver_policies_the_registry_honours():
+    guide = (Path(__file__).parents[2] / "docs" / "from-caffe.md").read_text()
+    [listed] = re.findall(r"\*\*Honoured\*\*: base_lr, lr_policy \(([^)]*)\)", guide)
+    assert sorted(listed.split(", ")) == sorted(policy.name for policy in POLICIES if policy.caffe)
