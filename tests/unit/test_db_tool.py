@@ -16,6 +16,7 @@ from PIL import Image, ImageOps
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
+from resnet50_trainer.data.label_mix import in_label_order
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.build import _built_in_place
 from resnet50_trainer.tools.db.command import main
@@ -190,6 +191,34 @@ def test_copy_rewrites_only_the_jpegs_and_keeps_every_other_byte(tmp_path, capsy
     plain = str(tmp_path / "plain")
     assert main(["copy", copied, plain]) == 0  # the source's type, and no rewriting
     assert _stored_values(plain, "leveldb") == stored
+
+
+@pytest.mark.parametrize("db_type", ["lmdb", "leveldb"])
+def test_copy_shuffle_writes_every_record_once_in_a_seeded_order_out_of_label_order(
+    tmp_path, capsys, db_type
+):
+    records = [
+        (b"%04d" % index, datum_record(index // 20, random_pixels(2, 2))) for index in range(200)
+    ]
+    source = write_db(str(tmp_path / "sorted"), "lmdb", records)
+    copies = []
+    for name, seed in (("a", "3"), ("b", "3"), ("c", "4")):
+        target = str(tmp_path / name)
+        assert (
+            main(["copy", source, target, "--shuffle", "--seed", seed, "--db_type", db_type]) == 0
+        )
+        assert "shuffled (seed " in capsys.readouterr().out
+        with open_database(target, db_type) as copy:
+            copies.append([(bytes(key), bytes(value)) for key, value in copy.items()])
+    first, again, other = copies
+    assert first == again and first != other  # the seed's order, and only its
+    # Each key its place in the copy, then the source's key; each value the source's under it.
+    assert [key[:9] for key, _ in first] == [b"%08d_" % place for place in range(200)]
+    assert sorted((key[9:], value) for key, value in first) == records
+    sorted_labels = [index // 20 for index in range(200)]
+    assert in_label_order(list(zip(sorted_labels, sorted_labels[1:])))
+    labels = [parse_record(value).label for _, value in first]
+    assert not in_label_order(list(zip(labels, labels[1:])))
 
 
 def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):

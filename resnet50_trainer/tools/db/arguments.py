@@ -1,9 +1,11 @@
-"""The arguments of a resnet50-db subcommand that opens one database: its path and its type."""
+"""The arguments shared by resnet50-db subcommands: a database's path and type, for those that open
+one; the record order, for those that write one (create, copy)."""
 
 from __future__ import annotations
 
 import argparse
 
+from resnet50_trainer.config.values import SEED
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 
 
@@ -15,3 +17,14 @@ def add_subcommand(
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     return parser
+
+
+def add_order_flags(parser: argparse.ArgumentParser) -> None:
+    """--shuffle and --seed: the records written in a seeded random order, as convert_imageset's
+    --shuffle. A DB in label order read in quasi-random order costs accuracy (docs/data.md)."""
+    parser.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="write the records in a random order (keys numbered in it), not in label order",
+    )
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of --shuffle")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import random
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,6 +29,7 @@ import plyvel
 from tqdm import tqdm
 
 from resnet50_trainer.data.formats.databases import (
+    Database,
     detect_db_type,
     holds_only_a_database,
     open_database,
@@ -124,9 +126,10 @@ def create_database(options: CreateOptions) -> CreateSummary:
 
 
 def copy_database(source: str, options: CreateOptions) -> CreateSummary:
-    """`source`'s records, in key order under the same keys, into a new database: as they are,
-    or with options.restart_markers each record's JPEG rewritten (restart_markers_if_jpeg), every
-    other field of the record kept. A record that is no record is copied as it is."""
+    """`source`'s records, in key order under the same keys, into a new database (or with
+    options.shuffle in a seeded random order, each key prefixed with its place in it): as they
+    are, or with options.restart_markers each record's JPEG rewritten (restart_markers_if_jpeg),
+    every other field of the record kept. A record that is no record is copied as it is."""
     source_type = detect_db_type(source)
     if source_type is None:
         raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
@@ -141,7 +144,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
             tqdm(total=len(db), unit="rec", desc="copy", disable=None) as progress,
             _process_pool(workers) as mapped,
         ):
-            for chunk in _chunks(db.items(), COPY_CHUNK):
+            for chunk in _chunks(_in_copy_order(db, options), COPY_CHUNK):
                 values = [bytes(value) for _, value in chunk]
                 if options.restart_markers:
                     values = list(mapped(_marked_value, values))
@@ -153,8 +156,32 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         return _copied_labels(source, work_dir)
 
     with open_database(source, source_type) as db:  # a source it cannot read: nothing made
-        check_keys_fit(db.keys(), options.db_type, "copy it to a LevelDB (--db_type leveldb)")
+        keys: Iterable[bytes] = db.keys()
+        if options.shuffle:  # places of one width: the longest key is the longest prefixed
+            keys = (_place_key(0, key, len(db)) for key in db.keys())
+        check_keys_fit(keys, options.db_type, "copy it to a LevelDB (--db_type leveldb)")
         return _built_in_place(options, write)
+
+
+def _in_copy_order(
+    db: Database, options: CreateOptions
+) -> Iterator[tuple[bytes, bytes | memoryview]]:
+    """(key, value) of each record in key order; with options.shuffle in a seeded random order
+    (each value read where it lies), each key prefixed with its place in that order."""
+    if not options.shuffle:
+        yield from db.items()
+        return
+    keys = db.keys()
+    order = list(range(len(keys)))
+    random.Random(options.seed).shuffle(order)
+    for place, index in enumerate(order):
+        yield _place_key(place, keys[index], len(keys)), db.get(keys[index])
+
+
+def _place_key(place: int, key: bytes, count: int) -> bytes:
+    """`key` prefixed with its place in the copy, zero-padded as create's keys ("%08d_") so that
+    key order is that place's order."""
+    return b"%0*d_" % (max(8, len(str(count - 1))), place) + key
 
 
 def _built_in_place(options: CreateOptions, write) -> CreateSummary:

@@ -14,6 +14,7 @@ from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
+from resnet50_trainer.tools.db.arguments import add_order_flags
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
 
@@ -56,8 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--encode_type", choices=("jpg", "png"))
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100")
     parser.add_argument("--gray", action="store_true", help="store one-channel images")
-    parser.add_argument("--shuffle", action="store_true")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --shuffle")
+    add_order_flags(parser)
     parser.add_argument("--num_workers", type=BUILD_WORKERS, default=1, help="decoding processes")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DB")
     parser.add_argument(
