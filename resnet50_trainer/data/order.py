@@ -8,8 +8,8 @@ is a function of (seed, epoch, step) alone: a resume, on any number of processes
 what an uninterrupted run would have.
 
 A pass is random (every record anywhere) or quasi-random, for a DB that does not fit in memory:
-runs of `run_length` consecutive records in a random order of runs, the records shuffled within
-windows of `window_runs` runs, so that storage serves whole runs with one large read each while a
+runs of `run_length` consecutive records, the records shuffled within windows of `window_runs`
+runs spread evenly over the DB, so that storage serves whole runs with one large read each while a
 batch still draws from many places of the DB (FFCV's QUASI_RANDOM, WebDataset's shuffle buffer).
 """
 
@@ -27,17 +27,27 @@ def quasi_random_permutation(
     num_records: int, run_length: int, window_runs: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Every record once: runs of `run_length` consecutive records (the DB's last run may be
-    shorter) in a random order, the records shuffled within each window of `window_runs` runs."""
-    starts = rng.permutation(math.ceil(num_records / run_length)) * run_length
-    records = (starts[:, None] + np.arange(run_length)[None, :]).ravel()
-    records = records[records < num_records]
-    run_ends = np.cumsum(np.minimum(run_length, num_records - starts))
-    window_ends = [*run_ends[window_runs - 1 :: window_runs].tolist(), num_records]
-    window_start = 0
-    for window_end in window_ends:
-        rng.shuffle(records[window_start:window_end])  # in place: a view of `records`
-        window_start = window_end
-    return records
+    shorter) in windows of at most `window_runs` runs, the windows in a random order and each
+    one's records shuffled together. A window takes one run, at random, from each stretch of as
+    many consecutive runs as there are windows: its runs spread evenly over the DB, so in a DB in
+    label order each window holds each label in its share. (Windows of runs drawn anywhere held
+    shares that drifted from the DB's for all of a window's batches, which cost test accuracy:
+    docs/data.md.)"""
+    runs = math.ceil(num_records / run_length)
+    windows = math.ceil(runs / window_runs)
+    stretches = math.ceil(runs / windows)
+    # Row s: stretch s's runs, shuffled; column w: the runs of window w.
+    grid = np.argsort(rng.random((stretches, windows)), axis=1)
+    grid += np.arange(stretches)[:, None] * windows
+    passes = []
+    for window in rng.permutation(windows):
+        starts = grid[:, window]
+        starts = starts[starts < runs] * run_length
+        records = (starts[:, None] + np.arange(run_length)[None, :]).ravel()
+        records = records[records < num_records]
+        rng.shuffle(records)
+        passes.append(records)
+    return np.concatenate(passes)
 
 
 class RecordOrder:

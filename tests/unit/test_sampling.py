@@ -99,8 +99,9 @@ def test_random_order_is_the_permutation_every_version_drew():
 @pytest.mark.parametrize("num_records", [1, 9, 10, 11, 1003])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_quasi_random_window_holds_whole_runs_of_consecutive_records(num_records, seed):
-    """The pass is windows of 3 whole runs of 10 (the DB's last run shorter, anywhere in the
-    pass), each window's records shuffled: storage serves a run in one read; every record once."""
+    """The pass is windows of at most 3 whole runs of 10 (the DB's last run shorter, anywhere in
+    the pass), each window's records shuffled: storage serves a run in one read; every record
+    once."""
     permutation = quasi_random_permutation(num_records, 10, 3, np.random.default_rng(seed))
     assert sorted(permutation.tolist()) == list(range(num_records))
 
@@ -110,13 +111,21 @@ def test_a_quasi_random_window_holds_whole_runs_of_consecutive_records(num_recor
     start = 0
     while start < num_records:
         end, runs = start, set[int]()
-        while end < num_records and (len(runs) < 3 or len(records_of(runs)) != end - start):
-            runs.add(int(permutation[end]) // 10)
+        while end == start or (end < num_records and len(records_of(runs)) != end - start):
+            runs.add(int(permutation[end]) // 10)  # until the runs seen are all read: a window
             end += 1
         assert len(runs) <= 3 and set(permutation[start:end].tolist()) == records_of(runs)
         start = end
     if num_records > 30:
         assert permutation[:30].tolist() != sorted(permutation[:30].tolist())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_quasi_random_window_holds_each_label_of_a_db_in_label_order_in_its_share(seed):
+    # 1,000 records, labels in runs of 100: 10 windows of 10 runs of 10, one run of each label.
+    permutation = quasi_random_permutation(1000, 10, 10, np.random.default_rng(seed))
+    for window in permutation.reshape(10, 100) // 100:
+        assert np.bincount(window, minlength=10).tolist() == [10] * 10
 
 
 GIB = 2**30
