@@ -221,6 +221,27 @@ def test_copy_shuffle_writes_every_record_once_in_a_seeded_order_out_of_label_or
     assert not in_label_order(list(zip(labels, labels[1:])))
 
 
+@pytest.mark.parametrize("command", ["copy", "create"])
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--seed", "5"], "--seed seeds --shuffle's order"),
+        (["--shuffle", "--seed", "-1"], "invalid value '-1': use an integer from 0"),
+        (["--shuffle", "--seed", "-inf"], "invalid value '-inf': use an integer from 0"),
+    ],
+)
+def test_a_seed_without_shuffle_or_out_of_range_is_one_line(tmp_path, capsys, command, flags, said):
+    source = write_db(str(tmp_path / "s"), "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))])
+    if command == "create":
+        source = str(tmp_path)
+    with pytest.raises(SystemExit) as caught:
+        main([command, source, str(tmp_path / "out"), *flags])
+    assert caught.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert said in line, line
+    assert not (tmp_path / "out").exists()
+
+
 def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
     source = write_db(
         str(tmp_path / "source"), "lmdb", [(b"k", datum_record(0, random_pixels(2, 2)))]

@@ -27,4 +27,11 @@ def add_order_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the records in a random order (keys numbered in it), not in label order",
     )
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of --shuffle")
+    parser.add_argument("--seed", type=SEED, help="seed of --shuffle's order (default: 0)")
+
+
+def shuffle_seed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """--seed's value, 0 where not given; refused without --shuffle, whose order it seeds."""
+    if args.seed is not None and not args.shuffle:
+        parser.error("--seed seeds --shuffle's order, and this writes in key order: add --shuffle")
+    return args.seed or 0

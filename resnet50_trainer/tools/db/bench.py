@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS, DataFlags, check_read_window
 from resnet50_trainer.config.flags.declare import add_flags
 from resnet50_trainer.config.flags.images import resolve_scale
+from resnet50_trainer.config.parsing import OneLineParser
 from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
@@ -196,7 +197,7 @@ def _synchronize(device: torch.device) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     return run_command("resnet50-db bench", lambda: run(args))

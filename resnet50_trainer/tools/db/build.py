@@ -157,9 +157,11 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
 
     with open_database(source, source_type) as db:  # a source it cannot read: nothing made
         keys: Iterable[bytes] = db.keys()
+        fix = "copy it to a LevelDB (--db_type leveldb)"
         if options.shuffle:  # places of one width: the longest key is the longest prefixed
             keys = (_place_key(0, key, len(db)) for key in db.keys())
-        check_keys_fit(keys, options.db_type, "copy it to a LevelDB (--db_type leveldb)")
+            fix += ", or leave out --shuffle, whose place prefix the key is shown with"
+        check_keys_fit(keys, options.db_type, fix)
         return _built_in_place(options, write)
 
 

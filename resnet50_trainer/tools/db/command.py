@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from resnet50_trainer.config.parsing import add_version_flag
+from resnet50_trainer.config.parsing import OneLineParser, add_version_flag
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.db import bench, copy, create, dump, inspect
 
@@ -17,7 +17,8 @@ SUBCOMMANDS = (create, copy, inspect, dump, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Its subcommands' parsers are of its class too: every refusal one line.
+    parser = OneLineParser(
         prog="resnet50-db",
         description="Create, copy, inspect and dump LMDB/LevelDB databases of Caffe Datum or "
         "Caffe2 TensorProtos image records.",

@@ -13,7 +13,7 @@ from functools import partial
 from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.databases import detect_db_type
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
-from resnet50_trainer.tools.db.arguments import add_order_flags
+from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateSummary, copy_database
 from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
 from resnet50_trainer.tools.db.sources import CreateOptions
@@ -49,7 +49,7 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         db_type=db_type,
         restart_markers=args.restart_markers,
         shuffle=args.shuffle,
-        seed=args.seed,
+        seed=shuffle_seed(parser, args),
         num_workers=args.num_workers,
         overwrite=args.overwrite,
     )

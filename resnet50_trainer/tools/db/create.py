@@ -14,7 +14,7 @@ from resnet50_trainer.config.values import BUILD_WORKERS
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
-from resnet50_trainer.tools.db.arguments import add_order_flags
+from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
 
@@ -95,6 +95,7 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error("--restart_markers rewrites JPEG files: --encode_type png makes none")
     refuse_markers_without_region_decoder(parser, args)
     given = {name: value for name, value in vars(args).items() if name in _FLAG_OPTIONS}
+    given["seed"] = shuffle_seed(parser, args)
     return CreateOptions(
         **given,
         resize=(args.resize_width, args.resize_height) if args.resize_height else None,
