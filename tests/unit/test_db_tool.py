@@ -16,7 +16,6 @@ from PIL import Image, ImageOps
 from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.data.label_mix import in_label_order
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.build import _built_in_place
 from resnet50_trainer.tools.db.command import main
@@ -215,10 +214,9 @@ def test_copy_shuffle_writes_every_record_once_in_a_seeded_order_out_of_label_or
     # Each key its place in the copy, then the source's key; each value the source's under it.
     assert [key[:9] for key, _ in first] == [b"%08d_" % place for place in range(200)]
     assert sorted((key[9:], value) for key, value in first) == records
-    sorted_labels = [index // 20 for index in range(200)]
-    assert in_label_order(list(zip(sorted_labels, sorted_labels[1:])))
+    # Out of label order: neighbours of a shuffled copy of 10 labels mostly differ.
     labels = [parse_record(value).label for _, value in first]
-    assert not in_label_order(list(zip(labels, labels[1:])))
+    assert sum(one != other for one, other in zip(labels, labels[1:])) > 150
 
 
 @pytest.mark.parametrize("command", ["copy", "create"])
