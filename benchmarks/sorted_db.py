@@ -1,15 +1,16 @@
 """Training on a DB sorted by class: does quasi-random order reach random order's test accuracy?
 
 A DB made without --shuffle is in class order. ImageNet's, read quasi-randomly, is runs of about
-4 records (a class holds 1,300) in windows of 1,024 runs from all over the DB: a batch of 256 holds
-207 classes against random order's 226 (label_mix), and a window about 640 of the 1,000 classes.
+5 records (a class holds 1,300) in windows of 1,024 runs spread over the DB: a batch of 256 holds
+223 classes against random order's 226 (label_mix), and a window about one run of every class.
 This benchmark trains in that regime, small: the sample data (sample_data/: 800 training images
 of 10 classes in class order, 200 test images) as raw 256x256 Datums (192 KB each: runs of 3
-records, a class 80), read in windows of 64 MB (128 runs: a batch of 32 draws from about 28 runs,
-as a batch of 256 draws from 226 of ImageNet's 1,024, and a window holds every class), against
-random order. And (harsh) with windows of 2 runs
-of 251 records: the sample data's own 2 KB JPEGs read with --read_window_mb 1, batches of about
-7 classes and windows of 5, where the start warns that the window cannot mix the DB. The job is
+records, a class 80), read in windows of 64 MB (at most 128 runs; the DB's 267 make 3 windows of
+89, each a run from every stretch of 3: a batch of 32 draws from about 27 runs, as a batch of 256
+draws from 223 of ImageNet's 1,024, and a window holds every class), against random order. And
+(harsh) with windows of 2 runs of 251 records: the sample data's own 2 KB JPEGs read with
+--read_window_mb 1, batches of about 7 classes, where the start warns that the window cannot mix
+the DB. The job is
 the README's main one (ResNet-50 on 2 CPU processes, 32 px, batch 32, base LR 0.05) run for 8
 epochs with a cosine LR, so that its last epochs settle (at a constant LR one order's best test
 accuracy moved by 0.2 between two seeds), tested after each epoch. Random and quasi-random order
@@ -130,7 +131,7 @@ def _accuracy(name: str, doc: str) -> Figure:
             0.05,
             0.02,
             "random order's best test accuracy less quasi-random order's, on the sample data in "
-            "class order as raw 256x256 Datums (runs of 3 records, 64 MB windows of 128 runs: "
+            "class order as raw 256x256 Datums (runs of 3 records, 64 MB windows: 3 of 89 runs, "
             "ImageNet's regime, small); README's main job for 8 epochs, cosine LR, mean of 4 "
             "seeds",
             floor=0.02,
