@@ -19,7 +19,7 @@ from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.build import _built_in_place
 from resnet50_trainer.tools.db.command import main
-from resnet50_trainer.tools.db.sources import CreateOptions
+from resnet50_trainer.tools.db.sources import CreateOptions, place_key
 from tests.support.dbfactory import (
     caffe_key,
     cut_short,
@@ -217,6 +217,18 @@ def test_copy_shuffle_writes_every_record_once_in_a_seeded_order_out_of_label_or
     # Out of label order: neighbours of a shuffled copy of 10 labels mostly differ.
     labels = [parse_record(value).label for _, value in first]
     assert sum(one != other for one, other in zip(labels, labels[1:])) > 150
+
+
+@pytest.mark.parametrize("count", [2, 10**8, 10**8 + 1, 10**12])
+def test_place_keys_sort_in_place_order_at_any_count(count):
+    """create's and copy's keys: "%08d_" below 10^8 records (convert_imageset's), one wider
+    width for all of them past it, so that key order stays place order."""
+    places = sorted({0, 1, 9, count // 2, count - 2, count - 1})
+    keys = [place_key(place, b"x.jpg", count) for place in places]
+    assert sorted(keys) == keys and len({len(key) for key in keys}) == 1
+    assert keys[0] == (
+        b"00000000_x.jpg" if count <= 10**8 else b"0" * len(str(count - 1)) + b"_x.jpg"
+    )
 
 
 @pytest.mark.parametrize("command", ["copy", "create"])

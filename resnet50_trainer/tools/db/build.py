@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import random
 import shutil
 import signal
 import threading
@@ -41,10 +40,12 @@ from resnet50_trainer.tools.db.sources import (
     CreateOptions,
     ImageTask,
     build_record,
+    place_key,
     read_class_folders,
     read_list_file,
     read_regular_file,
     restart_markers_if_jpeg,
+    seeded_order,
     shuffled,
 )
 from resnet50_trainer.tools.db.work_dir import work_directory
@@ -159,7 +160,7 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         keys: Iterable[bytes] = db.keys()
         fix = "copy it to a LevelDB (--db_type leveldb)"
         if options.shuffle:  # places of one width: the longest key is the longest prefixed
-            keys = (_place_key(0, key, len(db)) for key in db.keys())
+            keys = (place_key(0, key, len(db)) for key in db.keys())
             fix += ", or leave out --shuffle, whose place prefix the key is shown with"
         check_keys_fit(keys, options.db_type, fix)
         return _built_in_place(options, write)
@@ -174,16 +175,8 @@ def _in_copy_order(
         yield from db.items()
         return
     keys = db.keys()
-    order = list(range(len(keys)))
-    random.Random(options.seed).shuffle(order)
-    for place, index in enumerate(order):
-        yield _place_key(place, keys[index], len(keys)), db.get(keys[index])
-
-
-def _place_key(place: int, key: bytes, count: int) -> bytes:
-    """`key` prefixed with its place in the copy, zero-padded as create's keys ("%08d_") so that
-    key order is that place's order."""
-    return b"%0*d_" % (max(8, len(str(count - 1))), place) + key
+    for place, index in enumerate(seeded_order(len(keys), options.seed)):
+        yield place_key(place, keys[index], len(keys)), db.get(keys[index])
 
 
 def _built_in_place(options: CreateOptions, write) -> CreateSummary:
@@ -280,7 +273,7 @@ def _write_records(
     check_stop: Callable[[], None],
 ) -> None:
     check_keys_fit(
-        (task.key.encode("utf-8", "surrogateescape") for task in tasks),
+        (task.key(len(tasks)) for task in tasks),
         options.db_type,
         "shorten the image's path (a key is its number and its path) or build a LevelDB "
         "(--db_type leveldb)",
@@ -298,7 +291,7 @@ def _write_records(
                 log.warning("skipped %s: %s", task.path, outcome)
                 summary.skipped.append((task.path, outcome))
                 continue
-            writer.put(task.key.encode("utf-8", "surrogateescape"), outcome)
+            writer.put(task.key(len(tasks)), outcome)
             summary.written += 1
 
 

@@ -99,9 +99,22 @@ class ImageTask:
     path: str
     label: int
 
-    @property
-    def key(self) -> str:
-        return f"{self.index:08d}_{self.relative_path}"
+    def key(self, count: int) -> bytes:
+        """The record's key among `count` tasks: its place, then its path."""
+        return place_key(self.index, self.relative_path.encode("utf-8", "surrogateescape"), count)
+
+
+def place_key(place: int, name: bytes, count: int) -> bytes:
+    """`name` prefixed with its place among `count` records, zero-padded to one width for all of
+    them (convert_imageset's "%08d_", wider past 10^8) so that key order is place order."""
+    return b"%0*d_" % (max(8, len(str(count - 1))), place) + name
+
+
+def seeded_order(count: int, seed: int) -> list[int]:
+    """0..count-1 in the random order `seed` gives: create --shuffle's and copy --shuffle's."""
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return order
 
 
 def _numbered(entries: list[tuple[str, str, int]]) -> list[ImageTask]:
@@ -113,9 +126,8 @@ def _numbered(entries: list[tuple[str, str, int]]) -> list[ImageTask]:
 
 def shuffled(tasks: list[ImageTask], seed: int) -> list[ImageTask]:
     """The tasks in a seeded random order, numbered anew: keys follow the order in the DB."""
-    order = list(tasks)
-    random.Random(seed).shuffle(order)
-    return [replace(task, index=index) for index, task in enumerate(order)]
+    order = seeded_order(len(tasks), seed)
+    return [replace(tasks[index], index=place) for place, index in enumerate(order)]
 
 
 def read_list_file(list_file: str, root: str) -> list[ImageTask]:
