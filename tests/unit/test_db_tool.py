@@ -492,6 +492,39 @@ def test_create_refuses_to_overwrite_without_the_flag(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["db", "db.labels.txt", "images"]
 
 
+def test_the_labels_file_beside_the_target_is_replaced_only_with_overwrite(tmp_path, capsys):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    (tmp_path / "list.txt").write_text("class_0/img_0.jpg 0\n")
+    db, labels = str(tmp_path / "db"), tmp_path / "db.labels.txt"
+    labels.write_text("0 someone's\n")  # left by an earlier DB there, or written by hand
+    assert main(["create", str(tmp_path / "images"), db]) == 2
+    assert "db.labels.txt already exists (an earlier database's labels); pass --overwrite" in (
+        capsys.readouterr().err
+    )
+    assert sorted(os.listdir(tmp_path)) == ["db.labels.txt", "images", "list.txt"]
+    assert main(["create", str(tmp_path / "images"), db, "--overwrite"]) == 0
+    assert labels.read_text() == "0 class_0\n1 class_1\n"
+    # A DB made anew from a list file has no class names: the replaced DB's are not left beside it.
+    list_create = ["create", "--list_file", str(tmp_path / "list.txt"), "--root"]
+    assert main([*list_create, str(tmp_path / "images"), db, "--overwrite"]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["db", "images", "list.txt"]
+
+
+@pytest.mark.parametrize("command", ["create", "copy"])
+def test_a_labels_path_that_is_no_file_is_refused_before_anything_is_built(
+    tmp_path, capsys, command
+):
+    write_class_folders(str(tmp_path / "images"), 2, 1)
+    assert main(["create", str(tmp_path / "images"), str(tmp_path / "source")]) == 0
+    source = {"create": str(tmp_path / "images"), "copy": str(tmp_path / "source")}[command]
+    (tmp_path / "db.labels.txt").mkdir()
+    assert main([command, source, str(tmp_path / "db"), "--overwrite"]) == 2
+    assert "db.labels.txt, where this database's labels file goes, is not a regular file" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "db").exists() and (tmp_path / "db.labels.txt").is_dir()
+
+
 def test_list_file_with_a_missing_image_skips_it_and_says_so(tmp_path, caplog, capsys):
     write_class_folders(str(tmp_path / "images"), 2, 1)
     (tmp_path / "images" / "junk.txt").write_text("not an image")

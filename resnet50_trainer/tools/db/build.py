@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -193,12 +194,29 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
         stop.check()  # the last moment to stop: what follows puts the database in place
         _check_target(target, options.overwrite)  # what appeared there meanwhile stays
         _install(build_path, target, work_dir)
-        if labels is not None:
-            summary.labels_path = labels_path_for(target)
-            os.replace(labels, summary.labels_path)
+        summary.labels_path = _install_labels(labels, target)
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _install_labels(labels: str | None, target: str) -> str | None:
+    """Put the new labels file beside the database now in place at `target`, or, where the new
+    one has none, remove the replaced database's (allowed by --overwrite, see _check_target): a
+    labels file never names the classes of another database. Its path, or None."""
+    path = labels_path_for(target)
+    try:
+        if labels is not None:
+            os.replace(labels, path)
+            return path
+        if os.path.lexists(path):
+            os.remove(path)
+    except OSError as exc:
+        raise UserError(
+            f"the database is in place at {target}, but its labels file {path} cannot be "
+            f"written ({exc.strerror}); make room there and run again with --overwrite"
+        ) from exc
+    return None
 
 
 def _copied_labels(source: str, work_dir: str) -> str | None:
@@ -252,16 +270,33 @@ def _check_target(target: str, overwrite: bool) -> None:
             f"cannot create {target}: {parent} is not a writable directory; create it "
             "or choose another path"
         )
-    if not os.path.lexists(target):
+    if os.path.lexists(target):
+        if not overwrite:
+            raise UserError(
+                f"{target} already exists; pass --overwrite to replace it or choose another path"
+            )
+        if not os.path.isdir(target) or not holds_only_a_database(target):
+            raise UserError(
+                f"{target} exists and is not an LMDB/LevelDB directory holding nothing else; "
+                "refusing to overwrite it, choose another path"
+            )
+    _check_labels_target(labels_path_for(target), overwrite)
+
+
+def _check_labels_target(labels: str, overwrite: bool) -> None:
+    """The labels file beside the target belongs to the database there (or to one that was):
+    replaced only with --overwrite, and only when it is a file."""
+    if not os.path.lexists(labels):
         return
+    if not stat.S_ISREG(os.lstat(labels).st_mode):
+        raise UserError(
+            f"{labels}, where this database's labels file goes, is not a regular file; "
+            "refusing to replace it, move it or choose another path"
+        )
     if not overwrite:
         raise UserError(
-            f"{target} already exists; pass --overwrite to replace it or choose another path"
-        )
-    if not os.path.isdir(target) or not holds_only_a_database(target):
-        raise UserError(
-            f"{target} exists and is not an LMDB/LevelDB directory holding nothing else; "
-            "refusing to overwrite it, choose another path"
+            f"{labels} already exists (an earlier database's labels); pass --overwrite to "
+            "replace it or choose another path"
         )
 
 
