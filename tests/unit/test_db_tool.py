@@ -259,6 +259,7 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
     (tmp_path / "folder").mkdir()
     for source_path, target, expected in [
         (source, source, "is the database to copy"),
+        (source, os.path.join(source, "copy"), "copy is inside"),
         (str(tmp_path / "folder"), str(tmp_path / "x"), "is no LMDB or LevelDB directory"),
         (source, str(tmp_path / "folder"), "already exists; pass --overwrite"),
     ]:
@@ -271,6 +272,7 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
             assert caught.value.code == 2
             assert "use an integer from 1 to 128" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
+    assert sorted(os.listdir(source)) == ["data.mdb", "lock.mdb"]
 
 
 @pytest.mark.parametrize(

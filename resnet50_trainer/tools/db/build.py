@@ -135,8 +135,14 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
     source_type = detect_db_type(source)
     if source_type is None:
         raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
-    if os.path.realpath(source) == os.path.realpath(options.db_path):
+    source_real, target_real = os.path.realpath(source), os.path.realpath(options.db_path)
+    if source_real == target_real:
         raise UserError(f"{source} is the database to copy: write the copy to another path")
+    if os.path.commonpath([source_real, target_real]) == source_real:
+        raise UserError(
+            f"{options.db_path} is inside {source}, the database to copy: write the copy to "
+            "another path"
+        )
 
     def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> str | None:
         # Records are only rewritten with --restart_markers: else no worker has anything to do.
