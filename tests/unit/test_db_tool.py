@@ -335,8 +335,9 @@ def test_overwrite_replaces_only_a_directory_holding_nothing_but_a_database(tmp_
             assert main([*command, str(project), "--overwrite"]) == 2
             assert "holding nothing else; refusing to overwrite it" in capsys.readouterr().err
         assert sorted(os.listdir(project)) == sorted([db_file, "sub", "thesis.txt"])
-    nested = str(tmp_path / "source" / "inner")
-    assert main(["copy", source, nested]) == 0  # a copy inside the source's folder
+    # A DB inside another's folder (copy refuses to write one there; other tools may).
+    nested = write_db(str(tmp_path / "source" / "inner"), "lmdb", [(b"k", b"v")])
+    assert main(["copy", source, os.path.join(source, "copy")]) == 2  # into the source: refused
     assert main(["copy", nested, source, "--overwrite"]) == 2  # would remove its own source
     assert os.path.isdir(nested)
     copied = str(tmp_path / "copied")
