@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 
 import pytest
@@ -60,17 +61,28 @@ def test_a_killed_peer_leaves_our_two_lines_and_nothing_else(small_db, tmp_path,
 RESUMED = re.compile(r"Resumed from .*")
 
 
+@pytest.fixture(scope="module")
+def first_epoch(small_db, module_tmp_path):
+    """A 2-process run's first epoch: its log and checkpoint, which each try resumes from."""
+    directory = module_tmp_path / "first_epoch"
+    first = run_trainer(*two_processes(small_db), "--num_epochs", "1", "--log_dir", str(directory))
+    assert first.returncode == 0, first.stderr
+    return directory
+
+
+def two_processes(db: str) -> tuple[str, ...]:
+    return ("--train_data", db, "--num_gpus", "2", "--num_workers", "1")
+
+
 @pytest.mark.parametrize("attempt", range(TRIES))
-def test_a_full_disk_leaves_our_one_line_and_nothing_else(small_db, tmpfs, attempt):
+def test_a_full_disk_leaves_our_one_line_and_nothing_else(small_db, first_epoch, tmpfs, attempt):
     """The second epoch's checkpoint does not fit on a 130 MB disk (one ResNet-18 checkpoint
     does): the run's line names the write, and nothing of the input processes or of torch's
     spawn follows it."""
     disk = tmpfs("disk", "130m")
-    two_processes = ("--train_data", small_db, "--num_gpus", "2", "--num_workers", "1")
-    first = run_trainer(*two_processes, "--num_epochs", "1", "--log_dir", disk)
-    assert first.returncode == 0, first.stderr
+    shutil.copytree(first_epoch, disk, dirs_exist_ok=True)
     second = run_trainer(
-        *two_processes, "--num_epochs", "2", "--log_dir", disk, "--load_model_path", disk
+        *two_processes(small_db), "--num_epochs", "2", "--log_dir", disk, "--load_model_path", disk
     )
     assert second.returncode == 2, second.stderr
     ours = [
