@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import struct
+import subprocess
 import zlib
 
 import numpy as np
@@ -17,7 +18,7 @@ from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.db.build import _built_in_place
+from resnet50_trainer.tools.db.build import _built_in_place, _write_labels
 from resnet50_trainer.tools.db.command import main
 from resnet50_trainer.tools.db.sources import CreateOptions, place_key
 from tests.support.dbfactory import (
@@ -273,6 +274,28 @@ def test_copy_refuses_what_it_cannot_copy_to_or_from(tmp_path, capsys):
             assert "use an integer from 1 to 128" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["folder", "source"]
     assert sorted(os.listdir(source)) == ["data.mdb", "lock.mdb"]
+
+
+def test_a_copy_into_its_source_through_a_bind_mount_is_refused(tmp_path, capsys):
+    source = write_db(str(tmp_path / "source"), "lmdb", [(b"k", b"v")])
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    refused = subprocess.run(["mount", "--bind", source, str(alias)], capture_output=True)
+    if refused.returncode:
+        pytest.skip(f"cannot bind-mount here: {refused.stderr.decode().strip()}")
+    try:
+        assert main(["copy", source, str(alias / "copy")]) == 2
+        assert "copy is inside" in capsys.readouterr().err
+        assert main(["copy", source, str(alias), "--overwrite"]) == 2
+        assert "is the database to copy" in capsys.readouterr().err
+    finally:
+        subprocess.run(["umount", str(alias)], check=True)
+    assert sorted(os.listdir(source)) == ["data.mdb", "lock.mdb"]
+
+
+def test_a_labels_file_that_cannot_be_written_names_the_cause(tmp_path):
+    with pytest.raises(UserError, match="check that the folder is still there and writable"):
+        _write_labels(str(tmp_path / "moved away"), ["cat"])
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ disk) removes what it built and never leaves a database that looks complete. Cla
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import os
@@ -135,10 +136,10 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
     source_type = detect_db_type(source)
     if source_type is None:
         raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
-    source_real, target_real = os.path.realpath(source), os.path.realpath(options.db_path)
-    if source_real == target_real:
+    place = _place_in(options.db_path, source)
+    if place == "is":
         raise UserError(f"{source} is the database to copy: write the copy to another path")
-    if os.path.commonpath([source_real, target_real]) == source_real:
+    if place == "inside":
         raise UserError(
             f"{options.db_path} is inside {source}, the database to copy: write the copy to "
             "another path"
@@ -225,6 +226,20 @@ def _install_labels(labels: str | None, target: str) -> str | None:
     return None
 
 
+def _place_in(path: str, directory: str) -> str | None:
+    """ "is" where `path` is `directory`, "inside" where it lies under it, else None: by the device
+    and inode of path's existing ancestors, so that links, ".." and bind mounts are seen through."""
+    home = os.stat(directory)
+    current = os.path.realpath(path)
+    while True:
+        if os.path.exists(current) and os.path.samestat(os.stat(current), home):
+            return "is" if current == os.path.realpath(path) else "inside"
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
 def _copied_labels(source: str, work_dir: str) -> str | None:
     """A copy of the source's labels file (create's DB.labels.txt), if it has one, in the work
     directory, to be put beside the copy."""
@@ -236,8 +251,8 @@ def _copied_labels(source: str, work_dir: str) -> str | None:
         shutil.copyfile(labels, copied)
     except OSError as exc:
         raise UserError(
-            f"cannot copy {labels} beside {work_dir} ({exc.strerror}); free some space or "
-            "choose another path; nothing was written"
+            f"cannot copy {labels} beside {work_dir} ({exc.strerror}); {_fix_for(exc)}; "
+            "nothing was written"
         ) from exc
     return copied
 
@@ -419,6 +434,14 @@ def _install(build_path: str, target: str, work_dir: str) -> None:
         ) from exc
 
 
+def _fix_for(failed_write: OSError) -> str:
+    """What to do about a file that could not be written: room where the disk is full, else the
+    folder (it may have been moved or removed meanwhile)."""
+    if failed_write.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free some space or choose another path"
+    return "check that the folder is still there and writable, or choose another path"
+
+
 def _write_labels(work_dir: str, class_names: list[str]) -> str:
     """The labels file, written in the work directory (beside the target, so the final rename
     stays on one filesystem) before anything is put in place."""
@@ -429,7 +452,7 @@ def _write_labels(work_dir: str, class_names: list[str]) -> str:
             file.writelines(f"{label} {name}\n" for label, name in enumerate(class_names))
     except OSError as exc:
         raise UserError(
-            f"cannot write the labels file beside {work_dir} ({exc.strerror}); free "
-            "some space or choose another path; nothing was written"
+            f"cannot write the labels file beside {work_dir} ({exc.strerror}); "
+            f"{_fix_for(exc)}; nothing was written"
         ) from exc
     return path
