@@ -18,7 +18,7 @@ from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.db.build import _built_in_place, _write_labels
+from resnet50_trainer.tools.db.build import _built_in_place, _install_labels, _write_labels
 from resnet50_trainer.tools.db.command import main
 from resnet50_trainer.tools.db.sources import CreateOptions, place_key
 from tests.support.dbfactory import (
@@ -296,6 +296,9 @@ def test_a_copy_into_its_source_through_a_bind_mount_is_refused(tmp_path, capsys
 def test_a_labels_file_that_cannot_be_written_names_the_cause(tmp_path):
     with pytest.raises(UserError, match="check that the folder is still there and writable"):
         _write_labels(str(tmp_path / "moved away"), ["cat"])
+    written = _write_labels(str(tmp_path), ["cat"])
+    with pytest.raises(UserError, match="check that the folder is still there and writable"):
+        _install_labels(written, str(tmp_path / "moved away" / "db"))
 
 
 @pytest.mark.parametrize(

@@ -136,10 +136,10 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
     source_type = detect_db_type(source)
     if source_type is None:
         raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
-    place = _place_in(options.db_path, source)
-    if place == "is":
+    holder = _existing_holder(options.db_path, source)
+    if holder == os.path.realpath(options.db_path):
         raise UserError(f"{source} is the database to copy: write the copy to another path")
-    if place == "inside":
+    if holder is not None:
         raise UserError(
             f"{options.db_path} is inside {source}, the database to copy: write the copy to "
             "another path"
@@ -221,19 +221,22 @@ def _install_labels(labels: str | None, target: str) -> str | None:
     except OSError as exc:
         raise UserError(
             f"the database is in place at {target}, but its labels file {path} cannot be "
-            f"written ({exc.strerror}); make room there and run again with --overwrite"
+            f"written ({exc.strerror}); {_fix_for(exc)}, and run again with --overwrite"
         ) from exc
     return None
 
 
-def _place_in(path: str, directory: str) -> str | None:
-    """ "is" where `path` is `directory`, "inside" where it lies under it, else None: by the device
-    and inode of path's existing ancestors, so that links, ".." and bind mounts are seen through."""
+def _existing_holder(path: str, directory: str) -> str | None:
+    """The nearest of `path`'s ancestors (itself included, links resolved) that is `directory`,
+    or None: by device and inode, so that links, ".." and bind mounts are seen through."""
     home = os.stat(directory)
     current = os.path.realpath(path)
     while True:
-        if os.path.exists(current) and os.path.samestat(os.stat(current), home):
-            return "is" if current == os.path.realpath(path) else "inside"
+        try:
+            if os.path.samestat(os.stat(current), home):
+                return current
+        except FileNotFoundError:
+            pass  # not made yet: its existing ancestors decide
         parent = os.path.dirname(current)
         if parent == current:
             return None
