@@ -221,17 +221,22 @@ def imported_by(module: str, argvs: list[list[str]], packages: tuple[str, ...]) 
     return ast.literal_eval(done.stdout.strip().splitlines()[-1])
 
 
+def in_process(capsys, main: Callable[[list[str]], object], *args: str) -> tuple[object, str]:
+    """A command's `main` run on `args` in this process (a refusal needs no fresh interpreter to
+    import torch): its exit status (argparse exits; a check across flags returns it) and stderr."""
+    try:
+        status = main(list(args))
+    except SystemExit as exit_info:
+        status = exit_info.code
+    return (0 if status is None else status), capsys.readouterr().err
+
+
 def refused_in_process(capsys, *args: str) -> str:
     """Run the command line in this process on SMALL_RUN; it must stop before training: exit 2,
     one line (returned), no traceback."""
     from resnet50_trainer import cli
 
-    status: int | str | None
-    try:  # argparse exits; a check across flags returns the status
-        status = cli.main([*SMALL_RUN, *args])
-    except SystemExit as exit_info:
-        status = exit_info.code
-    error = capsys.readouterr().err
+    status, error = in_process(capsys, cli.main, *SMALL_RUN, *args)
     assert status == 2, error
     lines = [line for line in error.splitlines() if line.startswith("resnet50-trainer: error:")]
     assert len(lines) == 1 and "Traceback" not in error, error

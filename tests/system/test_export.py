@@ -24,7 +24,7 @@ from resnet50_trainer.tools.export.command import main as export_main
 from resnet50_trainer.tools.export.formats import PREPROCESSING_FILE
 from resnet50_trainer.tools.export.network import read_network
 from tests.support.dbfactory import cut_short, write_db, write_image_db
-from tests.support.trainer_runs import imported_by, run_trainer, trainer_env
+from tests.support.trainer_runs import imported_by, in_process, run_trainer, trainer_env
 
 EXPECTED_LINE = (
     "Preprocessing: shorter side resized to 37, centre crop 32x32, RGB, pixels 0..255, "
@@ -40,17 +40,6 @@ def export(*args: str) -> subprocess.CompletedProcess:
         env=trainer_env(),
         timeout=240,
     )
-
-
-def export_in_process(capsys, *args: str) -> tuple[int | str | None, str]:
-    """resnet50-export's main in this process (a refusal needs no fresh interpreter to import
-    torch): its exit status and stderr."""
-    try:
-        export_main(list(args))
-        status: int | str | None = 0
-    except SystemExit as exit_info:
-        status = exit_info.code
-    return status, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +194,12 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(
         args[2] = str(tmp_path / "model.pt")
         output = tmp_path / "model.pt"
         output.write_bytes(b"an earlier export")
-    status: int | str | None
+    status: object
     if case == "a DB cut short":
         done = export(*args)
         status, stderr = done.returncode, done.stderr
     else:
-        status, stderr = export_in_process(capsys, *args)
+        status, stderr = in_process(capsys, export_main, *args)
     assert status == 2, stderr
     (line,) = stderr.splitlines()
     assert line.startswith("resnet50-export: error: ") and expected in line, line
