@@ -158,10 +158,7 @@ def test_bad_file_exits_2_with_one_line_naming_it(tmp_path, capsys, case):
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
     output = tmp_path / "out.png"
 
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(ours_log(tmp_path)), str(path), "-o", str(output)])
-
-    assert exit_info.value.code == 2
+    assert main([str(ours_log(tmp_path)), str(path), "-o", str(output)]) == 2
     stderr_lines = capsys.readouterr().err.strip().splitlines()
     assert len(stderr_lines) == 1
     assert stderr_lines[0].startswith(f"resnet50-plot: error: {path}: ")
@@ -184,9 +181,7 @@ def test_bad_options_exit_2(tmp_path, capsys, options):
 
 
 def test_unwritable_output_exits_2(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(ours_log(tmp_path)), "-o", str(tmp_path / "no_such_dir" / "out.png")])
-    assert exit_info.value.code == 2
+    assert main([str(ours_log(tmp_path)), "-o", str(tmp_path / "no_such_dir" / "out.png")]) == 2
     assert "cannot write" in capsys.readouterr().err
 
 

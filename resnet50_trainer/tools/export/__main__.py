@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from resnet50_trainer.tools.export.command import main
 
-main()
+sys.exit(main())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
@@ -84,11 +83,9 @@ def output_format(args: argparse.Namespace) -> str:
     return FORMAT_OF_SUFFIX[suffix]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    status = run_command(PROG, lambda: _export(args))
-    if status:
-        sys.exit(status)
+    return run_command(PROG, lambda: _export(args))
 
 
 def _export(args: argparse.Namespace) -> None:

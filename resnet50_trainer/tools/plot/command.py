@@ -7,7 +7,6 @@ arguments hold.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,11 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    status = run_command(PROG, lambda: _plot(args))
-    if status:
-        sys.exit(status)
+    return run_command(PROG, lambda: _plot(args))
 
 
 def _plot(args: argparse.Namespace) -> None:
