@@ -4,7 +4,10 @@ the prefetcher that hands the training process device Batches."""
 from __future__ import annotations
 
 import signal
+import sys
+import traceback
 from collections.abc import Sequence
+from multiprocessing import resource_sharer
 
 import torch
 from torch.utils.data import DataLoader
@@ -24,7 +27,10 @@ def decode_strategy(settings: InputSettings) -> DecodeStrategy:
 def make_loader(
     records: ImageRecords, batch_sampler, num_workers: int, pin_memory: bool
 ) -> DataLoader:
-    """Batches of `records` in `batch_sampler`'s order, collated as their strategy says."""
+    """Batches of `records` in `batch_sampler`'s order, collated as their strategy says. Input
+    processes are forked (they share the keys' pages and need no torch import of their own; they
+    never touch the GPU): multiprocessing's default in a training process is how that process
+    was started (the launcher's fork server, or spawn), which would start each afresh."""
     if num_workers > 0:
         end_input_processes_at_exit()
     return DataLoader(
@@ -34,8 +40,29 @@ def make_loader(
         collate_fn=records.decoding.collate,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
-        worker_init_fn=ignore_stop_signals,
+        worker_init_fn=start_input_process,
+        multiprocessing_context="fork" if num_workers > 0 else None,
     )
+
+
+def start_input_process(worker_id: int) -> None:
+    ignore_stop_signals(worker_id)
+    sys.excepthook = quiet_when_the_receiver_is_gone(sys.excepthook)
+
+
+def quiet_when_the_receiver_is_gone(report):
+    """sys.excepthook, but silent on a connection broken inside multiprocessing's resource sharer,
+    the thread that hands a batch's shared memory to the training process: it breaks only when
+    that process died mid-handover (killed, or its run failed), which the run reports in its own
+    line; the sharer would add a traceback (it reports through sys.excepthook)."""
+
+    def excepthook(kind, value, tb) -> None:
+        frames = traceback.extract_tb(tb)
+        sharer = frames and frames[0].filename == resource_sharer.__file__
+        if not (sharer and issubclass(kind, (ConnectionError, EOFError))):
+            report(kind, value, tb)
+
+    return excepthook
 
 
 def ignore_stop_signals(worker_id: int) -> None:
