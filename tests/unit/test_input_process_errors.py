@@ -1,4 +1,8 @@
-"""What an input process reports of its own errors (data/input_pipeline.py).
+"""How input processes start, and what they report of their own errors (data/input_pipeline.py).
+
+They are forked from their training process, however that one started: a training process of
+our launcher is forked from its fork server, which makes forkserver multiprocessing's default
+there (spawn did the same), and each input process was once started afresh that way.
 
 A training process killed while an input process hands it a batch breaks the connection inside
 multiprocessing's resource sharer, the input process's thread that passes the batch's shared
@@ -8,13 +12,36 @@ receiver that goes away mid-handshake."""
 
 from __future__ import annotations
 
+import multiprocessing.context
 import os
 import socket
 import sys
 from multiprocessing import resource_sharer
 
-from resnet50_trainer.data.input_pipeline import quiet_when_the_receiver_is_gone
-from tests.support.trainer_runs import wait_for
+from resnet50_trainer.data.cpu_decode import CpuDecode
+from resnet50_trainer.data.dataset import ImageRecords
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.input_pipeline import make_loader, quiet_when_the_receiver_is_gone
+from resnet50_trainer.train.inputs import input_settings
+from tests.support.dbfactory import write_image_db
+from tests.support.trainer_runs import SMALL_RUN, config_of, wait_for
+
+
+def test_input_processes_are_forked_whatever_multiprocessing_s_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(multiprocessing.context, "_default_context", ForkServerDefault())
+    db = write_image_db(str(tmp_path / "db"), 4, 2)
+    settings = input_settings(config_of(*SMALL_RUN, "--train_data", db), train=False)
+    records = ImageRecords(db, "lmdb", read_keys(db, "lmdb"), settings, False, CpuDecode(settings))
+    loader = make_loader(records, [[0, 1], [2, 3]], 1, False)
+    assert loader.multiprocessing_context.get_start_method() == "fork"
+    assert [len(batch.labels) for batch in loader] == [2, 2]
+
+
+class ForkServerDefault(multiprocessing.context.DefaultContext):
+    """multiprocessing's default in a process the fork server started."""
+
+    def __init__(self):
+        super().__init__(multiprocessing.get_context("forkserver"))
 
 
 def test_a_receiver_gone_mid_handover_leaves_no_traceback(monkeypatch):
