@@ -106,18 +106,29 @@ def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
 
 
 def training_processes(launcher_pid: int) -> list[int]:
-    """The launcher's spawned training processes, in rank order (they are started in that order)."""
-    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as file:
-        children = [int(pid) for pid in file.read().split()]
-    spawned = []
-    for pid in children:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as file:
-                if b"spawn_main" in file.read():
-                    spawned.append(pid)
-        except FileNotFoundError:
-            continue
-    return sorted(spawned, key=lambda pid: int(process_stat(pid)[19]))
+    """The launcher's training processes, in rank order (they are started in that order): the
+    children of its fork server (launch/processes.py's _starter)."""
+    servers = [pid for pid in children(launcher_pid) if b"forkserver" in command_line(pid)]
+    started = [pid for server in servers for pid in children(server)]
+    return sorted(started, key=lambda pid: (int(process_stat(pid)[19]), pid))
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that are still there; none once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as file:
+            return [int(child) for child in file.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def command_line(pid: int) -> bytes:
+    """/proc/PID/cmdline; empty once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except FileNotFoundError:
+        return b""
 
 
 def process_stat(pid: int) -> list[str]:

@@ -26,8 +26,10 @@ from tests.support.dbfactory import (
 from tests.support.trainer_runs import (
     RUN_TIMEOUT_S,
     SMALL_RUN,
+    children,
     log_rows,
     pause_before_rename,
+    process_stat,
     run_trainer,
     start_long_run,
     trainer_command,
@@ -146,6 +148,29 @@ def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_
     checkpoints = [name for name in os.listdir(tmp_path) if name.endswith(".pt")]
     assert len(checkpoints) == 1
     torch.load(tmp_path / checkpoints[0], weights_only=True)
+
+
+def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_path):
+    """kill -9 leaves the launcher no say: its fork server ends as the launcher's pipe to it
+    closes, and the training processes then get torch's parent-death signal (SIGINT): they stop
+    as on Ctrl-C, the last complete checkpoint kept."""
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
+    processes = training_processes(run.pid)
+    started = [*children(run.pid), *processes]
+    run.kill()
+    run.communicate(timeout=30)  # the pipes close once every process holding them has ended
+    wait_for(lambda: all(ended(pid) for pid in started), 30, "every process of the run to end")
+    assert len(processes) == 2
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+    torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie that no one has reaped yet (an orphan's reaper may be slow)."""
+    try:
+        return process_stat(pid)[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 @pytest.fixture

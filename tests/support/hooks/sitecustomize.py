@@ -1,5 +1,6 @@
 """Test-only fault injection, loaded at start-up by every Python process of a run whose PYTHONPATH
-holds this directory (trainer_runs.pause_before_rename), spawned training processes included.
+holds this directory (trainer_runs.pause_before_rename): the training processes inherit it from
+their fork server.
 
 Each rename of a checkpoint's temporary file (`.tmp-<checkpoint>.pt-<random>.pt`, as
 checkpoint.save_checkpoint names it) first sleeps RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME
@@ -114,9 +115,9 @@ if os.environ.get(LABEL_SCAN_ENV):
     preflight.TRAINING_LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])
 
 # "STEPS:SIGNAL:INDEX:TARGET": this machine's training process of that INDEX (0: the only one, or
-# the first spawned) sends SIGNAL (a name: SIGTERM, SIGUSR1) after its STEPS-th optimizer step
+# the first started) sends SIGNAL (a name: SIGTERM, SIGUSR1) after its STEPS-th optimizer step
 # to TARGET: "self", "group" (its whole process group, as Slurm does) or "launcher" (the process
-# that spawned it). A signal at a known step, not at a known time.
+# that started it). A signal at a known step, not at a known time.
 SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS"
 # The same, after the STEPS-th batch the model scores in evaluation mode (--test_only's steps).
 TEST_SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_TEST_BATCHES"
@@ -128,21 +129,27 @@ def _training_process_index() -> int | None:
     name = multiprocessing.current_process().name
     if name == "MainProcess":
         return 0
-    prefix = "SpawnProcess-"
+    prefix = "ForkServerProcess-"
     return int(name[len(prefix) :]) - 1 if name.startswith(prefix) else None
+
+
+def _launcher() -> int:
+    """The launcher of this (forked) training process: its fork server's parent."""
+    with open(f"/proc/{os.getppid()}/stat") as file:
+        return int(file.read().rsplit(")", 1)[1].split()[1])
 
 
 def _signal_at(steps: int, signum: int, index: int, target: str):
     """send(n): the signal, when n is STEPS in the training process of that index."""
 
     def send(step: int) -> None:
-        # Known only once training: a spawned process is named after sitecustomize has run.
+        # Known only once training: a forked process is named after sitecustomize has run.
         if step != steps or _training_process_index() != index:
             return
         if target == "group":
             os.killpg(os.getpgid(0), signum)
         else:
-            os.kill(os.getppid() if target == "launcher" else os.getpid(), signum)
+            os.kill(_launcher() if target == "launcher" else os.getpid(), signum)
 
     return send
 
