@@ -1,12 +1,15 @@
 """Start-up figures: how long a command takes to answer `--help`, a small run to its first step on
-a 1,000-record and on an ImageNet-sized (1,281,167-record) LMDB, and the preflight of a cold
+a 1,000-record and on an ImageNet-sized (1,281,167-record) LMDB, the CPU a small run of two
+training processes costs (most of it their start), and the preflight of a cold
 ImageNet-sized test DB (50,000 records of 120 KB, 5.8 GB). The DBs come from
 benchmarks/make_scale_db.py (tiny JPEGs with keys shaped like convert_imageset's; the test DB's
 padded to ImageNet's record size) and are kept in the data folder (about 7 GB, a minute to make)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +29,13 @@ FIRST_STEP_FLAGS = (
     "--print_every 1 --epoch_size 16 --num_epochs 1"
 ).split()
 FIRST_STEP_LINE = "Finished iteration 1/"
+# Two training processes with an input process each, on 16 images of the 1k LMDB: the training
+# itself is a few seconds of CPU; the rest is starting the processes (torch's import is ~3 s each).
+TWO_PROCESS_FLAGS = (
+    "--use_cpu --num_layers 18 --image_size 32 --batch_size 8 --num_labels 1000 --num_gpus 2 "
+    "--num_workers 1 --epoch_size 16 --num_epochs 1"
+).split()
+_PR_SET_CHILD_SUBREAPER = 36  # <sys/prctl.h>
 
 
 def scale_db(context: Context, name: str) -> Path:
@@ -151,6 +161,55 @@ def measure_first_step(context: Context, tree: Tree) -> dict[str, float]:
     small = first_step_s(context, tree, "train_1k")
     large = first_step_s(context, tree, "train_1m")
     return {"first_step_1k_s": small, "first_step_1m_extra_s": large - small}
+
+
+@benchmark(
+    "run_cpu",
+    "CPU of a run's processes",
+    (
+        Figure(
+            "run_cpu_2p_s",
+            "s",
+            LOWER,
+            20.0,
+            0.15,
+            "CPU seconds (user + system) of every process of a small run of 2 CPU training "
+            "processes with 1 input process each (ResNet-18, 32 px, 16 images of the 1k LMDB, 1 "
+            "epoch): most of it is starting them",
+            floor=1.0,
+            quick=True,
+        ),
+    ),
+    prepare=make_scale_dbs,
+)
+def measure_run_cpu(context: Context, tree: Tree) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(dir=context.scratch) as outputs:
+        flags = [*TWO_PROCESS_FLAGS, "--train_data", str(scale_db(context, "train_1k"))]
+        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
+        seconds = tree.call(
+            "benchmarks.startup:cpu_seconds_of", command=tree.trainer(flags), cwd=outputs
+        )
+    return {"run_cpu_2p_s": float(seconds)}
+
+
+def cpu_seconds_of(command: list[str], cwd: str) -> float:
+    """CPU seconds (user + system) of `command` and of every process it started, wherever they
+    were reaped: this (fresh) process adopts their orphans (Linux's child subreaper) and reaps
+    them all, so each one's time, and its reaped children's, is counted in this one's children's."""
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise MeasurementFailed(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if done.returncode:
+        raise MeasurementFailed(
+            f"{' '.join(command)}: exit {done.returncode}:\n{done.stderr[-3000:]}"
+        )
+    while True:  # the orphans: the run's fork server, the resource tracker
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def evict(db: Path) -> None:

@@ -25,6 +25,7 @@ QUICK = {
     "start_help_s",
     "first_step_1k_s",
     "first_step_1m_extra_s",
+    "run_cpu_2p_s",
     "preflight_50k_s",
     "input_rr_vs_decode",
     "input_scale_vs_decode",
