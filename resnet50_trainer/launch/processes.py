@@ -285,11 +285,22 @@ def _run_spawned(
     A stop signal is recorded (distributed/preemption.py); SIGINT stops it as Ctrl-C does. It
     leaves as the command does (errors.leave), never through the interpreter's teardown; only a
     bug's traceback goes back to the launcher through torch's spawn."""
-    # A killed launcher sends SIGINT: torch's spawn sets that as the parent-death signal.
+    # The fork server's end sends SIGINT (torch sets that as the parent-death signal): with the
+    # launcher (launch/fork_server.py), or alone (the OOM killer's choice, say).
+    server = os.getppid()
     _interrupt_once()
     record_stop_signals()
     try:
-        run_process(local_index, config, store_host, store_port)
+        try:
+            run_process(local_index, config, store_host, store_port)
+        except KeyboardInterrupt:
+            if os.getppid() == server:
+                raise  # the launcher's Ctrl-C: it reports it
+            raise RunFailed(
+                f"rank {config.shard_id * config.processes_per_machine + local_index} stopped: "
+                f"the fork server it was started from (pid {server}) ended, alone or with the "
+                f"launcher; {_cannot_go_on(config)}"
+            ) from None
         status = 0
     except ONE_LINE_ERRORS as error:
         status = report(TRAINER, error) if _first_to_report(reported) else exit_status(error)

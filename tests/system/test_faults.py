@@ -27,6 +27,7 @@ from tests.support.trainer_runs import (
     RUN_TIMEOUT_S,
     SMALL_RUN,
     children,
+    command_line,
     log_rows,
     pause_before_rename,
     process_stat,
@@ -163,6 +164,20 @@ def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_pa
     assert len(processes) == 2
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
     torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
+
+
+def test_a_killed_fork_server_fails_the_run_in_one_line(small_db, tmp_path):
+    """Its training processes get SIGINT, their parent-death signal, which is not the launcher's
+    Ctrl-C: the run fails (it once ended with exit 0, as if done)."""
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
+    (server,) = [pid for pid in children(run.pid) if b"forkserver" in command_line(pid)]
+    os.kill(server, signal.SIGKILL)
+    status, stderr, _ = finish(run, 60)
+    assert status == 1, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert f"the fork server it was started from (pid {server}) ended" in errors[0], stderr
+    assert f"resume it with --load_model_path {tmp_path}" in errors[0], stderr
 
 
 def ended(pid: int) -> bool:
