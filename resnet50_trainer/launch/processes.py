@@ -117,13 +117,19 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
         # One line from this machine: its processes mostly fail for one reason (a lost peer, a
         # store out of reach), and the first to report it speaks for all.
         reported = _starter().Value("b", 0)
-        context = mp.start_processes(
-            _run_spawned,
-            args=(config, store_host, store_port, reported),
-            nprocs=config.processes_per_machine,
-            join=False,
-            start_method=START_METHOD,
-        )
+        try:
+            context = mp.start_processes(
+                _run_spawned,
+                args=(config, store_host, store_port, reported),
+                nprocs=config.processes_per_machine,
+                join=False,
+                start_method=START_METHOD,
+            )
+        except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
+            raise RunFailed(
+                f"the fork server that starts the training processes ended as they started "
+                f"({lost or type(lost).__name__}): run the same command again"
+            ) from lost
         forward_stop_signals(context.processes)
     try:
         wait_for(context)
