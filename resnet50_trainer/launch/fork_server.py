@@ -1,5 +1,6 @@
 """The first thing the fork server of a run's training processes does (launch/processes.py's
-_starter preloads this module there; nothing else imports it): make it end with the launcher.
+_start_fork_server preloads this module there; nothing else imports it): make it end with the
+launcher.
 
 CPython's fork server lives on after its parent for as long as any process it forked lives (each
 holds its pipe), and torch's parent-death signal in a training process names the fork server, its

@@ -4,14 +4,14 @@ one rank per machine (the original's way) starts them as a run without a launche
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import multiprocessing.context
 import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
 
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
 GRACE_PERIOD_S = 3.0
-START_METHOD = "forkserver"  # see _starter
 
 
 def launch(
@@ -110,20 +109,29 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
         run_process(0, config, store_host, store_port)
         return 0
+    try:
+        return _start_and_wait(config, store_host, store_port)
+    finally:
+        _stop_fork_server()
+
+
+def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
     # Blocked while the children start (they unblock them once ready), and while multiprocessing
-    # starts its resource tracker, which SIGUSR1 to the process group would otherwise kill.
+    # starts its resource tracker and the fork server, which SIGUSR1 to the process group would
+    # otherwise kill.
     with preempt_signals_blocked():
         _start_resource_tracker()
+        start_method = _start_fork_server()
         # One line from this machine: its processes mostly fail for one reason (a lost peer, a
         # store out of reach), and the first to report it speaks for all.
-        reported = _starter().Value("b", 0)
+        reported = mp.get_context(start_method).Value("b", 0)
         try:
             context = mp.start_processes(
                 _run_spawned,
                 args=(config, store_host, store_port, reported),
                 nprocs=config.processes_per_machine,
                 join=False,
-                start_method=START_METHOD,
+                start_method=start_method,
             )
         except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
             raise RunFailed(
@@ -170,18 +178,32 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
     )
 
 
-def _starter() -> multiprocessing.context.BaseContext:
-    """The context the training processes start from: a fork server (a fresh interpreter, this
-    run's child, which has touched neither CUDA nor threads) that imports this module, so torch
-    and the training code, once; each process is forked from it instead of importing them again
-    (~5 s of CPU each). It starts with the stop signals blocked (preempt_signals_blocked) and
-    keeps them so: a stop signal to the process group leaves it be, and its children inherit the
-    mask as spawned ones did. It ends with this process (launch/fork_server.py), and its
-    children then get SIGINT, torch's parent-death signal."""
-    context = mp.get_context(START_METHOD)
+def _start_fork_server() -> str:
+    """The start method of the training processes: a fork server (a fresh interpreter, this
+    process's child, which has touched neither CUDA nor threads) that imports this module, so
+    torch and the training code, once; each process is forked from it instead of importing them
+    again (~5 s of CPU each). It starts with the stop signals blocked (preempt_signals_blocked)
+    and keeps them so: a stop signal to the process group leaves it be, and its children inherit
+    the mask as spawned ones did. It ends with this process (launch/fork_server.py), and its
+    children then get SIGINT, torch's parent-death signal. Spawn where it cannot start: its
+    socket's path in TMPDIR longer than a Unix socket takes (108 bytes), or TMPDIR full."""
     # By name: imported here, fork_server would tie this process to its own parent.
-    context.set_forkserver_preload(["resnet50_trainer.launch.fork_server", __name__])
-    return context
+    forkserver.set_forkserver_preload(["resnet50_trainer.launch.fork_server", __name__])
+    try:
+        forkserver.ensure_running()
+    except OSError:
+        return "spawn"
+    return "forkserver"
+
+
+def _stop_fork_server() -> None:
+    """A fork server serves one launch: another in this process (cli.main called again) gets a
+    fresh one, with the environment and standard streams it has then. Once every training
+    process has ended (the server waits for them); CPython's own stop, which its tests use."""
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        with contextlib.suppress(OSError):  # its socket's folder already gone: nothing to undo
+            stop()
 
 
 def _start_resource_tracker() -> None:

@@ -107,7 +107,7 @@ def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
 
 def training_processes(launcher_pid: int) -> list[int]:
     """The launcher's training processes, in rank order (they are started in that order): the
-    children of its fork server (launch/processes.py's _starter)."""
+    children of its fork server (launch/processes.py's _start_fork_server)."""
     servers = [pid for pid in children(launcher_pid) if b"forkserver" in command_line(pid)]
     started = [pid for server in servers for pid in children(server)]
     return sorted(started, key=lambda pid: (int(process_stat(pid)[19]), pid))
