@@ -14,8 +14,6 @@ from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schem
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
-from resnet50_trainer.model.resnet import Architecture, model_for
 
 # A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
 LARGEST_STEP = 10**12
@@ -24,6 +22,11 @@ LARGEST_STEP = 10**12
 def check_checkpoint(state: dict, config: Config) -> None:
     """The checkpoint `state` is of this run's model: architecture, labels, tensor shapes."""
     schema.check_matches(state, config)
+    # Here, not at the top: the model's code imports torchvision (and with it dynamo, ~2 s of
+    # CPU), which the launcher of several processes needs for nothing else (launch/processes.py).
+    from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
+    from resnet50_trainer.model.resnet import Architecture, model_for
+
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
         model = model_for(Architecture.of(config))
         optimizer = (

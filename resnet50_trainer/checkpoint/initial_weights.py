@@ -17,7 +17,6 @@ from resnet50_trainer.checkpoint.schema import model_problem
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.finite import non_finite_tensors
-from resnet50_trainer.model.resnet import Architecture, model_for
 
 log = logging.getLogger(__name__)
 CLASSIFIER = "fc."  # torchvision's final layer: the one part a new --num_labels replaces
@@ -34,6 +33,8 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
             f"--init_model {path} has non-finite values in {non_finite[0]}: give weights "
             "that are all finite (an earlier checkpoint of that run, before it diverged)"
         )
+    from resnet50_trainer.model.resnet import Architecture, model_for  # as in claim.py: torchvision
+
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
         expected = model_for(Architecture.of(config))
     ours = expected.state_dict()

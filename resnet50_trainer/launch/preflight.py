@@ -25,8 +25,11 @@ from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
 from resnet50_trainer.errors import RecordError, UserError
-from resnet50_trainer.train.evaluation import test_label_refusal
-from resnet50_trainer.train.labels import scan_training_labels, training_label_refusal
+from resnet50_trainer.train.labels import (
+    scan_training_labels,
+    test_label_refusal,
+    training_label_refusal,
+)
 
 log = logging.getLogger(__name__)
 # Seconds preflight spends on the test labels: a cold ImageNet DB takes minutes to read, so the

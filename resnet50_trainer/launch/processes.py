@@ -43,7 +43,6 @@ from resnet50_trainer.errors import (
 )
 from resnet50_trainer.launch import preflight
 from resnet50_trainer.launch.children import forward_stop_signals, wait_for
-from resnet50_trainer.train.run import train
 
 log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
@@ -180,15 +179,17 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
 
 def _start_fork_server() -> str:
     """The start method of the training processes: a fork server (a fresh interpreter, this
-    process's child, which has touched neither CUDA nor threads) that imports this module, so
-    torch and the training code, once; each process is forked from it instead of importing them
-    again (~5 s of CPU each). It starts with the stop signals blocked (preempt_signals_blocked)
+    process's child, which has touched neither CUDA nor threads) that imports this module and the
+    training code once; each process is forked from it instead of importing them again (~5 s of
+    CPU each). It starts with the stop signals blocked (preempt_signals_blocked)
     and keeps them so: a stop signal to the process group leaves it be, and its children inherit
     the mask as spawned ones did. It ends with this process (launch/fork_server.py), and its
     children then get SIGINT, torch's parent-death signal. Spawn where it cannot start: its
     socket's path in TMPDIR longer than a Unix socket takes (108 bytes), or TMPDIR full."""
     # By name: imported here, fork_server would tie this process to its own parent.
-    forkserver.set_forkserver_preload(["resnet50_trainer.launch.fork_server", __name__])
+    forkserver.set_forkserver_preload(
+        ["resnet50_trainer.launch.fork_server", __name__, "resnet50_trainer.train.run"]
+    )
     try:
         forkserver.ensure_running()
     except OSError:
@@ -221,7 +222,7 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
     device = _set_up(config, placement)
     with _one_line_if_lost(config, placement):
         joining.join_process_group(config, placement, store_host, store_port)
-        train(config, placement, device)
+        _train(config, placement, device)
 
 
 def _run_launched(launched: Launched, config: Config) -> None:
@@ -233,10 +234,19 @@ def _run_launched(launched: Launched, config: Config) -> None:
     with _one_line_if_lost(config, placement):
         meeting = joining.join_under_launcher(config, launched)  # held for the run
         try:
-            train(config, placement, device)
+            _train(config, placement, device)
         finally:
             if meeting is not None:
                 meeting.close()
+
+
+def _train(config: Config, placement: process_group.Placement, device: torch.device) -> None:
+    """train.run's train, imported here: the launcher of several processes trains nothing, and
+    the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU; the fork
+    server imports it once for all of them (_start_fork_server)."""
+    from resnet50_trainer.train.run import train
+
+    train(config, placement, device)
 
 
 def _set_up(config: Config, placement: process_group.Placement) -> torch.device:

@@ -13,12 +13,11 @@ import torch
 import torch.distributed as dist
 
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.config.values import NUM_LABELS
-from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_run
-from resnet50_trainer.errors import UserError, exit_status
+from resnet50_trainer.errors import exit_status
 from resnet50_trainer.model.replica import Replica
+from resnet50_trainer.train.labels import test_label_refusal
 
 log = logging.getLogger(__name__)
 # Top-5 as the later original logged it; with fewer labels every one is in the top k.
@@ -108,17 +107,6 @@ def evaluate_ema(
     if replica.ema is None or test_batches is None:
         return None
     return evaluate(replica, test_batches, device, is_main, replica.ema.module)
-
-
-def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
-    """`test_data`: how the message names the DB ("--test_data PATH")."""
-    named = f" (key {printable_key(key)})" if key else ""
-    larger = NUM_LABELS.holds(label + 1)  # not for a negative label, nor past the flag's range
-    larger_model = f", or a model of {label + 1} or more (--num_labels)" if larger else ""
-    return UserError(
-        f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: use a test DB "
-        f"of this model's {num_labels} classes{larger_model}"
-    )
 
 
 def take_first_process_statistics(model: torch.nn.Module, device: torch.device) -> None:

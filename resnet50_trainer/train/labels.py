@@ -1,12 +1,14 @@
-"""A training label outside the model's classes: its own error, named with the record, the label
-and --num_labels, and the --num_labels that fits the DB; never an unreadable record. Found by
-preflight's scan (launch/preflight.py) or, past its time budget, as training reads the record."""
+"""A training or test label outside the model's classes: its own error, named with the record, the
+label and --num_labels, and the --num_labels (or test DB) that fits; never an unreadable record.
+Found by preflight's scan (launch/preflight.py) or, past its time budget, as training reads the
+record (and as the first test reads the test DB: train/evaluation.py)."""
 
 from __future__ import annotations
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import NUM_LABELS
 from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.errors import UserError
 
@@ -41,6 +43,17 @@ def training_label_refusal(config: Config, key: bytes, label: int, scan: LabelSc
         f"--train_data {config.train_data} holds label {label} (key "
         f"{key.decode(errors='replace')}), outside 0..{config.num_labels - 1} of --num_labels "
         f"{config.num_labels}: {fix}"
+    )
+
+
+def test_label_refusal(test_data: str, label: int, num_labels: int, key: bytes = b"") -> UserError:
+    """`test_data`: how the message names the DB ("--test_data PATH")."""
+    named = f" (key {printable_key(key)})" if key else ""
+    larger = NUM_LABELS.holds(label + 1)  # not for a negative label, nor past the flag's range
+    larger_model = f", or a model of {label + 1} or more (--num_labels)" if larger else ""
+    return UserError(
+        f"{test_data} holds label {label}{named}, outside 0..{num_labels - 1}: use a test DB "
+        f"of this model's {num_labels} classes{larger_model}"
     )
 
 

@@ -1,6 +1,6 @@
 """The command in a fresh interpreter: a bad flag is one line and exit 2 with no traceback, --help
-and refusals import no torch, --help reads well, a training process leaves without the interpreter's
-teardown."""
+and refusals import no torch, the launcher of several processes no training code, --help reads
+well, a training process leaves without the interpreter's teardown."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ import sys
 from resnet50_trainer.cli import build_parser
 from resnet50_trainer.config.values import Number
 from tests.support.original_flags import ORIGINAL_FLAGS
-from tests.support.trainer_runs import imported_by, run_python
+from tests.support.trainer_runs import (
+    RUN_TIMEOUT_S,
+    SMALL_RUN,
+    imported_by,
+    run_python,
+    trainer_env,
+)
 
 
 def test_bad_flag_exits_2_with_one_line_and_no_traceback(tmp_path):
@@ -63,6 +69,30 @@ def test_help_and_refusals_do_not_import_torch():
         ["--train_data", "/nonexistent", "--use_cpu"],
     ]
     assert imported_by("resnet50_trainer.cli", argvs, ("torch", "torchvision")) == []
+
+
+def test_the_launcher_of_several_processes_imports_no_training_code(image_db, tmp_path):
+    """It trains nothing: torchvision and dynamo (~3 s of CPU a process) are imported once, by the
+    fork server its training processes are forked from."""
+    database = image_db("train", 16, 4)
+    probe = (
+        "import sys\n"
+        "from resnet50_trainer.cli import main\n"
+        "status = main(sys.argv[1:])\n"
+        "training = ('torchvision', 'torch._dynamo', 'resnet50_trainer.train.run')\n"
+        "print(status, sorted(name for name in sys.modules if name in training))\n"
+    )
+    flags = ["--num_gpus", "2", "--train_data", database, "--num_epochs", "1"]
+    outputs = ["--checkpoint_dir", str(tmp_path), "--log_dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *SMALL_RUN, *flags, *outputs],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert done.stdout.splitlines()[-1] == "0 []", done.stderr
+    assert (tmp_path / "resnet50_model_1.pt").exists()
 
 
 def test_a_training_process_leaves_without_the_interpreters_teardown():
