@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
 # again after SIGTERM, before they are killed.
 GRACE_PERIOD_S = 3.0
+# Seconds a spawned training process waits, after SIGINT, for a killed launcher to be gone.
+LAUNCHER_END_S = 1.0
 
 
 def launch(
@@ -159,12 +162,12 @@ def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> st
     """The line for a training process that ended by a signal. With NCCL a lost or silent peer
     never raises in Python: NCCL's watchdog aborts the waiting process (SIGABRT) once --timeout
     has run out, so SIGABRT there is a lost peer, named where it was one of this machine's."""
-    rank = config.shard_id * config.processes_per_machine + failure.error_index
+    rank = process_group.placement_for(config, failure.error_index).rank
     who = f"training process of rank {rank} (pid {failure.error_pid})"
     if failure.signal_name != "SIGABRT" or config.use_cpu:
         return f"{who} was killed by {failure.signal_name}; the run stopped: {_again(config)}"
     gone = [
-        config.shard_id * config.processes_per_machine + index
+        process_group.placement_for(config, index).rank
         for index, process in enumerate(processes)
         if index != failure.error_index and process.exitcode not in (None, 0, -signal.SIGABRT)
     ]
@@ -323,22 +326,21 @@ def _run_spawned(
     A stop signal is recorded (distributed/preemption.py); SIGINT stops it as Ctrl-C does. It
     leaves as the command does (errors.leave), never through the interpreter's teardown; only a
     bug's traceback goes back to the launcher through torch's spawn."""
-    # The fork server's end sends SIGINT (torch sets that as the parent-death signal): with the
-    # launcher (launch/fork_server.py), or alone (the OOM killer's choice, say).
-    server = os.getppid()
+    # The parent's end sends SIGINT (torch sets that as the parent-death signal): the fork
+    # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),
+    # or the launcher's where it spawned this process.
+    parent = os.getppid()
     _interrupt_once()
     record_stop_signals()
     try:
         try:
             run_process(local_index, config, store_host, store_port)
         except KeyboardInterrupt:
-            if os.getppid() == server:
+            ended = _parent_ended(parent)
+            if ended is None:
                 raise  # the launcher's Ctrl-C: it reports it
-            raise RunFailed(
-                f"rank {config.shard_id * config.processes_per_machine + local_index} stopped: "
-                f"the fork server it was started from (pid {server}) ended, alone or with the "
-                f"launcher; {_cannot_go_on(config)}"
-            ) from None
+            rank = process_group.placement_for(config, local_index).rank
+            raise RunFailed(f"rank {rank} stopped: {ended}; {_cannot_go_on(config)}") from None
         status = 0
     except ONE_LINE_ERRORS as error:
         status = report(TRAINER, error) if _first_to_report(reported) else exit_status(error)
@@ -347,6 +349,21 @@ def _run_spawned(
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
+
+
+def _parent_ended(parent: int) -> str | None:
+    """What ended, where this process's parent (pid `parent`) has; None where it lives on. The
+    parent is the fork server, or the launcher where it spawned this process (_start_fork_server's
+    fallback). The parent-death signal comes as the parent's thread that started this process
+    ends (prctl(2)): a single-threaded fork server has then ended, but a launcher killed may still
+    be ending its other threads (seen: no line at all), so its end is waited for a moment."""
+    launcher = multiprocessing.parent_process()  # the process that asked for this one
+    if launcher is not None and launcher.pid == parent:
+        launcher.join(LAUNCHER_END_S)
+        return None if launcher.is_alive() else f"the launcher that started it (pid {parent}) ended"
+    if os.getppid() == parent:
+        return None
+    return f"the fork server it was started from (pid {parent}) ended, alone or with the launcher"
 
 
 def _first_to_report(reported: Synchronized | None) -> bool:

@@ -90,11 +90,11 @@ def start_trainer(*args: str, **env: str) -> subprocess.Popen:
     )
 
 
-def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
+def start_long_run(database: str, out, *args: str, **env: str) -> subprocess.Popen:
     """A run of 1000 epochs, far longer than any test, logging and checkpointing into `out`;
     returns once its first checkpoint is in place."""
     run = start_trainer(
-        "--train_data", database, "--num_epochs", "1000", "--log_dir", str(out), *args
+        "--train_data", database, "--num_epochs", "1000", "--log_dir", str(out), *args, **env
     )
     first = os.path.join(out, "resnet50_model_1.pt")
     try:
@@ -107,9 +107,13 @@ def start_long_run(database: str, out, *args: str) -> subprocess.Popen:
 
 def training_processes(launcher_pid: int) -> list[int]:
     """The launcher's training processes, in rank order (they are started in that order): the
-    children of its fork server (launch/processes.py's _start_fork_server)."""
-    servers = [pid for pid in children(launcher_pid) if b"forkserver" in command_line(pid)]
+    children of its fork server (launch/processes.py's _start_fork_server), or its own spawned
+    ones where it could start no server."""
+    ours = children(launcher_pid)
+    servers = [pid for pid in ours if b"forkserver" in command_line(pid)]
     started = [pid for server in servers for pid in children(server)]
+    if not servers:
+        started = [pid for pid in ours if b"spawn_main" in command_line(pid)]
     return sorted(started, key=lambda pid: (int(process_stat(pid)[19]), pid))
 
 

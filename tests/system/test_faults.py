@@ -151,17 +151,26 @@ def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_
     torch.load(tmp_path / checkpoints[0], weights_only=True)
 
 
-def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_path):
-    """kill -9 leaves the launcher no say: its fork server ends as the launcher's pipe to it
-    closes, and the training processes then get torch's parent-death signal (SIGINT): they stop
-    as on Ctrl-C, the last complete checkpoint kept."""
-    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
+@pytest.mark.parametrize("parent", ["fork server", "launcher"])
+def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_path, parent):
+    """kill -9 leaves the launcher no say: its fork server ends with it (launch/fork_server.py),
+    and the training processes then get torch's parent-death signal (SIGINT): they stop and say
+    why, the last complete checkpoint kept. The launcher's own children where a TMPDIR too long
+    for the server's socket made it spawn them."""
+    long_tmpdir = tmp_path / ("t" * 100)
+    long_tmpdir.mkdir()
+    env = {"TMPDIR": str(long_tmpdir)} if parent == "launcher" else {}
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", **env)
     processes = training_processes(run.pid)
     started = [*children(run.pid), *processes]
+    (parent_pid,) = {int(process_stat(pid)[1]) for pid in processes}
     run.kill()
-    run.communicate(timeout=30)  # the pipes close once every process holding them has ended
+    _, stderr = run.communicate(timeout=30)  # the pipes close once every process holding them ends
     wait_for(lambda: all(ended(pid) for pid in started), 30, "every process of the run to end")
     assert len(processes) == 2
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    said = f"the {parent} .*\\(pid {parent_pid}\\) ended"
+    assert any(re.search(said, line) for line in errors), stderr
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
     torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
 
