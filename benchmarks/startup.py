@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.registry import LOWER, Context, Figure, benchmark
@@ -99,10 +101,17 @@ def seconds_to_line(tree: Tree, flags: list[str], line: str, cwd: Path) -> float
     return seconds
 
 
-def first_step_s(context: Context, tree: Tree, db: str) -> float:
+@contextmanager
+def run_on(context: Context, flags: list[str], db: str) -> Iterator[tuple[list[str], str]]:
+    """The flags of a run on scale DB `db` that writes its log and checkpoints into a fresh
+    directory (the second value), removed afterwards."""
     with tempfile.TemporaryDirectory(dir=context.scratch) as outputs:
-        flags = [*FIRST_STEP_FLAGS, "--train_data", str(scale_db(context, db))]
-        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
+        data = ["--train_data", str(scale_db(context, db))]
+        yield [*flags, *data, "--checkpoint_dir", outputs, "--log_dir", outputs], outputs
+
+
+def first_step_s(context: Context, tree: Tree, db: str) -> float:
+    with run_on(context, FIRST_STEP_FLAGS, db) as (flags, outputs):
         return seconds_to_line(tree, flags, FIRST_STEP_LINE, Path(outputs))
 
 
@@ -183,9 +192,7 @@ def measure_first_step(context: Context, tree: Tree) -> dict[str, float]:
     prepare=make_scale_dbs,
 )
 def measure_run_cpu(context: Context, tree: Tree) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(dir=context.scratch) as outputs:
-        flags = [*TWO_PROCESS_FLAGS, "--train_data", str(scale_db(context, "train_1k"))]
-        flags += ["--checkpoint_dir", outputs, "--log_dir", outputs]
+    with run_on(context, TWO_PROCESS_FLAGS, "train_1k") as (flags, outputs):
         seconds = tree.call(
             "benchmarks.startup:cpu_seconds_of", command=tree.trainer(flags), cwd=outputs
         )
