@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -330,6 +331,7 @@ def _run_spawned(
     # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),
     # or the launcher's where it spawned this process.
     parent = os.getppid()
+    _own_temporary_directory()
     _interrupt_once()
     record_stop_signals()
     try:
@@ -349,6 +351,17 @@ def _run_spawned(
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
+
+
+def _own_temporary_directory() -> None:
+    """multiprocessing's temporary directory (where input processes put the socket they pass file
+    descriptors through) becomes this process's own, made now so that the input processes it
+    forks share it, and removed as it ends, after them. Inherited, it was the launcher's, removed
+    as the launcher ended: input processes orphaned by a killed fork server then each printed a
+    FileNotFoundError traceback as they went. CPython keeps the directory in the process's
+    private _config (3.8 to 3.14)."""
+    multiprocessing.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
+    multiprocessing.util.get_temp_dir()
 
 
 def _parent_ended(parent: int) -> str | None:

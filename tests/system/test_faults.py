@@ -177,8 +177,9 @@ def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_pa
 
 def test_a_killed_fork_server_fails_the_run_in_one_line(small_db, tmp_path):
     """Its training processes get SIGINT, their parent-death signal, which is not the launcher's
-    Ctrl-C: the run fails (it once ended with exit 0, as if done)."""
-    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2")
+    Ctrl-C: the run fails (it once ended with exit 0, as if done). With input processes, which
+    the launcher's end once left a traceback each as they went."""
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", "--num_workers", "1")
     (server,) = [pid for pid in children(run.pid) if b"forkserver" in command_line(pid)]
     os.kill(server, signal.SIGKILL)
     status, stderr, _ = finish(run, 60)
