@@ -78,6 +78,13 @@ def test_a_row_that_does_not_fit_is_cut_off_and_the_rows_before_stay(tmpfs):
     assert lines[-2] == ",".join(str(getattr(last, column)) for column in HEADER)
 
 
+def scratch_env(scratch, tmp_path) -> dict[str, str]:
+    """`scratch` the run's TMPDIR, and torch's compile cache elsewhere: torch makes it in TMPDIR
+    as dynamo is imported, unless TORCHINDUCTOR_CACHE_DIR names it (and a pytest worker that has
+    imported dynamo names it for every run it starts, so the tests that ran first decided these)."""
+    return {"TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch_cache")}
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_trace_that_does_not_fit_is_removed_and_the_log_kept(tmpfs, tmp_path, processes):
     directory = disk_with_an_earlier_file(tmpfs, "256k", leave_bytes=64 << 10)  # a log, no trace
@@ -93,7 +100,7 @@ def test_a_trace_that_does_not_fit_is_removed_and_the_log_kept(tmpfs, tmp_path, 
         directory,
         "--checkpoint_dir",
         str(tmp_path / "checkpoints"),
-        TMPDIR=str(scratch),
+        **scratch_env(scratch, tmp_path),
     )
     assert run.returncode == 2, run.stderr
     (log,) = [name for name in left_in(directory) if name.startswith("resnet50_")]
@@ -112,7 +119,12 @@ def test_a_trace_the_profiler_cannot_write_in_its_scratch_directory_is_named(tmp
     scratch = tmpfs("scratch", "64k")
     fill_up(scratch, leave_bytes=8 << 10)  # Python takes a TMPDIR only where it can write a file
     run = run_trainer(
-        *SYNTHETIC, "--profile_iters", "2", "--log_dir", str(tmp_path), TMPDIR=scratch
+        *SYNTHETIC,
+        "--profile_iters",
+        "2",
+        "--log_dir",
+        str(tmp_path),
+        **scratch_env(scratch, tmp_path),
     )
     assert run.returncode == 2, run.stderr
     assert f"error: the profiler could not write its trace in {scratch}" in one_error_line(
