@@ -162,6 +162,10 @@ def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_pa
     env = {"TMPDIR": str(long_tmpdir)} if parent == "launcher" else {}
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", **env)
     processes = training_processes(run.pid)
+    if parent == "launcher" and b"spawn_main" not in command_line(processes[0]):
+        run.kill()
+        run.communicate()
+        pytest.skip("this Python puts the fork server's socket in /tmp when TMPDIR is too long")
     started = [*children(run.pid), *processes]
     (parent_pid,) = {int(process_stat(pid)[1]) for pid in processes}
     run.kill()
@@ -262,10 +266,10 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, s
 RUN_ONE_PROCESS = """
 import sys
 from resnet50_trainer import cli
-from resnet50_trainer.launch import processes
+from resnet50_trainer.launch import training_process
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
-processes._run_spawned(rank, config, "127.0.0.1", port)
+training_process.run_spawned(rank, config, "127.0.0.1", port)
 """
 # What a survivor says, wherever it waited on the lost peer: a collective of the step, the
 # all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses);
