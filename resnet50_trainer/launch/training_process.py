@@ -10,6 +10,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.sharedctypes import Synchronized
@@ -36,6 +37,10 @@ from resnet50_trainer.errors import (
     report,
 )
 
+# The longest path a Unix socket takes (sun_path, less its NUL), and what multiprocessing adds to
+# the temporary directory's base for one.
+SOCKET_PATH_MAX = 107
+SOCKET_IN_TEMPORARY_DIRECTORY = "/pymp-XXXXXXXX/listener-XXXXXXXX"
 # Seconds a spawned training process waits, after SIGINT, for a killed launcher to be gone.
 LAUNCHER_END_S = 1.0
 
@@ -64,6 +69,29 @@ def run_launched(launched: Launched, config: Config) -> None:
                 meeting.close()
 
 
+def _own_temporary_directory() -> None:
+    """multiprocessing's temporary directory, where input processes put the socket they pass file
+    descriptors through, becomes this process's own: made now, so that the input processes it
+    forks share it, and removed as it ends, after them (a process killed -9 leaves it, as any
+    Python process does). Inherited, it was the launcher's, removed as the launcher ended: input
+    processes orphaned by a killed fork server then each printed a FileNotFoundError traceback.
+    In /tmp where TMPDIR is too long for a socket's path (as Python 3.14 does, gh-132124): input
+    processes could not hand over a batch (tracebacks, and no step). Where none can be made, the
+    launcher's serves. CPython keeps it in the process's private _config (3.8 to 3.14)."""
+    settings = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    inherited = settings.pop("tempdir", None)
+    chosen = tempfile.tempdir
+    base = tempfile.gettempdir()
+    if len(base) + len(SOCKET_IN_TEMPORARY_DIRECTORY) > SOCKET_PATH_MAX:
+        tempfile.tempdir = "/tmp"
+    try:
+        multiprocessing.util.get_temp_dir()
+    except OSError:
+        settings["tempdir"] = inherited
+    finally:
+        tempfile.tempdir = chosen
+
+
 def _train(config: Config, placement: process_group.Placement, device: torch.device) -> None:
     """train.run's train, imported here: the launcher of several processes trains nothing, and
     the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU; the fork
@@ -74,8 +102,9 @@ def _train(config: Config, placement: process_group.Placement, device: torch.dev
 
 
 def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
-    """Logging (the first process speaks), the seed (the same initial weights, run after run) and
-    the device of this training process."""
+    """Logging (the first process speaks), the seed (the same initial weights, run after run),
+    multiprocessing's temporary directory and the device of this training process."""
+    _own_temporary_directory()
     logging.basicConfig(
         level=logging.INFO if placement.is_main else logging.WARNING,
         format="%(message)s",
@@ -151,7 +180,6 @@ def run_spawned(
     # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),
     # or the launcher's where it spawned this process.
     parent = os.getppid()
-    _own_temporary_directory()
     interrupt_once()
     record_stop_signals()
     try:
@@ -171,22 +199,6 @@ def run_spawned(
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
-
-
-def _own_temporary_directory() -> None:
-    """multiprocessing's temporary directory (where input processes put the socket they pass file
-    descriptors through) becomes this process's own, made now so that the input processes it
-    forks share it, and removed as it ends, after them (a process killed -9 leaves it, as any
-    Python process does). Inherited, it was the launcher's, removed as the launcher ended: input
-    processes orphaned by a killed fork server then each printed a FileNotFoundError traceback as
-    they went. Where none can be made (TMPDIR full), the launcher's still serves. CPython keeps
-    the directory in the process's private _config (3.8 to 3.14)."""
-    settings = multiprocessing.current_process()._config  # type: ignore[attr-defined]
-    inherited = settings.pop("tempdir", None)
-    try:
-        multiprocessing.util.get_temp_dir()
-    except OSError:
-        settings["tempdir"] = inherited
 
 
 def _parent_ended(parent: int) -> str | None:

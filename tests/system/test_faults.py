@@ -156,11 +156,15 @@ def test_a_killed_launcher_takes_its_training_processes_with_it(small_db, tmp_pa
     """kill -9 leaves the launcher no say: its fork server ends with it (launch/fork_server.py),
     and the training processes then get torch's parent-death signal (SIGINT): they stop and say
     why, the last complete checkpoint kept. The launcher's own children where a TMPDIR too long
-    for the server's socket made it spawn them."""
+    for the server's socket made it spawn them (and made the input processes' socket paths too
+    long to hand over a batch, before training processes put them in /tmp)."""
     long_tmpdir = tmp_path / ("t" * 100)
     long_tmpdir.mkdir()
     env = {"TMPDIR": str(long_tmpdir)} if parent == "launcher" else {}
-    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", **env)
+    # Input processes too: a TMPDIR too long for the fork server's socket is too long for theirs.
+    run = start_long_run(
+        small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", "--num_workers", "1", **env
+    )
     processes = training_processes(run.pid)
     if parent == "launcher" and b"spawn_main" not in command_line(processes[0]):
         run.kill()
