@@ -142,6 +142,18 @@ END_SIGNAL = signal.SIGUSR2
 END_GRACE_S = 3.0  # then SIGKILL: an input process stuck in its exit must not hold this one
 
 
+def stop_watching_input_processes() -> None:
+    """Set aside torch's SIGCHLD handler: when an input process ends it raises wherever this
+    thread is, which is right while batches are awaited and wrong once the run ends or handles its
+    own error (a second error, with a traceback). A handler that does nothing, not SIG_DFL: a
+    SIGCHLD received but not yet handled then runs it, not a 'Signal 17 ignored' warning."""
+    signal.signal(signal.SIGCHLD, _ignore)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass
+
+
 def _end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
     SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, and SIGKILL after
@@ -150,7 +162,7 @@ def _end_input_processes() -> None:
     import multiprocessing  # torch-free, and only on the way out
     import time
 
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    stop_watching_input_processes()
     daemons = [child for child in multiprocessing.active_children() if child.daemon]
     for child in daemons:
         if child.pid is not None:

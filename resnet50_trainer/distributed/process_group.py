@@ -115,22 +115,32 @@ def _alone() -> bool:
 
 
 def raised_by_input_processes(error: BaseException) -> bool:
-    """The DataLoader's own error about its input processes (one died, or stopped answering):
-    raised in torch.utils.data itself, by next() on the loader or by its SIGCHLD handler. An error
-    inside an input process is re-raised from elsewhere (torch._utils) and keeps its traceback.
-    An input process killed while it hands a batch over breaks the pipe inside multiprocessing,
-    under the DataLoader's next(): that is the same loss."""
+    return input_processes_lost(error) is not None
+
+
+def input_processes_lost(error: BaseException) -> str | None:
+    """What the DataLoader's own error says of its input processes (one died, or stopped
+    answering), or None where `error` is not that. Raised in torch.utils.data itself, by next() on
+    the loader or by its SIGCHLD handler: torch's words. An input process killed while it hands a
+    batch over breaks the connection inside multiprocessing, under the DataLoader's next(): the
+    same loss, in our words. An error inside an input process is re-raised from elsewhere
+    (torch._utils) and keeps its traceback."""
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
-        return False
+        return None
     innermost = frames[-1].filename
     if innermost.startswith(_DATALOADER_CODE):
-        return True
-    return (
+        return first_line(error)
+    if (
         isinstance(error, (OSError, EOFError))
         and innermost.startswith(_MULTIPROCESSING_CODE)
         and any(frame.filename.startswith(_DATALOADER_CODE) for frame in frames)
-    )
+    ):
+        return (
+            "an input (DataLoader) process was lost as it handed a batch over "
+            f"({type(error).__name__}: {first_line(error)})"
+        )
+    return None
 
 
 def parameters_digest_everywhere(module: torch.nn.Module) -> str:
@@ -157,13 +167,6 @@ def parameters_digest_everywhere(module: torch.nn.Module) -> str:
 
 
 def leave_process_group() -> None:
-    """Leave the group; the DataLoader's SIGCHLD handler may report an input process that died
-    with the run here, after the run's own error has been raised: that one is the one to report."""
     heartbeats.stop_heartbeat()
-    if not dist.is_initialized():
-        return
-    try:
+    if dist.is_initialized():
         dist.destroy_process_group()
-    except RuntimeError as error:
-        if not raised_by_input_processes(error):
-            raise

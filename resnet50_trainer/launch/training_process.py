@@ -24,7 +24,6 @@ from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group
 from resnet50_trainer.distributed.devices import claim_device
 from resnet50_trainer.distributed.preemption import record_stop_signals
-from resnet50_trainer.distributed.rendezvous.meeting import first_line
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
     ONE_LINE_ERRORS,
@@ -35,6 +34,7 @@ from resnet50_trainer.errors import (
     exit_status,
     leave,
     report,
+    stop_watching_input_processes,
 )
 
 # The longest path a Unix socket takes (sun_path, less its NUL), and what multiprocessing adds to
@@ -119,17 +119,19 @@ def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Ite
     """A lost peer (typed where this process waited on it) or lost input processes end the run with
     one line; any other error keeps its traceback. The process group is left either way."""
     try:
-        yield
+        try:
+            yield
+        finally:  # before an error is looked at: torch's handler would raise inside that
+            stop_watching_input_processes()
     except PeerLost as failure:
         raise RunFailed(
             f"rank {placement.rank} stopped: {failure}; {cannot_go_on(config)}"
         ) from failure
     except (RuntimeError, OSError, EOFError) as error:
-        if not process_group.raised_by_input_processes(error):
+        lost = process_group.input_processes_lost(error)
+        if lost is None:
             raise
-        raise RunFailed(
-            f"rank {placement.rank} stopped: {first_line(error)}; {cannot_go_on(config)}"
-        ) from error
+        raise RunFailed(f"rank {placement.rank} stopped: {lost}; {cannot_go_on(config)}") from error
     finally:
         process_group.leave_process_group()
 

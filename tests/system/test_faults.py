@@ -132,7 +132,11 @@ def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
         os.kill(pid, signal.SIGKILL)
     status, stderr, _ = finish(run, TIMEOUT_S + 10)
     assert status == 1, stderr
-    assert "rank 0 stopped: DataLoader worker" in stderr and "Traceback" not in stderr, stderr
+    (line,) = [line for line in stderr.splitlines() if "rank 0 stopped: " in line]
+    # torch's words where it saw the process dead; ours where it died handing a batch over
+    reason = line.split("rank 0 stopped: ", 1)[1]
+    assert reason.startswith(("DataLoader worker", "an input (DataLoader) process")), stderr
+    assert "Traceback" not in stderr, stderr
 
 
 def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_path):

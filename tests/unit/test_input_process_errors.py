@@ -12,16 +12,24 @@ receiver that goes away mid-handshake."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import multiprocessing.context
 import os
+import signal
 import socket
 import sys
 from multiprocessing import resource_sharer
+
+import pytest
+import torch
 
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import make_loader, quiet_when_the_receiver_is_gone
+from resnet50_trainer.distributed import process_group
+from resnet50_trainer.launch.training_process import _one_line_if_lost
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
 from tests.support.trainer_runs import SMALL_RUN, config_of, wait_for
@@ -78,3 +86,69 @@ def test_any_other_error_of_an_input_process_keeps_its_traceback():
         except Exception:
             quiet(*sys.exc_info())
     assert reported == [ConnectionResetError, ValueError]
+
+
+@pytest.mark.parametrize("ending", ["an error", "a return"])
+def test_an_input_process_that_ends_after_the_training_body_raises_nothing(tmp_path, ending):
+    """Torch's SIGCHLD handler raises wherever the main thread is when an input process dies. Once
+    a training process's body has ended, it must raise nowhere: in CI an input process killed as
+    it handed a batch over broke the handover (ConnectionResetError), and the handler then raised
+    a second error in the code telling what the first one was: a traceback, not one line."""
+    db = write_image_db(str(tmp_path / "db"), 4, 2)
+    config = config_of(*SMALL_RUN, "--train_data", db)
+    settings = input_settings(config, train=False)
+    records = ImageRecords(db, "lmdb", read_keys(db, "lmdb"), settings, False, CpuDecode(settings))
+    batches = iter(make_loader(records, [[0, 1], [2, 3]], 1, False))  # torch sets its handler
+    torch_s_handler = signal.getsignal(signal.SIGCHLD)
+    (input_process,) = [child for child in multiprocessing.active_children() if child.daemon]
+    try:
+        with contextlib.suppress(ConnectionResetError):
+            with _one_line_if_lost(config, process_group.Placement(0, 1, 0, 1)):
+                if ending == "an error":
+                    raise ConnectionResetError("not the input process's doing")
+        assert input_process.pid is not None
+        os.kill(input_process.pid, signal.SIGKILL)
+        wait_for(lambda: not input_process.is_alive(), 30, "the input process to end")
+    finally:
+        signal.signal(signal.SIGCHLD, torch_s_handler)  # for the tests after this one
+        del batches
+
+
+def test_an_input_process_lost_as_it_hands_a_batch_over_is_named(tmp_path):
+    """Killed mid-handover, an input process breaks the connection its batch's shared memory comes
+    through before it can be seen dead, so torch re-raises the socket's error (in CI: a
+    ConnectionResetError). Here, deterministically, the input process stops that connection's
+    server (multiprocessing's resource sharer) once its batch is in the pipe, and lives on."""
+    batches = iter(
+        torch.utils.data.DataLoader(
+            SharerStoppedAfterFirst(tmp_path), batch_size=None, num_workers=1
+        )
+    )
+    try:
+        pipe = batches._data_queue._reader  # type: ignore[attr-defined]
+        wait_for(pipe.poll, 30, "the first batch in the pipe")
+        (tmp_path / "in the pipe").touch()
+        wait_for((tmp_path / "sharer stopped").exists, 30, "the input process to stop its sharer")
+        with pytest.raises(OSError) as raised:
+            next(batches)
+        lost = process_group.input_processes_lost(raised.value)
+        assert lost is not None and lost.startswith(
+            "an input (DataLoader) process was lost as it handed a batch over ("
+        ), lost
+    finally:
+        del batches
+
+
+class SharerStoppedAfterFirst(torch.utils.data.Dataset):
+    def __init__(self, signals):
+        self.signals = signals
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 1:
+            wait_for((self.signals / "in the pipe").exists, 30, "the first batch in the pipe")
+            resource_sharer.stop()
+            (self.signals / "sharer stopped").touch()
+        return torch.zeros(4)
