@@ -7,8 +7,6 @@ from __future__ import annotations
 import errno
 import os
 
-import torch
-
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
@@ -25,15 +23,12 @@ def check_checkpoint(state: dict, config: Config) -> None:
     # Here, not at the top: the model's code imports torchvision (and with it dynamo, ~2 s of
     # CPU), which the launcher of several processes needs for nothing else (launch/processes.py).
     from resnet50_trainer.model.optim import OptimizerSettings, build_optimizer
-    from resnet50_trainer.model.resnet import Architecture, model_for
+    from resnet50_trainer.model.resnet import model_shapes
 
-    with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-        model = model_for(Architecture.of(config))
-        optimizer = (
-            None if config.test_only else build_optimizer(model, OptimizerSettings.of(config))
-        )
-        schema.check_fits(state, model, optimizer)
-        grad_compression_entry.check_fits(state, model, config)
+    model = model_shapes(config)
+    optimizer = None if config.test_only else build_optimizer(model, OptimizerSettings.of(config))
+    schema.check_fits(state, model, optimizer)
+    grad_compression_entry.check_fits(state, model, config)
 
 
 def check_checkpoint_name(name: str) -> None:

@@ -33,11 +33,9 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
             f"--init_model {path} has non-finite values in {non_finite[0]}: give weights "
             "that are all finite (an earlier checkpoint of that run, before it diverged)"
         )
-    from resnet50_trainer.model.resnet import Architecture, model_for  # as in claim.py: torchvision
+    from resnet50_trainer.model.resnet import model_shapes  # as in claim.py: torchvision
 
-    with torch.device("meta"):  # shapes only: nothing is allocated or initialised for real
-        expected = model_for(Architecture.of(config))
-    ours = expected.state_dict()
+    ours = model_shapes(config).state_dict()
     file_labels = _classifier_labels(weights)
     replaced = file_labels is not None and file_labels != config.num_labels
     if replaced:

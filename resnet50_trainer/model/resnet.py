@@ -133,6 +133,13 @@ def model_for(architecture: Architecture) -> models.ResNet:
     )
 
 
+def model_shapes(config: Config) -> models.ResNet:
+    """This run's model on the meta device, to check weights against: shapes only, nothing is
+    allocated or initialised for real."""
+    with torch.device("meta"):
+        return model_for(Architecture.of(config))
+
+
 def weight_decay_groups(model: nn.Module, bn_weight_decay: bool = True) -> list[dict]:
     """Split the parameters into two SGD parameter groups, as the original did: weight decay on
     conv weights, the fc weight and BN scales; none on biases (BN shifts and the fc bias). Without
