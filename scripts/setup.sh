@@ -17,6 +17,7 @@ command -v sbatch >/dev/null 2>&1 || missing+=(slurm-client)
 command -v munged >/dev/null 2>&1 || missing+=(munge)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
+command -v cjpeg >/dev/null 2>&1 || missing+=(libjpeg-turbo-progs)  # the tests' unusual JPEGs
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

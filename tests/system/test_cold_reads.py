@@ -46,6 +46,11 @@ def test_a_cold_lmdb_is_read_one_request_a_record(tmp_path, order):
     group = BLKIO / f"resnet50_test_{os.getpid()}"
     group.mkdir()
     try:
+        # Newer kernels (6.18) count a group's requests only where it has a limit: one far above
+        # what the test reads.
+        device = os.stat(db / "data.mdb").st_dev
+        limit = f"{os.major(device)}:{os.minor(device)} 1000000\n"
+        (group / "blkio.throttle.read_iops_device").write_text(limit)
         bench = (
             "import os, sys\n"
             f"open('{group}/tasks', 'w').write(str(os.getpid()))\n"
@@ -62,8 +67,10 @@ def test_a_cold_lmdb_is_read_one_request_a_record(tmp_path, order):
         group.rmdir()
     # Listing the keys reads each large value's first page once (LMDB checks it): RECORDS reads.
     # Then each record read is one request, give or take the B-tree's pages; in quasi-random
-    # order each run of 13 (512 KB) is, the first page of its first record located apart.
+    # order each run of 13 (512 KB) is, the first page of its first record located apart: 46 to
+    # 67 requests on a 6.18 kernel, up to 105 now and then (a run split where pages are already
+    # cached). Page by page, as before prefetch, a run took 130 and the count was 1,448.
     records_read = BATCH * BATCHES
     runs = -(-RECORDS // 13)  # a single window: the 128 records read reach every run
-    most = 2 * records_read if order == "random" else 3 * runs
+    most = 2 * records_read if order == "random" else 5 * runs
     assert RECORDS < reads <= RECORDS + most, reads
