@@ -146,7 +146,9 @@ def stop_watching_input_processes() -> None:
     """Set aside torch's SIGCHLD handler: when an input process ends it raises wherever this
     thread is, which is right while batches are awaited and wrong once the run ends or handles its
     own error (a second error, with a traceback). A handler that does nothing, not SIG_DFL: a
-    SIGCHLD received but not yet handled then runs it, not a 'Signal 17 ignored' warning."""
+    SIGCHLD received but not yet handled then runs it, not a 'Signal 17 ignored' warning. Torch
+    sets its handler once a process: a later run in this process (cli.main called again) notices
+    a dead input process by the DataLoader's own check, within 5 s, in other words."""
     signal.signal(signal.SIGCHLD, _ignore)
 
 

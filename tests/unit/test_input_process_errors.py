@@ -100,7 +100,7 @@ def test_an_input_process_that_ends_after_the_training_body_raises_nothing(tmp_p
     records = ImageRecords(db, "lmdb", read_keys(db, "lmdb"), settings, False, CpuDecode(settings))
     batches = iter(make_loader(records, [[0, 1], [2, 3]], 1, False))  # torch sets its handler
     torch_s_handler = signal.getsignal(signal.SIGCHLD)
-    (input_process,) = [child for child in multiprocessing.active_children() if child.daemon]
+    (input_process,) = batches._workers  # type: ignore[attr-defined]
     try:
         with contextlib.suppress(ConnectionResetError):
             with _one_line_if_lost(config, process_group.Placement(0, 1, 0, 1)):
