@@ -27,7 +27,7 @@ from resnet50_trainer.distributed.stopping import (
     stop_together,
     wait_for_first_process_to_exit,
 )
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, stop_watching_input_processes
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.replica import Learner, build_replica
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
@@ -55,6 +55,7 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
 def _train(config: Config, placement: Placement, device: torch.device) -> None:
     if config.test_only:
         evaluate_checkpoint(config, placement, device)
+        stop_watching_input_processes()  # as once the epochs are done, below
         return
     started = time.time()
     train_input = build_train_input(config, placement, device)
@@ -103,6 +104,9 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     loop = EpochLoop(config, learner, train_input, test_batches, run, saver, outputs)
     with logging_redirect_tqdm():
         loop.run_epochs()
+    # No batch is wanted now: an input process that dies from here on (its loader's shutdown
+    # included) must not raise (errors.py).
+    stop_watching_input_processes()
     if outputs.profiler.close():  # the run was shorter than the profile
         stop_together(outputs.profiler.failure, device)
     digest = process_group.parameters_digest_everywhere(replica.model)

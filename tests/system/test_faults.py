@@ -33,6 +33,7 @@ from tests.support.trainer_runs import (
     process_stat,
     run_trainer,
     start_long_run,
+    start_trainer,
     trainer_command,
     trainer_env,
     training_processes,
@@ -137,6 +138,30 @@ def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
     reason = line.split("rank 0 stopped: ", 1)[1]
     assert reason.startswith(("DataLoader worker", "an input (DataLoader) process")), stderr
     assert "Traceback" not in stderr, stderr
+
+
+def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, tmp_path):
+    """No batch is wanted once the epochs are done: a death then (here, once the summary is
+    printed) left the run's outcome alone but printed torch's SIGCHLD handler's traceback from the
+    loader's shutdown (red-team, 5 of 6)."""
+    lines = []
+    with start_trainer(
+        *("--train_data", small_db, "--test_data", small_db, "--num_epochs", "1"),
+        *("--num_workers", "2", "--log_dir", str(tmp_path)),
+    ) as run:
+        assert run.stderr is not None
+        for line in run.stderr:
+            lines.append(line)
+            if line.startswith("Done in"):
+                with open(f"/proc/{run.pid}/task/{run.pid}/children") as file:
+                    input_processes = [int(pid) for pid in file.read().split()]
+                assert input_processes
+                for pid in input_processes:
+                    os.kill(pid, signal.SIGKILL)
+        status = run.wait(60)
+    stderr = "".join(lines)
+    assert status == 0, stderr
+    assert "Done in" in stderr and "Traceback" not in stderr, stderr
 
 
 def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_path):
