@@ -13,6 +13,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import forkserver
 from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
 
@@ -182,6 +183,7 @@ def run_spawned(
     # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),
     # or the launcher's where it spawned this process.
     parent = os.getppid()
+    _let_the_fork_server_go()
     interrupt_once()
     record_stop_signals()
     try:
@@ -201,6 +203,19 @@ def run_spawned(
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
+
+
+def _let_the_fork_server_go() -> None:
+    """CPython gives each process the fork server starts the write end of the server's 'alive'
+    pipe (so that it may start processes too), and the server ends only once every holder has
+    closed it. This one starts none from it; its input processes, forked from it, would inherit
+    it, and one that outlives it (stopped, or stuck in a read) kept the server, and the launcher
+    that waits for it, from ever ending (red-team). Spawned, it holds none."""
+    server = forkserver._forkserver
+    alive = getattr(server, "_forkserver_alive_fd", None)  # CPython's, 3.8 to 3.14
+    if alive is not None:
+        os.close(alive)
+        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010 (private: typeshed lacks it)
 
 
 def _parent_ended(parent: int) -> str | None:

@@ -3,6 +3,7 @@ that fills up while a checkpoint is written. CPU, small runs, bounded waits."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import re
@@ -138,6 +139,29 @@ def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
     reason = line.split("rank 0 stopped: ", 1)[1]
     assert reason.startswith(("DataLoader worker", "an input (DataLoader) process")), stderr
     assert "Traceback" not in stderr, stderr
+
+
+def test_a_stopped_input_process_keeps_no_run_going(small_db, tmp_path):
+    """An input process that outlives its training process, stopped here (SIGSTOP) as one stuck in
+    a read might be: it held the fork server's pipe, so the server never ended and the launcher,
+    which waits for it, never exited, after the run's line (red-team, 2 of 2)."""
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", "--num_workers", "1")
+    victim = training_processes(run.pid)[1]
+    stopped = children(victim)
+    assert stopped
+    try:
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(victim, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait(TIMEOUT_S + 30)  # not communicate(): the stopped ones hold its stderr open
+    finally:
+        run.kill()
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+    status, stderr, _ = finish(run, 30)
+    assert status == 1, stderr
+    assert "rank 0 stopped: " in stderr and "Traceback" not in stderr, stderr
 
 
 def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, tmp_path):
