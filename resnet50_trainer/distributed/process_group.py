@@ -101,7 +101,7 @@ def waiting_for_peers(what: str) -> Iterator[None]:
         yield
     except (dist.DistError, RuntimeError) as error:
         if not isinstance(error, dist.DistError) and (
-            type(error) is not RuntimeError or raised_by_input_processes(error) or _alone()
+            type(error) is not RuntimeError or input_processes_lost(error) is not None or _alone()
         ):
             raise
         raise PeerLost(
@@ -112,10 +112,6 @@ def waiting_for_peers(what: str) -> Iterator[None]:
 def _alone() -> bool:
     """A run of one process has no peer to lose: a plain error of its step is its own."""
     return dist.is_initialized() and dist.get_world_size() == 1
-
-
-def raised_by_input_processes(error: BaseException) -> bool:
-    return input_processes_lost(error) is not None
 
 
 def input_processes_lost(error: BaseException) -> str | None:

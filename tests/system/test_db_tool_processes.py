@@ -24,7 +24,7 @@ from tests.support.dbfactory import (
     random_pixels,
     write_class_folders,
 )
-from tests.support.trainer_runs import imported_by, trainer_env, wait_for
+from tests.support.trainer_runs import children, imported_by, trainer_env, wait_for
 
 
 def _stored_values(db, db_type):
@@ -119,11 +119,6 @@ def test_a_list_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     assert made.stderr.strip().endswith("(a FIFO, not a regular file); check the path")
 
 
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as file:
-        return [int(child) for child in file.read().split()]
-
-
 def _create_blocked_mid_write(tmp_path: Path, workers: str = "1") -> subprocess.Popen:
     """`create` into tmp_path/out/db, deterministically mid-write once its folder is there: every
     missing file in the list is named on stderr, which nobody reads, so create blocks once the
@@ -165,7 +160,7 @@ def test_a_signal_mid_create_removes_the_partial_database(tmp_path, signum, work
     process = _create_blocked_mid_write(tmp_path, workers)
     try:
         assert process.poll() is None  # it cannot end before its stderr is read
-        workers_pids = _children(process.pid)
+        workers_pids = children(process.pid)
         os.kill(process.pid, signum)
         stdout, stderr = process.communicate(timeout=60)
     finally:

@@ -23,7 +23,7 @@ import torch.utils.data
 
 from resnet50_trainer.distributed import process_group
 from tests.support.redis_server import free_port, redis_keys, redis_port  # noqa: F401 (fixture)
-from tests.support.trainer_runs import trainer_command, trainer_env, wait_for
+from tests.support.trainer_runs import children, trainer_command, trainer_env, wait_for
 
 RECORDS = 32  # batch 8 per machine x 2 machines: 2 steps per epoch
 RUN_LIMIT_S = 240  # a hang fails the test instead of blocking CI
@@ -303,16 +303,11 @@ def test_shard_0_killed_during_the_meeting_is_named_by_the_others_in_one_line(tm
     assert "was lost during the meeting" in errors[0] and "run_id k1" in errors[0]
 
 
-def children_of_this_process() -> set[int]:
-    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as file:
-        return {int(pid) for pid in file.read().split()}
-
-
 def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
     """The DataLoader's SIGCHLD handler raises wherever the training thread is, also while it waits
     on its peers: that error stays the DataLoader's (distributed/process_group.py names it), it is
     no PeerLost."""
-    before = children_of_this_process()
+    before = set(children(os.getpid()))
     # A range is a map-style dataset (len and indexing); torch's annotation asks for a Dataset.
     numbers: torch.utils.data.DataLoader[int] = torch.utils.data.DataLoader(
         range(100),  # type: ignore[arg-type]
@@ -321,12 +316,12 @@ def test_a_dead_input_process_is_not_taken_for_a_lost_peer():
     )
     batches = iter(numbers)
     next(batches)
-    (worker,) = children_of_this_process() - before
+    (worker,) = set(children(os.getpid())) - before
     with pytest.raises(RuntimeError) as raised:
         with process_group.waiting_for_peers("a wait in this test"):
             os.kill(worker, signal.SIGKILL)
             time.sleep(30)  # the SIGCHLD handler raises in here
-    assert process_group.raised_by_input_processes(raised.value), raised.value
+    assert process_group.input_processes_lost(raised.value) is not None, raised.value
     del batches
 
 

@@ -128,9 +128,7 @@ def test_a_killed_peer_ends_the_run_naming_it(small_db, tmp_path):
 
 def test_a_killed_input_process_ends_the_run(small_db, tmp_path):
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_workers", "1")
-    with open(f"/proc/{run.pid}/task/{run.pid}/children") as file:
-        input_processes = [int(pid) for pid in file.read().split()]
-    for pid in input_processes:
+    for pid in children(run.pid):
         os.kill(pid, signal.SIGKILL)
     status, stderr, _ = finish(run, TIMEOUT_S + 10)
     assert status == 1, stderr
@@ -177,8 +175,7 @@ def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, t
         for line in run.stderr:
             lines.append(line)
             if line.startswith("Done in"):
-                with open(f"/proc/{run.pid}/task/{run.pid}/children") as file:
-                    input_processes = [int(pid) for pid in file.read().split()]
+                input_processes = children(run.pid)
                 assert input_processes
                 for pid in input_processes:
                     os.kill(pid, signal.SIGKILL)

@@ -13,7 +13,6 @@ receiver that goes away mid-handshake."""
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import multiprocessing.context
 import os
 import signal
