@@ -1,14 +1,22 @@
-"""Each flag is declared once, as a field of its group's dataclass (config/flags/declare.py): the
-parser's flags, Config's fields and resnet50-db bench's shared flags all come from it."""
+"""Each flag is declared once, as a field of its group's dataclass (config/flags/declare.py), its
+help the field's docstring: the parser's flags, Config's fields and resnet50-db bench's shared
+flags all come from it."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
+
+import pytest
 
 from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS
-from resnet50_trainer.config.flags.declare import FlagGroup, add_flag_group, flag, flag_names
+from resnet50_trainer.config.flags.declare import (
+    FlagGroup,
+    add_flag_group,
+    flag,
+    flag_group,
+    flag_names,
+)
 from resnet50_trainer.config.flags.parser import build_parser, flag_actions
 from resnet50_trainer.config.parsing import OneLineParser
 from resnet50_trainer.config.settings import Config
@@ -18,13 +26,25 @@ from resnet50_trainer.tools.db import bench
 WIDTH = Number(int, 1, 8)
 
 
-@dataclass(frozen=True)
+@flag_group
 class ExampleFlags(FlagGroup):
     TITLE = "example"
 
-    width: int = flag(type=WIDTH, default=4, help="how wide")
-    processes: int | None = flag(name="num_workers", metavar="N", type=int, help="how many")
-    password: str | None = flag(default_from_env="EXAMPLE_PASSWORD", help="a secret")
+    width: int = flag(type=WIDTH, if_absent=4)
+    """how wide, in
+    a docstring of two lines"""
+    processes: int | None = flag(name="num_workers", metavar="N", type=int, help="how " + "many")
+    password: str | None = flag(default_from_env="EXAMPLE_PASSWORD")
+    """a secret"""
+
+
+@flag_group
+class UndocumentedFlags(FlagGroup):
+    TITLE = "undocumented"
+
+    documented: int = flag()
+    """a docstring"""
+    undocumented: int = flag()
 
 
 def example_parser() -> argparse.ArgumentParser:
@@ -51,13 +71,31 @@ def test_a_declared_field_becomes_a_flag_with_its_type_default_and_help():
         "width",
         WIDTH,
         4,
-        "how wide",
+        "how wide, in a docstring of two lines",
     )
-    assert (processes.option_strings, processes.dest, processes.metavar) == (
+    assert (processes.option_strings, processes.dest, processes.metavar, processes.help) == (
         ["--num_workers"],
         "processes",
         "N",
+        "how many",
     )
+
+
+def test_a_flag_without_help_is_refused_as_its_parser_is_built():
+    with pytest.raises(TypeError, match="UndocumentedFlags.undocumented has no help"):
+        add_flag_group(OneLineParser(prog="example"), UndocumentedFlags)
+
+
+def test_every_flag_of_the_trainer_has_help():
+    assert all(action.help for action in build_parser()._actions)
+
+
+def test_a_group_is_frozen_and_has_no_field_defaults():
+    flags = ExampleFlags(width=4, processes=None, password=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        flags.width = 5  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing 1 required"):
+        ExampleFlags(width=4, processes=None)  # type: ignore[call-arg]
 
 
 def test_the_parsed_flags_build_the_dataclass_that_declares_them(monkeypatch):

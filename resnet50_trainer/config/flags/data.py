@@ -3,10 +3,9 @@ share of bad records an epoch may skip. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.flags.declare import FlagGroup, flag
+from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
@@ -29,20 +28,21 @@ if TYPE_CHECKING:
 READ_ORDER_FLAGS = ("read_order", "read_window_mb")
 
 
-@dataclass(frozen=True)
+@flag_group
 class DataFlags(FlagGroup):
     TITLE = "data"
 
-    train_data: str = flag(
-        required=True,
-        help="path of the training DB; the word 'null' trains on synthetic data",
-    )
-    test_data: str | None = flag(help="path of the test DB, evaluated after every epoch")
-    db_type: str = flag(default=LMDB, choices=DB_TYPES, help="database type")
-    num_labels: int = flag(type=NUM_LABELS, default=1000, help="number of classes")
+    train_data: str = flag(required=True)
+    """path of the training DB; the word 'null' trains on synthetic data"""
+    test_data: str | None = flag()
+    """path of the test DB, evaluated after every epoch"""
+    db_type: str = flag(if_absent=LMDB, choices=DB_TYPES)
+    """database type"""
+    num_labels: int = flag(type=NUM_LABELS, if_absent=1000)
+    """number of classes"""
     # As given: auto is resolved with the DB (train/inputs._agreed_read_order).
     read_order: str = flag(
-        default=AUTO_ORDER,
+        if_absent=AUTO_ORDER,
         choices=READ_ORDERS,
         help="order of each pass over the training DB: random (any record anywhere, one "
         f"storage request a record), quasi_random (runs of consecutive records, about "
@@ -58,17 +58,12 @@ class DataFlags(FlagGroup):
         "the page cache while its batches read it): larger mixes a DB more, smaller leaves more "
         f"memory (default: {DEFAULT_WINDOW_MB})",
     )
-    test_epoch_size: int | None = flag(
-        type=Number(int, 1, 10**12),
-        help="test images per evaluation: the first N of the test DB in key order "
-        "(default: the whole test DB)",
-    )
-    max_bad_records: float = flag(
-        type=Number(float, 0, 1, below_maximum=True),
-        default=0.01,
-        help="fraction of an epoch's records that may fail to decode (skipped and "
-        "named) before the run stops",
-    )
+    test_epoch_size: int | None = flag(type=Number(int, 1, 10**12))
+    """test images per evaluation: the first N of the test DB in key order (default: the whole test
+    DB)"""
+    max_bad_records: float = flag(type=Number(float, 0, 1, below_maximum=True), if_absent=0.01)
+    """fraction of an epoch's records that may fail to decode (skipped and named) before the run
+    stops"""
 
 
 def check_read_window(read_order: str, read_window_mb: int | None) -> None:

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.flags.declare import FlagGroup, flag
+from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     Number,
 )
@@ -30,24 +29,17 @@ RESNEXT_GROUPS = Number(int, 1, 1024)
 RESNEXT_WIDTH = Number(int, 1, 4096)
 
 
-@dataclass(frozen=True)
+@flag_group
 class ModelFlags(FlagGroup):
     TITLE = "model"
 
-    num_layers: int = flag(
-        type=Number(int), default=50, choices=SUPPORTED_LAYERS, help="ResNet depth"
-    )
-    resnext_num_groups: int = flag(
-        type=RESNEXT_GROUPS,
-        default=RESNET_GROUPS,
-        help="groups of the bottlenecks' 3x3 convolutions: with --resnext_width_per_group, "
-        "a ResNeXt (32 and 4 at 50 layers: ResNeXt-50 32x4d)",
-    )
-    resnext_width_per_group: int = flag(
-        type=RESNEXT_WIDTH,
-        default=RESNET_WIDTH_PER_GROUP,
-        help="channels per group of the bottlenecks' 3x3 convolutions at the first stage",
-    )
+    num_layers: int = flag(type=Number(int), if_absent=50, choices=SUPPORTED_LAYERS)
+    """ResNet depth"""
+    resnext_num_groups: int = flag(type=RESNEXT_GROUPS, if_absent=RESNET_GROUPS)
+    """groups of the bottlenecks' 3x3 convolutions: with --resnext_width_per_group, a ResNeXt (32
+    and 4 at 50 layers: ResNeXt-50 32x4d)"""
+    resnext_width_per_group: int = flag(type=RESNEXT_WIDTH, if_absent=RESNET_WIDTH_PER_GROUP)
+    """channels per group of the bottlenecks' 3x3 convolutions at the first stage"""
 
 
 def check_model(config: Config) -> None:

@@ -4,10 +4,9 @@ and their checks. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from resnet50_trainer.config.flags.declare import FlagGroup, flag
+from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     Number,
     Switch,
@@ -23,70 +22,49 @@ COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
 
 
-@dataclass(frozen=True)
+@flag_group
 class OutputFlags(FlagGroup):
     """Logs; then where checkpoints go, how many stay, how often; what a run starts from or
     scores."""
 
     TITLE = "logs and checkpoints"
 
-    log_dir: str = flag(default=".", help="directory of the CSV run log")
-    profile_iters: int = flag(
-        type=COUNT_FROM_0,
-        default=0,
-        help="profile N steps after warm-up with torch.profiler; writes a Chrome "
-        "trace next to the log",
-    )
-    print_every: int = flag(
-        type=COUNT_FROM_1,
-        default=100,
-        help="print the original's iteration and loss lines every N iterations",
-    )
-    log_top5: bool = flag(
-        action=Switch,
-        help="add a top5_test_accuracy column to the run log (the console shows top-5 "
-        "anyway; without it the log keeps the original's columns)",
-    )
-    tensorboard: bool = flag(
-        action=Switch,
-        help="also write TensorBoard event files (the log's columns per epoch; loss, accuracy, "
-        "LR and input wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps "
-        "counted in global iterations, continued by a resume; view with tensorboard --logdir "
-        "<log_dir>",
-    )
-    checkpoint_dir: str = flag(  # its default, log_dir, worked out by config/build.py
-        help="directory of checkpoints (default: --log_dir)"
-    )
-    save_model_name: str = flag(default="resnet50_model", help="checkpoint name stem")
-    load_model_path: str | None = flag(help="checkpoint to continue training from")
+    log_dir: str = flag(if_absent=".")
+    """directory of the CSV run log"""
+    profile_iters: int = flag(type=COUNT_FROM_0, if_absent=0)
+    """profile N steps after warm-up with torch.profiler; writes a Chrome trace next to the log"""
+    print_every: int = flag(type=COUNT_FROM_1, if_absent=100)
+    """print the original's iteration and loss lines every N iterations"""
+    log_top5: bool = flag(action=Switch)
+    """add a top5_test_accuracy column to the run log (the console shows top-5 anyway; without it
+    the log keeps the original's columns)"""
+    tensorboard: bool = flag(action=Switch)
+    """also write TensorBoard event files (the log's columns per epoch; loss, accuracy, LR and input
+    wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps counted in global
+    iterations, continued by a resume; view with tensorboard --logdir <log_dir>"""
+    # its default, log_dir, worked out by config/build.py
+    checkpoint_dir: str = flag()
+    """directory of checkpoints (default: --log_dir)"""
+    save_model_name: str = flag(if_absent="resnet50_model")
+    """checkpoint name stem"""
+    load_model_path: str | None = flag()
+    """checkpoint to continue training from"""
     # The newest checkpoint of checkpoint_dir, if any, wins over load_model_path.
-    auto_resume: bool = flag(
-        action=Switch,
-        help="continue from the newest usable checkpoint of this --checkpoint_dir and "
-        "--save_model_name when there is one, else start as the other flags say (for "
-        "torchrun --max-restarts, a Slurm requeue, a Kubernetes restart)",
-    )
-    keep_checkpoints: int = flag(
-        type=COUNT_FROM_1,
-        default=1,
-        help="how many of the newest checkpoints to keep",
-    )
-    checkpoint_every_iters: int = flag(
-        type=COUNT_FROM_0,
-        default=0,
-        help="also checkpoint every N iterations within an epoch (0: only at epoch ends)",
-    )
-    test_only: bool = flag(
-        action=Switch,
-        help="evaluate the --load_model_path checkpoint on the whole --test_data DB, print "
-        "its test accuracy, and stop: nothing is trained or written",
-    )
-    init_model: str | None = flag(
-        metavar="PATH",
-        help="start a fresh run from these weights (Caffe's --weights): one of our "
-        "checkpoints or a torch.save(model.state_dict()) file; a classifier of another "
-        "--num_labels is replaced by a fresh one",
-    )
+    auto_resume: bool = flag(action=Switch)
+    """continue from the newest usable checkpoint of this --checkpoint_dir and --save_model_name
+    when there is one, else start as the other flags say (for torchrun --max-restarts, a Slurm
+    requeue, a Kubernetes restart)"""
+    keep_checkpoints: int = flag(type=COUNT_FROM_1, if_absent=1)
+    """how many of the newest checkpoints to keep"""
+    checkpoint_every_iters: int = flag(type=COUNT_FROM_0, if_absent=0)
+    """also checkpoint every N iterations within an epoch (0: only at epoch ends)"""
+    test_only: bool = flag(action=Switch)
+    """evaluate the --load_model_path checkpoint on the whole --test_data DB, print its test
+    accuracy, and stop: nothing is trained or written"""
+    init_model: str | None = flag(metavar="PATH")
+    """start a fresh run from these weights (Caffe's --weights): one of our checkpoints or a
+    torch.save(model.state_dict()) file; a classifier of another --num_labels is replaced by a fresh
+    one"""
 
 
 def check_outputs(config: Config) -> None:
