@@ -112,42 +112,58 @@ def _to_min_lr(decay: Callable[[Schedule, float], float]) -> Callable[[Schedule,
 
 _TO_MIN_LR = "down to --min_lr at the run's end"
 
+
+def _drops(
+    name: str,
+    help: str,
+    lr: Callable[[Schedule, int], float],
+    describe: Callable[[Schedule], str],
+    *,
+    needs: tuple[str, ...] = (),
+    steps_help: str,
+    check_steps: Callable[[str, tuple[float, ...]], None],
+    caffe_steps: tuple[str, Callable[[Any, int], object]],
+) -> LrPolicy:
+    """step and multistep: the LR x --lr_gamma at each drop, the drops where --lr_steps (epochs)
+    say; in Caffe, gamma and the solver field (in iterations) `caffe_steps` names and converts."""
+    field, to_epochs = caffe_steps
+    return LrPolicy(
+        name,
+        help,
+        lr,
+        describe,
+        reads=("lr_steps", "lr_gamma"),
+        needs=needs,
+        steps_help=steps_help,
+        gamma_at_most_one=True,
+        check_steps=check_steps,
+        caffe=CaffePolicy(
+            ("gamma", field),
+            as_written=(("gamma", "lr_gamma"),),
+            in_epochs=(field, "lr_steps", to_epochs, " epochs"),
+        ),
+    )
+
+
 POLICIES = (
-    LrPolicy(
+    _drops(
         "step",
         f"x gamma every --lr_steps epochs ({DEFAULT_STEP_EPOCHS:g} unless given, the original's)",
         _step,
         lambda s: f"x{s.gamma:g} every {_epochs(s.steps)} epochs",
-        reads=("lr_steps", "lr_gamma"),
         steps_help="the epochs between drops (one value)",
-        gamma_at_most_one=True,
         check_steps=_one_period,
-        caffe=CaffePolicy(
-            ("gamma", "stepsize"),
-            as_written=(("gamma", "lr_gamma"),),
-            in_epochs=("stepsize", "lr_steps", lambda size, n: (size / n,), " epochs"),
-        ),
+        caffe_steps=("stepsize", lambda size, n: (size / n,)),
     ),
-    LrPolicy(
+    _drops(
         "multistep",
         "x gamma at each of the --lr_steps epochs",
         _multistep,
         lambda s: f"x{s.gamma:g} at epochs {_epochs(s.steps)}",
-        reads=("lr_steps", "lr_gamma"),
         needs=("lr_steps",),
         steps_help="the epochs of the drops",
-        gamma_at_most_one=True,
         check_steps=_increasing,
-        caffe=CaffePolicy(
-            ("gamma", "stepvalue"),
-            as_written=(("gamma", "lr_gamma"),),
-            in_epochs=(
-                "stepvalue",
-                "lr_steps",
-                lambda values, n: tuple(value / n for value in values),
-                " epochs",
-            ),
-        ),
+        caffe_steps=("stepvalue", lambda values, n: tuple(value / n for value in values)),
     ),
     LrPolicy(
         "cosine",
