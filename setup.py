@@ -12,6 +12,7 @@ setup(
         Extension(
             "resnet50_trainer.data.formats._jpeg_region",
             ["resnet50_trainer/data/formats/_jpeg_region.c"],
+            depends=["resnet50_trainer/data/_buffers.h"],
             libraries=["jpeg"],
             extra_compile_args=["-O2"],
             optional=True,
@@ -19,6 +20,7 @@ setup(
         Extension(
             "resnet50_trainer.data._resample",
             ["resnet50_trainer/data/_resample.c"],
+            depends=["resnet50_trainer/data/_buffers.h"],
             # PyTorch's weight expressions, unfused: a fused multiply-add rounds differently.
             extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,

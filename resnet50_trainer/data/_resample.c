@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_buffers.h"
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define AVX2_BUILT 1
@@ -529,10 +531,7 @@ static PyObject *resize_box(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
 #endif
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&out);
-    if (refused != NULL) {
-        PyErr_SetString(PyExc_ValueError, refused);
+    if (release_buffers(&src, &out, refused) < 0) {
         return NULL;
     }
     if (failed) {

@@ -24,6 +24,8 @@
 
 #include <jpeglib.h>
 
+#include "../_buffers.h"
+
 typedef struct {
     struct jpeg_error_mgr manager;
     jmp_buf escape;
@@ -440,10 +442,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    if (refusal != NULL) {
-        PyErr_SetString(PyExc_ValueError, refusal);
+    if (release_buffers(&data, &out, refusal) < 0) {
         return NULL;
     }
     if (failed) {
