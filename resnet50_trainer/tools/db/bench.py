@@ -32,14 +32,16 @@ if TYPE_CHECKING:
 
 ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
 
+# In resnet50-db's list of subcommands; atop `resnet50-db bench --help`.
+HELP = "time the training input pipeline alone (images/s)"
+DESCRIPTION = (
+    "Run the training input pipeline (decode, crop, batch, copy to the device) without a model "
+    "and print images per second; last line: 'images/sec: X'."
+)
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "bench",
-        help="time the training input pipeline alone (images/s)",
-        description="Run the training input pipeline (decode, crop, batch, copy to the device) "
-        "without a model and print images per second; last line: 'images/sec: X'.",
-    )
+    parser = subparsers.add_parser("bench", help=HELP, description=DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(run=run)
 

@@ -1,7 +1,8 @@
 """`resnet50-db`: make, inspect and dump the image databases the trainer reads.
 
-Each subcommand lives in its own module with `register(subparsers)`, which adds its parser and sets
-`run` (a function of the parsed arguments returning the exit status); add one to SUBCOMMANDS.
+Each subcommand lives in its own module: HELP (its line in the list of subcommands), DESCRIPTION
+(atop its --help) and `register(subparsers)`, which adds its parser and sets `run` (a function of
+the parsed arguments returning the exit status); add one to SUBCOMMANDS.
 """
 
 from __future__ import annotations

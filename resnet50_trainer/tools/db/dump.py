@@ -12,6 +12,12 @@ from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 
+# In resnet50-db's list of subcommands; atop `resnet50-db dump --help`.
+HELP = "write one record's decoded image"
+DESCRIPTION = (
+    "Write a record's image as the trainer decodes it (before augmentation) and print its label."
+)
+
 
 def dump_record(
     path: str, db_type: str, out: str, which: int | bytes, num_channels: int = 3
@@ -44,13 +50,7 @@ def _key_at(keys: Sequence[bytes], index: int, path: str) -> bytes:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_subcommand(
-        subparsers,
-        "dump",
-        help="write one record's decoded image",
-        description="Write a record's image as the trainer decodes "
-        "it (before augmentation) and print its label.",
-    )
+    parser = add_subcommand(subparsers, "dump", HELP, DESCRIPTION)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--index",

@@ -22,6 +22,13 @@ from resnet50_trainer.data.formats.records import Record, parse_record
 from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.tools.db.arguments import add_subcommand
 
+# In resnet50-db's list of subcommands; atop `resnet50-db inspect --help`.
+HELP = "report what a database holds"
+DESCRIPTION = (
+    "Count records, formats, labels, sizes and unreadable records, as the trainer reads them."
+)
+
+
 FAILED_KEYS_SHOWN = 5
 _SHEET_CELL = 96  # pixels per contact-sheet thumbnail
 _SHEET_COLUMNS = 8
@@ -186,13 +193,7 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_subcommand(
-        subparsers,
-        "inspect",
-        help="report what a database holds",
-        description="Count records, formats, labels, sizes and "
-        "unreadable records, as the trainer reads them.",
-    )
+    parser = add_subcommand(subparsers, "inspect", HELP, DESCRIPTION)
     parser.add_argument("--limit", type=int, help="inspect only the first N records")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--sheet", metavar="OUT.png", help="write a contact sheet of images")
