@@ -40,9 +40,9 @@ class Diverged(Exception):
 
 
 class PeerLost(Exception):
-    """This process waited on its peers and one died, hung past the timeout or became unreachable.
-    The message is one line: what was being waited on, and the backend's reason (with the peer's
-    address where Gloo gives it)."""
+    """This process waited on its peers and one died, hung past the timeout or became unreachable;
+    or on its input processes, for a batch, past the timeout. The message is one line: what was
+    being waited on, and the reason (the backend's, with the peer's address where Gloo gives it)."""
 
 
 class RunFailed(Exception):

@@ -90,12 +90,15 @@ def device_batches(
     device: torch.device,
     settings: InputSettings,
     train: bool,
+    waits: tuple[float, float] | None = None,
 ) -> DevicePrefetcher:
     """Batches of the DB at `path` in `batch_sampler`'s order, decoded, cropped and on `device`.
-    A batch in which every record failed stops training; evaluation counts its keys."""
+    A batch in which every record failed stops training; evaluation counts its keys. `waits`:
+    DevicePrefetcher's limits on a batch from input processes."""
     decoding = decode_strategy(settings)
     records = ImageRecords(path, db_type, keys, settings, train, decoding)
     loader = make_loader(
         records, batch_sampler, settings.num_workers, pin_memory=device.type == "cuda"
     )
-    return DevicePrefetcher(loader, device, decoding.stage(device), allow_empty=not train)
+    stage = decoding.stage(device)
+    return DevicePrefetcher(loader, device, stage, allow_empty=not train, waits=waits)

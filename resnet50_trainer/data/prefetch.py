@@ -9,6 +9,8 @@ overlap: batches pass through `stage`.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,14 +18,16 @@ import torch
 from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
-from resnet50_trainer.errors import ONE_LINE_ERRORS, preempt_signals_blocked
+from resnet50_trainer.errors import ONE_LINE_ERRORS, PeerLost, preempt_signals_blocked
 
 
 class DevicePrefetcher:
     """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA.
 
     A batch in which every record failed stops training (require_records); evaluation
-    (`allow_empty`) gets it empty, with its bad keys, and counts them."""
+    (`allow_empty`) gets it empty, with its bad keys, and counts them. With `waits` (seconds: the
+    first batch, every later one), a batch that takes longer raises PeerLost; iterated in the main
+    thread then."""
 
     def __init__(
         self,
@@ -31,19 +35,41 @@ class DevicePrefetcher:
         device: torch.device,
         stage: Callable[[Any], Batch],
         allow_empty: bool = False,
+        waits: tuple[float, float] | None = None,
     ):
         self.batches, self.device, self.stage = batches, device, stage
-        self.allow_empty = allow_empty
+        self.allow_empty, self.waits = allow_empty, waits
+        self._first_taken = False
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
-        with preempt_signals_blocked():  # input processes start here (see ignore_stop_signals)
-            iterator = _their_own_lines(iter(self.batches))
+        # Input processes start here (see ignore_stop_signals); a later pass waits here for theirs
+        # to begin (a loader's persistent input processes each answer).
+        with preempt_signals_blocked(), self._waiting():
+            started = iter(self.batches)
+        iterator = _their_own_lines(started)
+        if self.waits is not None:
+            iterator = self._in_time(iterator)
         if self.device.type != "cuda":
             return (self._staged(batch) for batch in iterator)
         return self._overlapped(iterator)
+
+    def _waiting(self) -> contextlib.AbstractContextManager:
+        if self.waits is None:
+            return contextlib.nullcontext()
+        first, later = self.waits
+        return _deadline(later if self._first_taken else first)
+
+    def _in_time(self, batches: Iterator) -> Iterator:
+        while True:
+            with self._waiting():
+                batch = next(batches, None)
+            if batch is None:
+                return
+            self._first_taken = True
+            yield batch
 
     def _overlapped(self, iterator: Iterator) -> Iterator[Batch]:
         side = torch.cuda.Stream(self.device)
@@ -84,3 +110,27 @@ def _their_own_lines(batches: Iterator) -> Iterator:
         if len(lines) < 2:  # raised in this process (no input processes)
             raise
         raise type(error)(lines[-1].split(": ", 1)[-1]) from error
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """PeerLost if the body takes longer than `seconds`. Not the DataLoader's own timeout: with
+    one, it blocks in a single wait of that length instead of checking every 5 s that its input
+    processes live (one that exits went unnoticed until the timeout); and a stopped or stuck
+    input process lives, so without one a run of one process waited for it without end."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise PeerLost(
+            f"no batch came from its input (DataLoader) processes in {seconds:g} s: one is "
+            "stopped or stuck, or the storage stopped answering (--first_iter_timeout is the "
+            "limit for the first batch, --timeout for each later one)"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    # Again every second: raised while a __del__ or a weakref callback runs, it is only printed.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -62,6 +62,14 @@ def input_settings(config: Config, train: bool) -> InputSettings:
     )
 
 
+def batch_waits(config: Config) -> tuple[float, float] | None:
+    """How long a training process waits for a batch from its input processes: as long as for
+    its first step's collectives, then as long as for any later one (a run of several processes
+    stopped there anyway, on the peer that waited). None without input processes: a read that
+    hangs in the training process itself cannot be interrupted."""
+    return (config.first_iter_timeout, config.timeout) if config.num_workers > 0 else None
+
+
 def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
     settings = input_settings(config, train=True)
     if config.synthetic:
@@ -81,7 +89,14 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
     if placement.is_main:
         _warn_of_a_poor_mix(config, keys, sampler.order)
     batches = device_batches(
-        config.train_data, config.db_type, keys, sampler, device, settings, train=True
+        config.train_data,
+        config.db_type,
+        keys,
+        sampler,
+        device,
+        settings,
+        train=True,
+        waits=batch_waits(config),
     )
     return TrainInput(batches, sampler, steps, order)
 
@@ -147,6 +162,7 @@ def build_test_input(
         device,
         input_settings(config, train=False),
         train=False,
+        waits=batch_waits(config),
     )
 
 

@@ -162,6 +162,31 @@ def test_a_stopped_input_process_keeps_no_run_going(small_db, tmp_path):
     assert "rank 0 stopped: " in stderr and "Traceback" not in stderr, stderr
 
 
+def test_a_stopped_input_process_ends_a_run_of_one_process_after_timeout(small_db, tmp_path):
+    """torch's DataLoader waits for a batch without end while its input processes live, and a
+    stopped one (SIGSTOP, as one stuck in a read) lives: a run of one process, which has no peer
+    whose collective times out, waited for it for as long as it stayed stopped (red-team)."""
+    run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_workers", "1")
+    stopped = children(run.pid)
+    assert stopped
+    try:
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait(TIMEOUT_S + 30)  # not communicate(): the stopped ones hold its stderr open
+    finally:
+        run.kill()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    status, stderr, _ = finish(run, 30)
+    assert status == 1, stderr
+    lines = [line for line in stderr.splitlines() if "rank 0 stopped: " in line]
+    assert len(lines) == 1, stderr
+    assert f"no batch came from its input (DataLoader) processes in {TIMEOUT_S} s" in lines[0]
+    assert "Traceback" not in stderr, stderr
+
+
 def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, tmp_path):
     """No batch is wanted once the epochs are done: a death then (here, once the summary is
     printed) left the run's outcome alone but printed torch's SIGCHLD handler's traceback from the

@@ -18,16 +18,20 @@ import os
 import signal
 import socket
 import sys
+import time
 from multiprocessing import resource_sharer
 
 import pytest
 import torch
 
+from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import make_loader, quiet_when_the_receiver_is_gone
+from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.distributed import process_group
+from resnet50_trainer.errors import PeerLost
 from resnet50_trainer.launch.training_process import _one_line_if_lost
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
@@ -151,3 +155,67 @@ class SharerStoppedAfterFirst(torch.utils.data.Dataset):
             resource_sharer.stop()
             (self.signals / "sharer stopped").touch()
         return torch.zeros(4)
+
+
+class SlowItems(torch.utils.data.Dataset):
+    """Item i after `delays[i]` seconds, in the input process."""
+
+    def __init__(self, delays: list[float]):
+        self.delays = delays
+
+    def __len__(self) -> int:
+        return len(self.delays)
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(self.delays[index])
+        return index
+
+
+def slow_batches(delays: list[float], waits: tuple[float, float]) -> DevicePrefetcher:
+    loader = torch.utils.data.DataLoader(
+        SlowItems(delays),
+        batch_size=None,
+        num_workers=1,
+        persistent_workers=True,
+        multiprocessing_context="fork",
+    )
+    return DevicePrefetcher(loader, torch.device("cpu"), as_batch, allow_empty=True, waits=waits)
+
+
+def as_batch(index: int) -> Batch:
+    return Batch(torch.zeros(0), torch.tensor([index]), [])
+
+
+def indices(batches: DevicePrefetcher) -> list[int]:
+    return [int(batch.labels) for batch in batches]
+
+
+def test_the_first_batch_may_take_the_first_wait_and_each_later_one_the_later_wait():
+    assert indices(slow_batches([1.0, 0.0, 0.2, 0.0], waits=(3.0, 0.6))) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("delays", "waits", "late"),
+    [([0.6, 0.0], (0.3, 5.0), "0.3 s"), ([0.0, 0.0, 1.0], (5.0, 0.5), "0.5 s")],
+    ids=["first", "later"],
+)
+def test_a_batch_later_than_its_wait_ends_the_run_naming_the_flags(delays, waits, late):
+    with pytest.raises(PeerLost, match=f"no batch came .* in {late}: .*--timeout"):
+        indices(slow_batches(delays, waits))
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_stopped_input_process_ends_the_next_pass_as_it_starts():
+    """A persistent loader's next pass (an epoch, an evaluation) begins with each input process
+    answering; a stopped one never did, and the training process waited there without end (the
+    red-team's run of one process, stopped at an epoch's end)."""
+    batches = slow_batches([0.0, 0.0], waits=(5.0, 0.5))
+    assert indices(batches) == [0, 1]
+    (stopped,) = batches.batches._iterator._workers  # type: ignore[union-attr]
+    os.kill(stopped.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(PeerLost, match="in 0.5 s"):
+            indices(batches)
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)  # the loader then ends it as ever

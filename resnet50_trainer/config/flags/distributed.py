@@ -59,10 +59,11 @@ class DistributedFlags(FlagGroup):
     """network interface(s) for the distributed run, comma-separated (default: NCCL's and Gloo's own
     choice)"""
     first_iter_timeout: float = flag(type=TIMEOUT_S, if_absent=1200.0)
-    """seconds allowed for the rendezvous, the first step and each checkpoint barrier (the first
-    process writing the checkpoint)"""
+    """seconds allowed for the rendezvous, the first step (its batch from the input processes
+    too) and each checkpoint barrier (the first process writing the checkpoint)"""
     timeout: float = flag(type=TIMEOUT_S, if_absent=60.0)
-    """seconds a collective may wait on a peer after the first step"""
+    """seconds a collective may wait on a peer after the first step, and a training process on a
+    batch from its input processes"""
 
 
 @flag_group
