@@ -122,11 +122,11 @@ def _drops(
     needs: tuple[str, ...] = (),
     steps_help: str,
     check_steps: Callable[[str, tuple[float, ...]], None],
-    caffe_steps: tuple[str, Callable[[Any, int], object]],
+    caffe_field: str,
+    to_epochs: Callable[[Any, int], object],
 ) -> LrPolicy:
     """step and multistep: the LR x --lr_gamma at each drop, the drops where --lr_steps (epochs)
-    say; in Caffe, gamma and the solver field (in iterations) `caffe_steps` names and converts."""
-    field, to_epochs = caffe_steps
+    say; in Caffe, gamma and `caffe_field`, in iterations, which `to_epochs` makes --lr_steps."""
     return LrPolicy(
         name,
         help,
@@ -138,9 +138,9 @@ def _drops(
         gamma_at_most_one=True,
         check_steps=check_steps,
         caffe=CaffePolicy(
-            ("gamma", field),
+            ("gamma", caffe_field),
             as_written=(("gamma", "lr_gamma"),),
-            in_epochs=(field, "lr_steps", to_epochs, " epochs"),
+            in_epochs=(caffe_field, "lr_steps", to_epochs, " epochs"),
         ),
     )
 
@@ -153,7 +153,8 @@ POLICIES = (
         lambda s: f"x{s.gamma:g} every {_epochs(s.steps)} epochs",
         steps_help="the epochs between drops (one value)",
         check_steps=_one_period,
-        caffe_steps=("stepsize", lambda size, n: (size / n,)),
+        caffe_field="stepsize",
+        to_epochs=lambda size, n: (size / n,),
     ),
     _drops(
         "multistep",
@@ -163,7 +164,8 @@ POLICIES = (
         needs=("lr_steps",),
         steps_help="the epochs of the drops",
         check_steps=_increasing,
-        caffe_steps=("stepvalue", lambda values, n: tuple(value / n for value in values)),
+        caffe_field="stepvalue",
+        to_epochs=lambda values, n: tuple(value / n for value in values),
     ),
     LrPolicy(
         "cosine",

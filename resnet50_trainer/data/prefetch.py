@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,14 +21,16 @@ from torch.utils.data import DataLoader
 from resnet50_trainer.data.batch import Batch, require_records
 from resnet50_trainer.errors import ONE_LINE_ERRORS, PeerLost, preempt_signals_blocked
 
+_END = object()  # of a pass's batches
+
 
 class DevicePrefetcher:
     """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA.
 
     A batch in which every record failed stops training (require_records); evaluation
     (`allow_empty`) gets it empty, with its bad keys, and counts them. With `waits` (seconds: the
-    first batch, every later one), a batch that takes longer raises PeerLost; iterated in the main
-    thread then."""
+    first batch, every later one), a batch that takes longer raises PeerLost, where SIGALRM is
+    free to time it (_alarm_is_free)."""
 
     def __init__(
         self,
@@ -57,7 +60,7 @@ class DevicePrefetcher:
         return self._overlapped(iterator)
 
     def _waiting(self) -> contextlib.AbstractContextManager:
-        if self.waits is None:
+        if self.waits is None or not _alarm_is_free():
             return contextlib.nullcontext()
         first, later = self.waits
         return _deadline(later if self._first_taken else first)
@@ -65,8 +68,8 @@ class DevicePrefetcher:
     def _in_time(self, batches: Iterator) -> Iterator:
         while True:
             with self._waiting():
-                batch = next(batches, None)
-            if batch is None:
+                batch = next(batches, _END)
+            if batch is _END:
                 return
             self._first_taken = True
             yield batch
@@ -130,7 +133,21 @@ def _deadline(seconds: float) -> Iterator[None]:
     # Again every second: raised while a __del__ or a weakref callback runs, it is only printed.
     signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
-        yield
-    finally:
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:  # again, where the alarm raised in the first finally: the next is a second away
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _alarm_is_free() -> bool:
+    """Whether this thread may time a wait with SIGALRM: the main thread (the one where Python
+    runs signal handlers), no timer of someone else's running, no handler set from C (which
+    could not be put back)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        and signal.getsignal(signal.SIGALRM) is not None
+    )

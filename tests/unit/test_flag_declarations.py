@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import py_compile
 
 import pytest
 
@@ -116,3 +118,23 @@ def test_resnet50_db_bench_takes_the_trainers_read_order_flags():
             ours.help,
         )
         assert theirs[name].type == ours.type
+
+
+def test_flags_installed_without_their_source_have_no_help_but_parse(tmp_path, monkeypatch):
+    source = tmp_path / "compiled_flags.py"
+    source.write_text(
+        "from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group\n"
+        "@flag_group\n"
+        "class CompiledFlags(FlagGroup):\n"
+        "    TITLE = 'compiled'\n"
+        "    width: int = flag(type=int, if_absent=4)\n"
+        "    '''how wide'''\n"
+    )
+    py_compile.compile(str(source), cfile=str(tmp_path / "compiled_flags.pyc"))
+    source.unlink()  # a .pyc where its source was: imported from it alone
+    monkeypatch.syspath_prepend(str(tmp_path))
+    compiled = importlib.import_module("compiled_flags")
+    parser = OneLineParser(prog="example")
+    add_flag_group(parser, compiled.CompiledFlags)
+    (width,) = parser._action_groups[-1]._group_actions
+    assert (width.help, parser.parse_args(["--width", "5"]).width) == ("", 5)

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from multiprocessing import resource_sharer
 
@@ -35,7 +36,7 @@ from resnet50_trainer.errors import PeerLost
 from resnet50_trainer.launch.training_process import _one_line_if_lost
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
-from tests.support.trainer_runs import SMALL_RUN, config_of, wait_for
+from tests.support.trainer_runs import SMALL_RUN, children, config_of, wait_for
 
 
 def test_input_processes_are_forked_whatever_multiprocessing_s_default(tmp_path, monkeypatch):
@@ -191,7 +192,26 @@ def indices(batches: DevicePrefetcher) -> list[int]:
 
 
 def test_the_first_batch_may_take_the_first_wait_and_each_later_one_the_later_wait():
-    assert indices(slow_batches([1.0, 0.0, 0.2, 0.0], waits=(3.0, 0.6))) == [0, 1, 2, 3]
+    assert indices(slow_batches([2.5, 0.0, 0.3, 0.0], waits=(6.0, 2.0))) == [0, 1, 2, 3]
+
+
+def test_a_timer_of_someone_elses_is_left_alone_and_untimed_then():
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        assert indices(slow_batches([0.0, 0.6], waits=(0.3, 0.3))) == [0, 1]
+        assert 90 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_off_the_main_thread_a_pass_is_untimed():
+    got: list[list[int]] = []
+    thread = threading.Thread(
+        target=lambda: got.append(indices(slow_batches([0.0, 0.6], waits=(0.3, 0.3))))
+    )
+    thread.start()
+    thread.join(30)
+    assert got == [[0, 1]]
 
 
 @pytest.mark.parametrize(
@@ -210,12 +230,13 @@ def test_a_stopped_input_process_ends_the_next_pass_as_it_starts():
     """A persistent loader's next pass (an epoch, an evaluation) begins with each input process
     answering; a stopped one never did, and the training process waited there without end (the
     red-team's run of one process, stopped at an epoch's end)."""
+    others = set(children(os.getpid()))
     batches = slow_batches([0.0, 0.0], waits=(5.0, 0.5))
     assert indices(batches) == [0, 1]
-    (stopped,) = batches.batches._iterator._workers  # type: ignore[union-attr]
-    os.kill(stopped.pid, signal.SIGSTOP)
+    (stopped,) = set(children(os.getpid())) - others
+    os.kill(stopped, signal.SIGSTOP)
     try:
         with pytest.raises(PeerLost, match="in 0.5 s"):
             indices(batches)
     finally:
-        os.kill(stopped.pid, signal.SIGCONT)  # the loader then ends it as ever
+        os.kill(stopped, signal.SIGCONT)  # the loader then ends it as ever

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import dataclasses
 import functools
 import inspect
@@ -139,8 +140,13 @@ def _docstring(flags: type[FlagGroup], name: str) -> str:
 @functools.cache
 def _docstrings(group: type) -> dict[str, str]:
     """The docstring under each field of a class, read from its source (Python keeps none of a
-    field's), its lines joined."""
-    source = ast.parse(textwrap.dedent(inspect.getsource(group)))
+    field's), its lines joined; every field's empty where the source is not installed (.pyc
+    only): flags without help then, not a command that cannot start."""
+    try:
+        text = inspect.getsource(group)
+    except OSError:
+        return collections.defaultdict(str)
+    source = ast.parse(textwrap.dedent(text))
     body = next(node.body for node in source.body if isinstance(node, ast.ClassDef))
     found = {}
     for field, after in zip(body, body[1:]):

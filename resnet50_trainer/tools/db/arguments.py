@@ -9,14 +9,10 @@ from resnet50_trainer.config.values import SEED
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 
 
-def add_subcommand(
-    subparsers: argparse._SubParsersAction, name: str, help: str, description: str
-) -> argparse.ArgumentParser:
-    """The subcommand's parser, with DB (the database's path) and --db_type."""
-    parser = subparsers.add_parser(name, help=help, description=description)
+def add_database_arguments(parser: argparse.ArgumentParser) -> None:
+    """DB (the database's path) and --db_type, for a subcommand that opens one."""
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
-    return parser
 
 
 def add_order_flags(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 The same pipeline the trainer builds (device_batches: seeded record order, input processes,
 uint8 crops, pinned batches, the device prefetcher), read for --batches batches after one warm-up
 batch (which pays for starting the input processes). No model runs. Registered in resnet50-db's
-subcommands with `register(subparsers)`; also runnable alone as
+subcommands with `register(parser)`; also runnable alone as
 `python -m resnet50_trainer.tools.db.bench DB ...`.
 """
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
 
-# In resnet50-db's list of subcommands; atop `resnet50-db bench --help`.
 HELP = "time the training input pipeline alone (images/s)"
 DESCRIPTION = (
     "Run the training input pipeline (decode, crop, batch, copy to the device) without a model "
@@ -40,8 +39,7 @@ DESCRIPTION = (
 )
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help=HELP, description=DESCRIPTION)
+def register(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
     parser.set_defaults(run=run)
 

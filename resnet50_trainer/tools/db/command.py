@@ -1,8 +1,8 @@
 """`resnet50-db`: make, inspect and dump the image databases the trainer reads.
 
 Each subcommand lives in its own module: HELP (its line in the list of subcommands), DESCRIPTION
-(atop its --help) and `register(subparsers)`, which adds its parser and sets `run` (a function of
-the parsed arguments returning the exit status); add one to SUBCOMMANDS.
+(atop its --help) and `register(parser)`, which adds its arguments to its parser and sets `run` (a
+function of the parsed arguments returning the exit status); add one to SUBCOMMANDS.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from resnet50_trainer.config.parsing import OneLineParser, add_version_flag
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.db import bench, copy, create, dump, inspect
 
-SUBCOMMANDS = (create, copy, inspect, dump, bench)
+SUBCOMMANDS = {"create": create, "copy": copy, "inspect": inspect, "dump": dump, "bench": bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,8 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_version_flag(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for subcommand in SUBCOMMANDS:
-        subcommand.register(subparsers)
+    for name, subcommand in SUBCOMMANDS.items():
+        subcommand.register(
+            subparsers.add_parser(name, help=subcommand.HELP, description=subcommand.DESCRIPTION)
+        )
     return parser
 
 

@@ -18,7 +18,6 @@ from resnet50_trainer.tools.db.build import CreateSummary, copy_database
 from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
 from resnet50_trainer.tools.db.sources import CreateOptions
 
-# In resnet50-db's list of subcommands; atop `resnet50-db copy --help`.
 HELP = "copy a database, to the other backend or with restart markers in its JPEGs"
 DESCRIPTION = (
     "SOURCE is an LMDB or LevelDB directory; its records are written to DB under the same keys "
@@ -27,8 +26,7 @@ DESCRIPTION = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("copy", help=HELP, description=DESCRIPTION)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE")
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--db_type", choices=DB_TYPES, help="the copy's (default: SOURCE's)")

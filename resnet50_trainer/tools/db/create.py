@@ -18,7 +18,6 @@ from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
 
-# In resnet50-db's list of subcommands; atop `resnet50-db create --help`.
 HELP = "build an LMDB/LevelDB of Datum or TensorProtos records from images"
 DESCRIPTION = (
     "SOURCE is a folder with one subfolder per class (labels 0.. in sorted order, written to "
@@ -26,8 +25,7 @@ DESCRIPTION = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("create", help=HELP, description=DESCRIPTION)
+def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="?", metavar="SOURCE")
     parser.add_argument("db_path", metavar="DB")
     parser.add_argument("--list_file", help="convert_imageset list: 'relative/path label' lines")

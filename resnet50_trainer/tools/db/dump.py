@@ -10,9 +10,8 @@ from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError, UserError
-from resnet50_trainer.tools.db.arguments import add_subcommand
+from resnet50_trainer.tools.db.arguments import add_database_arguments
 
-# In resnet50-db's list of subcommands; atop `resnet50-db dump --help`.
 HELP = "write one record's decoded image"
 DESCRIPTION = (
     "Write a record's image as the trainer decodes it (before augmentation) and print its label."
@@ -49,8 +48,8 @@ def _key_at(keys: Sequence[bytes], index: int, path: str) -> bytes:
     return keys[index]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_subcommand(subparsers, "dump", HELP, DESCRIPTION)
+def register(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--index",

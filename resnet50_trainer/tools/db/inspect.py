@@ -20,9 +20,8 @@ from resnet50_trainer.data.formats.images import decode_image, decode_native, en
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import Record, parse_record
 from resnet50_trainer.errors import RecordError, UserError
-from resnet50_trainer.tools.db.arguments import add_subcommand
+from resnet50_trainer.tools.db.arguments import add_database_arguments
 
-# In resnet50-db's list of subcommands; atop `resnet50-db inspect --help`.
 HELP = "report what a database holds"
 DESCRIPTION = (
     "Count records, formats, labels, sizes and unreadable records, as the trainer reads them."
@@ -192,8 +191,8 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
     return len(keys)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_subcommand(subparsers, "inspect", HELP, DESCRIPTION)
+def register(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser)
     parser.add_argument("--limit", type=int, help="inspect only the first N records")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--sheet", metavar="OUT.png", help="write a contact sheet of images")
