@@ -145,19 +145,7 @@ def test_a_stopped_input_process_keeps_no_run_going(small_db, tmp_path):
     which waits for it, never exited, after the run's line (red-team, 2 of 2)."""
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", "--num_workers", "1")
     victim = training_processes(run.pid)[1]
-    stopped = children(victim)
-    assert stopped
-    try:
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        os.kill(victim, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            run.wait(TIMEOUT_S + 30)  # not communicate(): the stopped ones hold its stderr open
-    finally:
-        run.kill()
-        for pid in stopped:
-            os.kill(pid, signal.SIGKILL)
-    status, stderr, _ = finish(run, 30)
+    status, stderr = ended_with_stopped(run, children(victim), then_kill=victim)
     assert status == 1, stderr
     assert "rank 0 stopped: " in stderr and "Traceback" not in stderr, stderr
 
@@ -167,11 +155,25 @@ def test_a_stopped_input_process_ends_a_run_of_one_process_after_timeout(small_d
     stopped one (SIGSTOP, as one stuck in a read) lives: a run of one process, which has no peer
     whose collective times out, waited for it for as long as it stayed stopped (red-team)."""
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_workers", "1")
-    stopped = children(run.pid)
+    status, stderr = ended_with_stopped(run, children(run.pid))
+    assert status == 1, stderr
+    lines = [line for line in stderr.splitlines() if "rank 0 stopped: " in line]
+    assert len(lines) == 1, stderr
+    assert f"no batch came from its input (DataLoader) processes in {TIMEOUT_S} s" in lines[0]
+    assert "Traceback" not in stderr, stderr
+
+
+def ended_with_stopped(
+    run: subprocess.Popen, stopped: list[int], then_kill: int | None = None
+) -> tuple[int, str]:
+    """The run's status and stderr once it ends with `stopped` (input processes) stopped by
+    SIGSTOP, and `then_kill` killed after them; all of them killed in the end."""
     assert stopped
     try:
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
+        if then_kill is not None:
+            os.kill(then_kill, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             run.wait(TIMEOUT_S + 30)  # not communicate(): the stopped ones hold its stderr open
     finally:
@@ -180,11 +182,7 @@ def test_a_stopped_input_process_ends_a_run_of_one_process_after_timeout(small_d
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     status, stderr, _ = finish(run, 30)
-    assert status == 1, stderr
-    lines = [line for line in stderr.splitlines() if "rank 0 stopped: " in line]
-    assert len(lines) == 1, stderr
-    assert f"no batch came from its input (DataLoader) processes in {TIMEOUT_S} s" in lines[0]
-    assert "Traceback" not in stderr, stderr
+    return status, stderr
 
 
 def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, tmp_path):
