@@ -130,7 +130,7 @@ def end_input_processes_at_exit() -> None:
     if _ENDING_REGISTERED_IN != os.getpid():  # a forked child inherits the flag, not the finalizer
         import multiprocessing.util
 
-        multiprocessing.util.Finalize(None, _end_input_processes, exitpriority=_ENDING_PRIORITY)
+        multiprocessing.util.Finalize(None, end_input_processes, exitpriority=_ENDING_PRIORITY)
         _ENDING_REGISTERED_IN = os.getpid()
 
 
@@ -156,11 +156,11 @@ def _ignore(signum: int, frame: object) -> None:
     pass
 
 
-def _end_input_processes() -> None:
+def end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
-    SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, and SIGKILL after
-    END_GRACE_S; torch's SIGCHLD handler, which would report them as lost input processes, is set
-    aside first."""
+    SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, all at once, and
+    SIGKILL after END_GRACE_S; torch's SIGCHLD handler, which would report them as lost input
+    processes, is set aside first. At exit (end_input_processes_at_exit), or sooner."""
     import multiprocessing  # torch-free, and only on the way out
     import time
 
@@ -170,6 +170,7 @@ def _end_input_processes() -> None:
         if child.pid is not None:
             try:
                 os.kill(child.pid, END_SIGNAL)
+                os.kill(child.pid, signal.SIGCONT)  # a stopped one takes END_SIGNAL only then
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + END_GRACE_S

@@ -32,6 +32,7 @@ from resnet50_trainer.errors import (
     PeerLost,
     RunFailed,
     UserError,
+    end_input_processes,
     exit_status,
     leave,
     report,
@@ -125,6 +126,8 @@ def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Ite
         finally:  # before an error is looked at: torch's handler would raise inside that
             stop_watching_input_processes()
     except PeerLost as failure:
+        # Now, together: a stuck input process would hold the loader's shutdown 5 s each, in turn.
+        end_input_processes()
         raise RunFailed(
             f"rank {placement.rank} stopped: {failure}; {cannot_go_on(config)}"
         ) from failure

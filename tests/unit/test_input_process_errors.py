@@ -13,6 +13,7 @@ receiver that goes away mid-handshake."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import multiprocessing.context
 import os
 import signal
@@ -29,10 +30,14 @@ from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import ImageRecords
 from resnet50_trainer.data.formats.databases import read_keys
-from resnet50_trainer.data.input_pipeline import make_loader, quiet_when_the_receiver_is_gone
+from resnet50_trainer.data.input_pipeline import (
+    make_loader,
+    quiet_when_the_receiver_is_gone,
+    start_input_process,
+)
 from resnet50_trainer.data.prefetch import DevicePrefetcher
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.errors import PeerLost
+from resnet50_trainer.errors import PeerLost, end_input_processes
 from resnet50_trainer.launch.training_process import _one_line_if_lost
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
@@ -240,3 +245,22 @@ def test_a_stopped_input_process_ends_the_next_pass_as_it_starts():
             indices(batches)
     finally:
         os.kill(stopped, signal.SIGCONT)  # the loader then ends it as ever
+
+
+def test_a_stopped_input_process_is_ended_cleanly():
+    """END_SIGNAL waits while its receiver is stopped: SIGCONT with it, and the input process
+    exits through its finalizers (its LevelDB snapshot removed) instead of SIGKILL's after 3 s."""
+    fork = multiprocessing.get_context("fork")
+    started = fork.Event()
+    child = fork.Process(target=an_input_process_that_waits, args=(started,), daemon=True)
+    child.start()
+    assert started.wait(30) and child.pid is not None
+    os.kill(child.pid, signal.SIGSTOP)
+    end_input_processes()
+    assert child.exitcode == 0
+
+
+def an_input_process_that_waits(started) -> None:
+    start_input_process(0)
+    started.set()
+    time.sleep(60)
