@@ -13,7 +13,6 @@ import functools
 import inspect
 import os
 import sys
-import textwrap
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -129,8 +128,11 @@ def _docstring(flags: type[FlagGroup], name: str) -> str:
     declaring = next(
         group for group in flags.__mro__ if name in vars(group).get("__annotations__", {})
     )
+    docstrings = _docstrings(declaring.__module__)
+    if docstrings is None:  # installed without its source (.pyc only): flags without help
+        return ""
     try:
-        return _docstrings(declaring)[name]
+        return docstrings[declaring.__name__][name]
     except KeyError:
         raise TypeError(
             f"{declaring.__qualname__}.{name} has no help: write its docstring under the field"
@@ -138,24 +140,23 @@ def _docstring(flags: type[FlagGroup], name: str) -> str:
 
 
 @functools.cache
-def _docstrings(group: type) -> dict[str, str]:
-    """The docstring under each field of a class, read from its source (Python keeps none of a
-    field's), its lines joined; every field's empty where the source is not installed (.pyc
-    only): flags without help then, not a command that cannot start."""
+def _docstrings(module: str) -> dict[str, dict[str, str]] | None:
+    """The docstring under each field of each class of a module, by class and field name, read
+    from its source (Python keeps none of a field's), its lines joined; None without the source."""
     try:
-        text = inspect.getsource(group)
+        source = inspect.getsource(sys.modules[module])
     except OSError:
-        return collections.defaultdict(str)
-    source = ast.parse(textwrap.dedent(text))
-    body = next(node.body for node in source.body if isinstance(node, ast.ClassDef))
-    found = {}
-    for field, after in zip(body, body[1:]):
-        if (
-            isinstance(field, ast.AnnAssign)
-            and isinstance(field.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            found[field.target.id] = " ".join(after.value.value.split())
+        return None
+    found: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            for field, after in zip(node.body, node.body[1:]):
+                if (
+                    isinstance(field, ast.AnnAssign)
+                    and isinstance(field.target, ast.Name)
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
+                    found[node.name][field.target.id] = " ".join(after.value.value.split())
     return found
