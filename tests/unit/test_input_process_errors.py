@@ -256,7 +256,11 @@ def test_a_stopped_input_process_is_ended_cleanly():
     child.start()
     assert started.wait(30) and child.pid is not None
     os.kill(child.pid, signal.SIGSTOP)
-    end_input_processes()
+    torch_s_handler = signal.getsignal(signal.SIGCHLD)  # end_input_processes sets it aside
+    try:
+        end_input_processes()
+    finally:
+        signal.signal(signal.SIGCHLD, torch_s_handler)  # for the tests after this one
     assert child.exitcode == 0
 
 
