@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from resnet50_trainer.config.cores import cores_per_process
 from resnet50_trainer.config.flags.images import default_scale
 from resnet50_trainer.config.flags.parser import (
     RUN_ID_PATTERN,
@@ -214,5 +215,4 @@ def _images_per_epoch(args: argparse.Namespace) -> int:
 
 
 def _default_workers(processes_per_machine: int) -> int:
-    cores_each = (os.cpu_count() or 1) // processes_per_machine
-    return max(1, min(8, cores_each - 1))
+    return max(1, min(8, cores_per_process(processes_per_machine) - 1))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from resnet50_trainer.config.cores import cores_per_process
 from resnet50_trainer.config.gpu_ids import gpu_pairs
 from resnet50_trainer.config.launchers import sees_only_its_own_gpus
 from resnet50_trainer.config.settings import Config
@@ -25,7 +26,7 @@ def claim_device(config: Config, local_index: int) -> torch.device:
     choices; with --model_parallel, the first GPU of its pair (where the input goes)."""
     if config.use_cpu:
         # Processes share the cores; more threads than a share only contend.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.processes_per_machine))
+        torch.set_num_threads(cores_per_process(config.processes_per_machine))
         return torch.device("cpu")
     if config.cudnn_workspace_limit_mb is not None:
         # PyTorch has no workspace cap of its own (its Conv_v8.cpp only bounds plans by the

@@ -112,7 +112,8 @@ class ImageFlags(FlagGroup):
     # its default worked out by config/build.py
     num_workers: int = flag(type=INPUT_WORKERS)
     """input (decoding) processes per training process; 0 decodes in the training process (default:
-    the cores per training process minus one, 1 to 8)"""
+    the cores per training process minus one, 1 to 8; the cores are those the run may use, its CPU
+    affinity, as a Slurm task's or taskset's)"""
     decode_device: str = flag(if_absent="cpu", choices=("cpu", "gpu"))
     """where JPEGs are decoded: cpu (input processes) or gpu (batched on the training GPU; input
     processes only read bytes)"""
