@@ -26,6 +26,7 @@ from resnet50_trainer.data.formats.images import decode_image, jpeg_header
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import SCALE_CROP, InputSettings
+from resnet50_trainer.data.spans import COPY_TO_DEVICE
 from resnet50_trainer.errors import RecordError
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 class CpuDecode:
     """Records -> uint8 crops in the input processes -> pinned Batches -> the device."""
+
+    STAGE_SPAN = COPY_TO_DEVICE
 
     def __init__(self, settings: InputSettings):
         self.num_channels, self.image_size = settings.num_channels, settings.image_size

@@ -32,7 +32,10 @@ class _LabelOutside(Exception):
 
 class DecodeStrategy(Protocol):
     """Where records are decoded: what an input process makes of one record, how those samples
-    make a batch, and the stage that turns the batch into a device Batch in the training process."""
+    make a batch, and the stage that turns the batch into a device Batch in the training process
+    (STAGE_SPAN: its name in a profile's trace, data/spans.py)."""
+
+    STAGE_SPAN: str
 
     def sample(self, record: Record, key: bytes, plan_for: transforms.PlanFor) -> Any: ...
 

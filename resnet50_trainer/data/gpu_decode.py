@@ -34,6 +34,7 @@ from resnet50_trainer.data.formats.images import jpeg_header, luma
 from resnet50_trainer.data.formats.jpeg_region import ends_complete
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.settings import InputSettings
+from resnet50_trainer.data.spans import DECODE_ON_GPU
 from resnet50_trainer.errors import RecordError, UserError
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class EncodedBatch(NamedTuple):
 class GpuDecode:
     """Records -> JPEG bytes and crop plans in the input processes -> decoded and cropped on the
     device by BatchDecoder; anything else is decoded by the CPU strategy in the input process."""
+
+    STAGE_SPAN = DECODE_ON_GPU
 
     def __init__(self, settings: InputSettings):
         self.cpu = CpuDecode(settings)

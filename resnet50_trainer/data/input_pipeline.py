@@ -101,4 +101,6 @@ def device_batches(
         records, batch_sampler, settings.num_workers, pin_memory=device.type == "cuda"
     )
     stage = decoding.stage(device)
-    return DevicePrefetcher(loader, device, stage, allow_empty=not train, waits=waits)
+    return DevicePrefetcher(
+        loader, device, stage, allow_empty=not train, waits=waits, stage_span=decoding.STAGE_SPAN
+    )

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
+from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
 from resnet50_trainer.errors import ONE_LINE_ERRORS, PeerLost, preempt_signals_blocked
 
 _END = object()  # of a pass's batches
@@ -30,7 +32,8 @@ class DevicePrefetcher:
     A batch in which every record failed stops training (require_records); evaluation
     (`allow_empty`) gets it empty, with its bad keys, and counts them. With `waits` (seconds: the
     first batch, every later one), a batch that takes longer raises PeerLost, where SIGALRM is
-    free to time it (_alarm_is_free)."""
+    free to time it (_alarm_is_free). The wait for each batch and its stage are spans of a
+    profile's trace."""
 
     def __init__(
         self,
@@ -39,8 +42,10 @@ class DevicePrefetcher:
         stage: Callable[[Any], Batch],
         allow_empty: bool = False,
         waits: tuple[float, float] | None = None,
+        stage_span: str = COPY_TO_DEVICE,
     ):
         self.batches, self.device, self.stage = batches, device, stage
+        self.stage_span = stage_span  # what a profile's trace calls the stage (data/spans.py)
         self.allow_empty, self.waits = allow_empty, waits
         self._first_taken = False
 
@@ -55,6 +60,7 @@ class DevicePrefetcher:
         iterator = _their_own_lines(started)
         if self.waits is not None:
             iterator = self._in_time(iterator)
+        iterator = _each_wait_marked(iterator)
         if self.device.type != "cuda":
             return (self._staged(batch) for batch in iterator)
         return self._overlapped(iterator)
@@ -96,9 +102,19 @@ class DevicePrefetcher:
             return self._staged(batch)
 
     def _staged(self, batch) -> Batch:
+        with record_function(self.stage_span):
+            staged = self.stage(batch)
         # After the stage: the GPU decoder may find every JPEG of a batch bad too.
-        staged = self.stage(batch)
         return staged if self.allow_empty else require_records(staged)
+
+
+def _each_wait_marked(batches: Iterator) -> Iterator:
+    while True:
+        with record_function(WAIT_FOR_BATCH):
+            batch = next(batches, _END)
+        if batch is _END:
+            return
+        yield batch
 
 
 def _their_own_lines(batches: Iterator) -> Iterator:

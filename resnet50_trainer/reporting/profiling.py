@@ -1,27 +1,41 @@
-"""`--profile_iters N`: profile N training steps after a warm-up with torch.profiler.
+"""`--profile_iters N`: profile N training steps after a warm-up with torch.profiler, and say in
+one line where their time went (reporting/trace_report.py).
 
-Writes a Chrome trace (chrome://tracing or https://ui.perfetto.dev) next to the run log and prints
-the operators that took the most time; the run then goes on as usual.
+Writes the trace next to the run log as gzipped Chrome JSON (https://ui.perfetto.dev or
+chrome://tracing open it as it is) and, beside it, a markdown table of the same analysis and the
+operators that took the most time; the run then goes on as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.reporting.trace_report import TraceReport, read_trace
 
 log = logging.getLogger(__name__)
-WARMUP_STEPS = 5  # first steps pay for cudnn.benchmark, allocator growth and input start-up
+# Steps before the profile: the first pay for cudnn.benchmark, allocator growth and the input
+# processes' start; the figures' steady state begins after 20 (benchmarks/train.py).
+WARMUP_STEPS = 20
 TOP_OPERATORS = 15
+TRACE_SUFFIX, TABLE_SUFFIX = ".trace.json.gz", ".profile.md"
+
+
+def profile_paths(log_path: str) -> tuple[str, str]:
+    """The trace's and the table's paths beside a run log."""
+    stem = os.path.splitext(log_path)[0]
+    return stem + TRACE_SUFFIX, stem + TABLE_SUFFIX
 
 
 class StepProfiler:
@@ -31,19 +45,23 @@ class StepProfiler:
     return True where the profile ends, on every process at the same step, so that a trace that
     could not be written (`failure`, on the profiling process) can stop them all together.
     `devices`: the replica's (two with --model_parallel), all waited for before the profile ends,
-    so that the trace holds their kernels."""
+    so that the trace holds their kernels. `steps_in_run`: the steps this run has left, so that
+    a short run's warm-up leaves room for the profile."""
 
     def __init__(
         self,
         num_steps: int,
-        trace_path: str | None,
+        log_path: str | None,
         devices: Sequence[torch.device] = (),
-        warmup_steps: int = WARMUP_STEPS,
+        steps_in_run: int | None = None,
     ):
         self.num_steps = num_steps
-        self.trace_path = trace_path
+        self.paths = profile_paths(log_path) if log_path else None
         self.gpus = sorted({device for device in devices if device.type == "cuda"}, key=str)
-        self.warmup_steps = warmup_steps
+        room = WARMUP_STEPS if steps_in_run is None else steps_in_run - num_steps - 1
+        # The profiler starts a step early and discards it: starting the tracer takes time.
+        self.starts_after = max(1, min(WARMUP_STEPS, room))
+        self.ends_after = self.starts_after + 1 + num_steps
         self.steps_seen = 0
         self.failure: UserError | None = None
         self._profile: profile | None = None
@@ -52,89 +70,127 @@ class StepProfiler:
         if not self.num_steps:
             return False
         self.steps_seen += 1
-        if self.steps_seen == self.warmup_steps and self.trace_path:
-            activities = [ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                activities.append(ProfilerActivity.CUDA)
-            self._profile = profile(activities=activities, record_shapes=False)
+        if self.steps_seen == self.starts_after and self.paths:
+            self._profile = profile(
+                activities=_activities(),
+                schedule=schedule(wait=0, warmup=1, active=self.num_steps, repeat=1),
+            )
             self._profile.__enter__()
-        elif self.steps_seen == self.warmup_steps + self.num_steps:
+        elif self._profile is not None:
+            self._wait_for_gpus_at(self.ends_after)
+            self._profile.step()  # the end of a recorded step (or of the discarded one)
+        if self.steps_seen == self.ends_after:
             return self._finish()
         return False
 
     def close(self) -> bool:
         """At the end of the run: a profile still open (the run was shorter) is written as it is."""
-        if self.num_steps and self.steps_seen >= self.warmup_steps:
+        if self.num_steps and self.steps_seen >= self.starts_after:
+            self._wait_for_gpus_at(self.steps_seen)
             return self._finish()
         return False
 
-    def _finish(self) -> bool:
-        if self._profile is not None and self.trace_path:  # a profile starts with a trace path only
+    def _wait_for_gpus_at(self, last_step: int) -> None:
+        """Before the last recorded step ends: its kernels, run, are in the trace."""
+        if self.steps_seen == last_step:
             for gpu in self.gpus:
                 torch.cuda.synchronize(gpu)
+
+    def _finish(self) -> bool:
+        if self._profile is not None:
             self._profile.__exit__(None, None, None)
-            try:
-                write_trace(self._profile, self.trace_path)
-            except UserError as failure:
-                self.failure = failure
-            else:
-                sort_by = (
-                    "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-                )
-                table = self._profile.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
-                log.info(
-                    "Profile of %d steps written to %s; top operators:\n%s",
-                    self.steps_seen - self.warmup_steps,
-                    self.trace_path,
-                    table,
-                )
+            recorded = self.steps_seen - self.starts_after - 1
+            if recorded > 0 and self.paths:
+                self._write(self._profile)
             self._profile = None
         self.num_steps = 0
         return True
 
+    def _write(self, finished: profile) -> None:
+        trace_path, table_path = self.paths or ("", "")
+        try:
+            report = write_trace(finished, trace_path, table_path)
+        except UserError as failure:
+            self.failure = failure
+            return
+        log.info("Profile of %s; table %s, trace %s", report.line(), table_path, trace_path)
 
-def write_trace(finished: profile, path: str) -> None:
-    """The Chrome trace at `path`, a new file; UserError naming the path and the reason if it cannot
-    be written, with nothing of it left behind. The profiler's writer ignores write errors (a full
-    disk leaves a truncated file, or none), so it writes into a scratch directory, the result is
-    checked complete, and our own copy, whose errors are reported, puts it in place."""
+
+def _activities() -> list[ProfilerActivity]:
+    # Kineto's own log lines (its stages; on a machine without a GPU, that it found none) would
+    # interleave with the run's: the summary line says what it recorded.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    return activities
+
+
+def write_trace(finished: profile, trace_path: str, table_path: str) -> TraceReport:
+    """The gzipped Chrome trace at `trace_path` and its analysis at `table_path`, new files; the
+    analysis returned. UserError naming the path and the reason where either cannot be written,
+    with nothing of them left behind. The profiler's writer ignores write errors (a full disk
+    leaves a truncated file, or none), so it writes into a scratch directory, the result is read
+    back whole, and our own writes, whose errors are reported, put it in place."""
     try:
         with tempfile.TemporaryDirectory(prefix="resnet50-trace-") as scratch:
-            exported = os.path.join(scratch, os.path.basename(path))
+            exported = os.path.join(scratch, "trace.json")
             finished.export_chrome_trace(exported)
-            if not _is_complete(exported):
-                raise UserError(
-                    f"the profiler could not write its trace in {scratch} (the file "
-                    "came out missing or incomplete: is that disk full?): free space "
-                    "there, or point TMPDIR at a directory with room"
-                )
-            copy_to_new_file(exported, path, "the profiler trace")
+            trace = _read_back(exported, scratch)
+            report = read_trace(trace)
+            table = report.table(f"Profile of {os.path.basename(trace_path)}") + _operators(
+                finished
+            )
+            with open(exported, "rb") as source:
+                write_new_file(trace_path, "the profiler trace", lambda file: _gzip(source, file))
     except OSError as error:  # the scratch directory itself
         raise UserError(
             f"the profiler could not write its trace in {tempfile.gettempdir()} "
             f"({error.strerror}): free space there, or point TMPDIR at a directory "
             "with room"
         ) from error
-
-
-def _is_complete(trace_path: str) -> bool:
     try:
-        with open(trace_path) as file:
-            json.load(file)
+        write_new_file(table_path, "the profile's table", lambda file: file.write(table.encode()))
+    except UserError:
+        with contextlib.suppress(OSError):  # ours, just written: the table's error is the one
+            os.unlink(trace_path)
+        raise
+    return report
+
+
+def _read_back(exported: str, scratch: str) -> dict:
+    try:
+        with open(exported) as file:
+            return json.load(file)
     except (OSError, ValueError):
-        return False
-    return True
+        raise UserError(
+            f"the profiler could not write its trace in {scratch} (the file came out missing "
+            "or incomplete: is that disk full?): free space there, or point TMPDIR at a "
+            "directory with room"
+        ) from None
 
 
-def copy_to_new_file(source: str, target: str, what: str) -> None:
-    """Copy into `target`, which must not exist; on failure the partial copy (ours) is removed."""
+def _gzip(source: BinaryIO, target: BinaryIO) -> None:
+    with gzip.GzipFile(fileobj=target, mode="wb", compresslevel=6) as compressed:
+        shutil.copyfileobj(source, compressed)
+
+
+def _operators(finished: profile) -> str:
+    sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    table = finished.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
+    return f"\nThe operators that took the most time:\n\n```\n{table}\n```\n"
+
+
+def write_new_file(target: str, what: str, write: Callable[[BinaryIO], object]) -> None:
+    """`write` into `target`, which must not exist; on failure the partial file (ours) is
+    removed."""
     created = False
     try:
-        with open(source, "rb") as reader, open(target, "xb") as writer:
+        with open(target, "xb") as file:
             created = True
-            shutil.copyfileobj(reader, writer)
-            writer.flush()
-            os.fsync(writer.fileno())
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
     except FileExistsError:
         raise UserError(
             f"{what} {target} already exists: move it away or choose another --log_dir"

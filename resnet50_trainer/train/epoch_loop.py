@@ -168,6 +168,8 @@ class EpochLoop:
         try:
             for batch in progress.batches(self.input.batches):
                 loss, correct, labels = self._train_step(batch)
+                if self.outputs.profiler.step():  # the profile ended with this step
+                    stop_together(self.outputs.profiler.failure, self.device)
                 device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
                 images, bad = images + len(labels), bad + len(batch.bad_keys)
                 bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
@@ -236,8 +238,6 @@ class EpochLoop:
         if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
             process_group.shorten_timeout(self.config)
             self.timeout_shortened = True
-        if self.outputs.profiler.step():
-            stop_together(self.outputs.profiler.failure, self.device)
         return loss, correct, labels
 
     def _check_due(self) -> bool:

@@ -4,7 +4,6 @@ decides how the process ends when the run stops early."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import torch
@@ -97,7 +96,10 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     if run.epochs_done >= config.num_epochs:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
-    outputs = _open_outputs(config, placement, device, started, lineage, run.iteration)
+    steps_left = schedule.iterations_per_epoch * config.num_epochs - run.iteration
+    outputs = _open_outputs(
+        config, placement, device, started, lineage, run.iteration, steps_left=steps_left
+    )
     _log_start(config, placement, schedule, outputs, train_input.order)
     learner = Learner(placement, device, replica, schedule)
     saver = CheckpointSaver(config, learner, lineage)
@@ -129,10 +131,13 @@ def _open_outputs(
     started: float,
     lineage: str,
     iteration: int,
+    *,
+    steps_left: int,
 ) -> Outputs:
     """The first process's new run log and --tensorboard's writer (if either cannot be made, all
     stop), its trace beside it and the GPU monitor; every process counts its steps for the
-    profiler. `lineage`, `iteration`: the run's, where TensorBoard's curves go on from."""
+    profiler (of the `steps_left` in the run). `lineage`, `iteration`: the run's, where
+    TensorBoard's curves go on from."""
 
     def open_logs() -> tuple[RunLog, TensorBoardLog | None]:
         runlog = RunLog(config, started)
@@ -147,11 +152,15 @@ def _open_outputs(
     runlog, tensorboard = on_first_process(
         open_logs, placement, device, "the first process's report on its writes"
     ) or (None, None)
-    trace_path = os.path.splitext(runlog.path)[0] + ".trace.json" if runlog else None
     return Outputs(
         runlog,
         GpuMonitor(config.gpus).start() if runlog else None,
-        StepProfiler(config.profile_iters, trace_path, _replica_devices(config, placement, device)),
+        StepProfiler(
+            config.profile_iters,
+            runlog.path if runlog else None,
+            _replica_devices(config, placement, device),
+            steps_left,
+        ),
         tensorboard,
     )
 

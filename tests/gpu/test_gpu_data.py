@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import gzip
 import io
 import json
 import os
@@ -274,17 +275,23 @@ def test_a_run_decoding_on_the_gpu_trains_and_evaluates(image_db, tmp_path):
 
 
 @needs_gpu
-def test_profile_iters_on_cuda_traces_the_kernels(tmp_path):
+def test_profile_iters_on_cuda_traces_the_kernels_and_says_where_the_gpus_time_went(tmp_path):
     result = run_on_gpu(
         *("--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"),
         *("--profile_iters", "2", "--log_dir", str(tmp_path)),
     )
     assert result.returncode == 0, result.stderr
     read_log(tmp_path)
-    (trace,) = glob.glob(str(tmp_path / "*.trace.json"))
-    with open(trace) as file:
+    (trace,) = glob.glob(str(tmp_path / "*.trace.json.gz"))
+    with gzip.open(trace, "rt") as file:
         events = json.load(file)["traceEvents"]
     assert any(event.get("cat") == "kernel" for event in events)
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Profile of")]
+    assert "ms a step: the GPU was busy " in line, line
+    (table,) = glob.glob(str(tmp_path / "*.profile.md"))
+    with open(table) as file:
+        text = file.read()
+    assert "| convolution | cuDNN |" in text and "| batch norm |" in text, text
 
 
 @needs_two_gpus

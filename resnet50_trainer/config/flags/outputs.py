@@ -32,7 +32,9 @@ class OutputFlags(FlagGroup):
     log_dir: str = flag(if_absent=".")
     """directory of the CSV run log"""
     profile_iters: int = flag(type=COUNT_FROM_0, if_absent=0)
-    """profile N steps after warm-up with torch.profiler; writes a Chrome trace next to the log"""
+    """profile N steps after 20 warm-up steps with torch.profiler: one line says where their time
+    went (GPU busy, or idle waiting for input, host overhead, syncs); a table and a gzipped Chrome
+    trace next to the log"""
     print_every: int = flag(type=COUNT_FROM_1, if_absent=100)
     """print the original's iteration and loss lines every N iterations"""
     log_top5: bool = flag(action=Switch)

@@ -1,0 +1,464 @@
+"""Where a profile's steps spent their time, read from the Chrome trace torch.profiler exports.
+
+On a GPU: the share of the steps' time its kernels and copies kept it busy, and its idle time split
+by cause. An idle stretch ends with the activity that came next; the host call that launched it
+(the trace's correlation ids pair them) says whether it was queued in time (then the gap is the
+GPU's own, between queued kernels) or late, and then what its launching thread was doing from the
+moment the GPU went idle until the launch: waiting for a batch, copying or decoding one, a sync,
+the optimizer, or else host overhead (Python and launches slower than the kernels they queue).
+The kernels are grouped by what launched them (convolution, batch norm, optimizer, input, other),
+by backend (cuDNN or PyTorch's own kernels) and by the precision their names carry. On the CPU,
+the training thread's time by the same causes.
+
+Torch-free: the trace's JSON in, a one-line summary and a markdown table out (table()).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from resnet50_trainer.data.spans import COPY_TO_DEVICE, DECODE_ON_GPU, WAIT_FOR_BATCH
+
+GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
+STEP_PREFIX = "ProfilerStep#"  # torch.profiler's span of each step it records
+LONG_GAPS = 8  # the longest idle stretches the table names one by one
+
+WAITING_FOR_INPUT = "waiting for input"
+COPYING_INPUT = "copying input to the device"
+DECODING_INPUT = "decoding input on the GPU"
+SYNCS = "syncs (the host waiting for the GPU)"
+ALLOCATIONS = "memory allocations (cudaMalloc, cudaFree)"
+OPTIMIZER = "optimizer (host side)"
+HOST_OVERHEAD = "host overhead (Python, launches)"
+BETWEEN_KERNELS = "between queued kernels"
+# The host's activities that can make a launch late, most specific first: a sync inside the
+# decoder is the decoder's.
+HOST_CAUSES = (WAITING_FOR_INPUT, COPYING_INPUT, DECODING_INPUT, SYNCS, ALLOCATIONS, OPTIMIZER)
+FORWARD_BACKWARD = "forward, backward and the loop"  # the rest of a CPU step
+
+
+@dataclass(frozen=True)
+class Span:
+    start: float  # microseconds, the trace's clock
+    end: float
+    name: str
+    correlation: int | None = None  # a launch's, pairing it with the GPU work it queued
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A host call that queued GPU work: its thread, when, and the host spans around it."""
+
+    thread: tuple[int, int]
+    start: float
+    ancestors: tuple[str, ...]  # outermost first
+
+
+@dataclass(frozen=True)
+class Gap:
+    at: float  # microseconds into the GPU's window
+    idle: float
+    cause: str
+    host_call: str  # what the launching thread was busy with as the GPU waited
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    kind: str
+    backend: str
+    precision: str
+    count: int
+    time: float  # microseconds, all steps together
+
+
+@dataclass
+class TraceReport:
+    steps: int
+    host_window: float  # microseconds: the recorded steps on the training thread
+    host_causes: dict[str, float]  # the training thread's time by cause
+    device: str | None = None  # the GPU read, where the trace has one
+    gpu_window: float = 0.0  # first to last activity on it
+    busy: float = 0.0
+    idle: dict[str, float] = field(default_factory=dict)
+    gaps: list[Gap] = field(default_factory=list)
+    kernels: list[KernelGroup] = field(default_factory=list)
+
+    def line(self) -> str:
+        """The one-line summary the run logs."""
+        if self.device is None:
+            window = self.host_window
+            shares = _shares(self.host_causes, window)
+            return (
+                f"{self.steps} steps, {window / max(self.steps, 1) / 1e3:.1f} ms a step on the "
+                f"CPU: {shares}"
+            )
+        window = self.gpu_window
+        idle = window - self.busy
+        return (
+            f"{self.steps} steps, {window / max(self.steps, 1) / 1e3:.1f} ms a step: the GPU "
+            f"was busy {self.busy / window:.0%} of the time, idle {idle / window:.0%}"
+            + (f" ({_shares(self.idle, window)})" if idle > 0 else "")
+        )
+
+    def table(self, title: str) -> str:
+        """Markdown: the summary, the time by cause, the kernels by kind, the longest gaps."""
+        steps = max(self.steps, 1)
+        lines = [f"# {title}", "", self.line() + ".", ""]
+        if self.device is None:
+            lines += _table(
+                ("the training thread's time", "ms a step", "share"),
+                ("{}", MS, SHARE),
+                [
+                    (cause, t / steps, t / self.host_window)
+                    for cause, t in _ranked(self.host_causes)
+                ],
+            )
+            return "\n".join(lines) + "\n"
+        window = self.gpu_window
+        lines += _table(
+            (f"{self.device}, from its first activity to its last", "ms a step", "share"),
+            ("{}", MS, SHARE),
+            [("busy (kernels, copies)", self.busy / steps, self.busy / window)]
+            + [(f"idle: {cause}", t / steps, t / window) for cause, t in _ranked(self.idle)],
+        )
+        lines += ["", "Its kernels by what launched them (precision as their names say):", ""]
+        lines += _table(
+            ("kind", "backend", "precision", "kernels a step", "ms a step", "share of busy"),
+            ("{}", "{}", "{}", "{:.0f}", MS, SHARE),
+            [
+                (
+                    group.kind,
+                    group.backend,
+                    group.precision,
+                    group.count / steps,
+                    group.time / steps,
+                    group.time / max(self.busy, 1e-9),
+                )
+                for group in self.kernels
+            ],
+        )
+        if self.gaps:
+            lines += ["", f"Its {len(self.gaps)} longest idle stretches:", ""]
+            lines += _table(
+                ("at (ms into the window)", "idle (µs)", "cause", "the launching thread was in"),
+                (MS, "{:.0f}", "{}", "{}"),
+                [(gap.at, gap.idle, gap.cause, gap.host_call) for gap in self.gaps],
+            )
+        return "\n".join(lines) + "\n"
+
+
+MS = "{:.2f}"  # of a value in microseconds: written in milliseconds (_table)
+SHARE = "{:.1%}"
+
+
+def _ranked(times: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(times.items(), key=lambda item: -item[1])
+
+
+def _shares(times: dict[str, float], window: float) -> str:
+    shown = [f"{cause} {t / window:.0%}" for cause, t in _ranked(times) if t / window >= 0.005]
+    return ", ".join(shown) or "nothing to name"
+
+
+def _table(
+    header: Sequence[str], formats: Sequence[str], rows: Iterable[Sequence[object]]
+) -> list[str]:
+    """Markdown rows; a column formatted MS holds microseconds, shown as milliseconds."""
+
+    def cell(value: object, form: str) -> str:
+        if form is MS and isinstance(value, float):
+            value = value / 1e3
+        return form.format(value).replace("|", "\\|")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(map(cell, row, formats)) + " |" for row in rows]
+    return out
+
+
+def read_trace(trace: dict) -> TraceReport:
+    """The report of a trace as torch.profiler exports it (its "traceEvents")."""
+    events = [event for event in trace.get("traceEvents", ()) if event.get("ph") == "X"]
+    threads = _host_threads(events)
+    launches, causes = _nested(threads)
+    steps = [span for spans in threads.values() for span in spans if _is_step(span.name)]
+    training = _training_thread(threads)
+    window = _union([(span.start, span.end) for span in steps]) or _extent(threads.get(training))
+    host_time = sum(end - start for start, end in window)
+    report = TraceReport(
+        steps=len(steps) or 1,
+        host_window=host_time,
+        host_causes=_by_cause(window, causes.get(training, {}), FORWARD_BACKWARD),
+    )
+    activity = [event for event in events if event.get("cat") in GPU_ACTIVITY]
+    if activity:
+        _read_gpu(report, activity, launches, causes, threads)
+    return report
+
+
+def _host_threads(events: Sequence[dict]) -> dict[tuple[int, int], list[Span]]:
+    threads: dict[tuple[int, int], list[Span]] = defaultdict(list)
+    for event in events:
+        if event.get("cat") in HOST_EVENTS:
+            start = float(event["ts"])
+            span = Span(
+                start,
+                start + float(event.get("dur", 0)),
+                event.get("name", ""),
+                event.get("args", {}).get("correlation")
+                if event.get("cat") in ("cuda_runtime", "cuda_driver")
+                else None,
+            )
+            threads[(event.get("pid", 0), event.get("tid", 0))].append(span)
+    for spans in threads.values():
+        spans.sort(key=lambda span: (span.start, -span.end))
+    return threads
+
+
+def _nested(
+    threads: dict[tuple[int, int], list[Span]],
+) -> tuple[dict[int, Launch], dict[tuple[int, int], dict[str, list[tuple[float, float]]]]]:
+    """Each launch's host spans around it (by correlation id), and each thread's spans of each
+    host cause, merged."""
+    launches: dict[int, Launch] = {}
+    causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]] = {}
+    for thread, spans in threads.items():
+        stack: list[Span] = []
+        of_cause: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for span in spans:
+            while stack and stack[-1].end <= span.start:
+                stack.pop()
+            if span.correlation is not None:
+                launches[span.correlation] = Launch(
+                    thread, span.start, tuple(s.name for s in stack)
+                )
+            cause = _host_cause(span.name)
+            if cause is not None:
+                of_cause[cause].append((span.start, span.end))
+            stack.append(span)
+        causes[thread] = {cause: _union(intervals) for cause, intervals in of_cause.items()}
+    return launches, causes
+
+
+def _host_cause(name: str) -> str | None:
+    if name == WAIT_FOR_BATCH or name.startswith("enumerate(DataLoader)"):
+        return WAITING_FOR_INPUT
+    if name == COPY_TO_DEVICE:
+        return COPYING_INPUT
+    if name == DECODE_ON_GPU:
+        return DECODING_INPUT
+    if "Synchronize" in name or name in ("cudaMemcpy", "cuMemcpy"):
+        return SYNCS
+    if name in ("cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaFreeHost", "cuMemAlloc_v2"):
+        return ALLOCATIONS  # the caching allocator, which in a steady state should not need them
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
+        return OPTIMIZER
+    return None
+
+
+def _is_step(name: str) -> bool:
+    return name.startswith(STEP_PREFIX)
+
+
+def _training_thread(threads: dict[tuple[int, int], list[Span]]) -> tuple[int, int]:
+    """The thread that ran the steps (torch.profiler marks them there), else the busiest."""
+    for thread, spans in threads.items():
+        if any(_is_step(span.name) for span in spans):
+            return thread
+    return max(threads, key=lambda thread: len(threads[thread]), default=(0, 0))
+
+
+def _extent(spans: Sequence[Span] | None) -> list[tuple[float, float]]:
+    if not spans:
+        return []
+    return [(min(span.start for span in spans), max(span.end for span in spans))]
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _overlap(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple]:
+    """The parts of merged `intervals` inside [start, end]."""
+    first = max(bisect.bisect_right(intervals, (start, float("inf"))) - 1, 0)
+    parts = []
+    for low, high in intervals[first:]:
+        if low >= end:
+            break
+        if high > start:
+            parts.append((max(low, start), min(high, end)))
+    return parts
+
+
+def _by_cause(
+    pieces: list[tuple[float, float]],
+    causes: dict[str, list[tuple[float, float]]],
+    rest: str,
+) -> dict[str, float]:
+    """The time of `pieces` under each host cause, in HOST_CAUSES' order of precedence; what no
+    cause covers goes to `rest`."""
+    times: dict[str, float] = defaultdict(float)
+    for cause in HOST_CAUSES:
+        covered = []
+        for start, end in pieces:
+            covered += _overlap(causes.get(cause, []), start, end)
+        times[cause] += sum(end - start for start, end in covered)
+        pieces = _minus(pieces, covered)
+    times[rest] += sum(end - start for start, end in pieces)
+    return {cause: time for cause, time in times.items() if time > 0}
+
+
+def _minus(
+    pieces: list[tuple[float, float]], covered: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    left = []
+    for start, end in pieces:
+        for low, high in covered:  # sorted, inside the pieces, disjoint
+            if high <= start or low >= end:
+                continue
+            if low > start:
+                left.append((start, low))
+            start = max(start, high)
+        if start < end:
+            left.append((start, end))
+    return left
+
+
+def _read_gpu(
+    report: TraceReport,
+    activity: list[dict],
+    launches: dict[int, Launch],
+    causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]],
+    threads: dict[tuple[int, int], list[Span]],
+) -> None:
+    """The busiest GPU's window, busy time, idle time by cause, longest gaps and kernel groups."""
+    by_device: dict[object, list[dict]] = defaultdict(list)
+    for event in activity:
+        by_device[event.get("args", {}).get("device", event.get("pid"))].append(event)
+    device, events = max(by_device.items(), key=lambda item: sum(e["dur"] for e in item[1]))
+    events.sort(key=lambda event: event["ts"])
+    busy: list[tuple[float, float]] = []
+    gaps: list[tuple[float, float, Launch | None]] = []  # idle from, to, the launch that ended it
+    for event in events:
+        start, end = float(event["ts"]), float(event["ts"]) + float(event["dur"])
+        if busy and start <= busy[-1][1]:
+            busy[-1] = (busy[-1][0], max(busy[-1][1], end))
+            continue
+        if busy:
+            gaps.append((busy[-1][1], start, launches.get(_correlation(event))))
+        busy.append((start, end))
+    report.device = f"GPU {device}"
+    report.gpu_window = busy[-1][1] - busy[0][0]
+    report.busy = sum(end - start for start, end in busy)
+    idle: dict[str, float] = defaultdict(float)
+    named = []
+    for start, end, launch in gaps:
+        split = _idle_causes(start, end, launch, causes)
+        for cause, time in split.items():
+            idle[cause] += time
+        named.append((end - start, start, max(split, key=split.__getitem__), launch))
+    report.idle = dict(idle)
+    report.gaps = [
+        Gap(at - busy[0][0], length, cause, _busy_with(threads, launch, at))
+        for length, at, cause, launch in sorted(named, key=lambda gap: -gap[0])[:LONG_GAPS]
+    ]
+    report.kernels = _kernel_groups(events, launches)
+
+
+def _correlation(event: dict) -> int:
+    return event.get("args", {}).get("correlation", -1)  # -1: none, no launch has it
+
+
+def _idle_causes(
+    start: float,
+    end: float,
+    launch: Launch | None,
+    causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]],
+) -> dict[str, float]:
+    """An idle stretch by cause: the GPU's own where what ended it was queued before it began;
+    else what its launching thread did until the launch, and the launch's own latency after."""
+    if launch is None or launch.start <= start:
+        return {BETWEEN_KERNELS: end - start}
+    late_until = min(launch.start, end)
+    split = _by_cause([(start, late_until)], causes.get(launch.thread, {}), HOST_OVERHEAD)
+    split[HOST_OVERHEAD] = split.get(HOST_OVERHEAD, 0.0) + end - late_until
+    return {cause: time for cause, time in split.items() if time > 0}
+
+
+def _busy_with(
+    threads: dict[tuple[int, int], list[Span]], launch: Launch | None, idle_from: float
+) -> str:
+    """What the launching thread was doing while the GPU waited for its launch: the innermost of
+    its spans that covers most of that time; for work queued in time, the call that queued it."""
+    if launch is None:
+        return "(its launch is not in the trace)"
+    if launch.start <= idle_from:
+        return f"queued in time by {launch.ancestors[-1] if launch.ancestors else 'the host'}"
+    length = launch.start - idle_from
+    spans = [
+        (min(span.end, launch.start) - max(span.start, idle_from), span)
+        for span in threads.get(launch.thread, ())
+        if span.start < launch.start and span.end > idle_from
+    ]
+    mostly = [span for covered, span in spans if covered >= length / 2]
+    if mostly:
+        return min(mostly, key=lambda span: span.end - span.start).name
+    return max(spans, key=lambda pair: pair[0])[1].name if spans else "(no recorded call)"
+
+
+_PRECISIONS = (
+    ("bfloat16", re.compile(r"bf16|bfloat16", re.IGNORECASE)),
+    ("float16", re.compile(r"f16|half", re.IGNORECASE)),
+    ("tf32", re.compile(r"tf32", re.IGNORECASE)),
+    ("float32", re.compile(r"f32|float", re.IGNORECASE)),
+)
+
+
+def _kernel_groups(events: list[dict], launches: dict[int, Launch]) -> list[KernelGroup]:
+    counts: Counter[tuple[str, str, str]] = Counter()
+    times: dict[tuple[str, str, str], float] = defaultdict(float)
+    for event in events:
+        launch = launches.get(_correlation(event))
+        key = _kernel_key(event, launch.ancestors if launch else ())
+        counts[key] += 1
+        times[key] += float(event["dur"])
+    return [
+        KernelGroup(*key, counts[key], time)
+        for key, time in sorted(times.items(), key=lambda item: -item[1])
+    ]
+
+
+def _kernel_key(event: dict, ancestors: tuple[str, ...]) -> tuple[str, str, str]:
+    """(kind, backend, precision) of a GPU activity, from the host spans that launched it."""
+    name = event.get("name", "")
+    if event.get("cat") != "kernel":
+        return (" ".join(name.split()[:2]), "-", "-")  # "Memcpy HtoD", "Memset (Device)"
+    lowered = [ancestor.lower() for ancestor in ancestors]
+    if any(ancestor in (WAIT_FOR_BATCH, COPY_TO_DEVICE, DECODE_ON_GPU) for ancestor in ancestors):
+        kind = "input"
+    elif any(ancestor.startswith("optimizer.") for ancestor in lowered):
+        kind = "optimizer"
+    elif any("batch_norm" in ancestor for ancestor in lowered):
+        kind = "batch norm"
+    elif any("conv" in ancestor for ancestor in lowered):
+        kind = "convolution"
+    else:
+        kind = "other"
+    if any("cudnn" in text for text in [*lowered, name.lower()]) or "xmma" in name:
+        backend = "cuDNN"
+    elif "at::native" in name or name.startswith("void at::"):
+        backend = "PyTorch"
+    else:
+        backend = "other library"
+    precision = next((label for label, pattern in _PRECISIONS if pattern.search(name)), "-")
+    return kind, backend, precision
