@@ -117,3 +117,14 @@ class InputSettings:
     crop: str = SCALE_CROP  # a training crop of CROPS
     crop_area: tuple[float, float] = DEFAULT_CROP_AREA  # random_resized: share of the image's area
     crop_ratio: tuple[float, float] = DEFAULT_CROP_RATIO  # random_resized: width / height
+
+    def describe_decoding(self) -> str:
+        """The start line's words: where JPEGs are decoded, by how many processes."""
+        readers = (
+            f"{self.num_workers} input process{'es' * (self.num_workers != 1)}"
+            if self.num_workers
+            else "the training process"
+        )
+        if self.decode_on_gpu:
+            return f"JPEGs decoded on the GPU (nvJPEG), read by {readers}"
+        return f"images decoded by {readers}"

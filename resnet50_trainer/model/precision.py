@@ -46,6 +46,18 @@ class PrecisionSettings:
         )
 
 
+def describe_precision(settings: PrecisionSettings, device: torch.device) -> str:
+    """The start line's words: the arithmetic, the layout and where, e.g. "bfloat16 autocast,
+    channels_last and TF32 on cuda:0"."""
+    arithmetic = {
+        "float16": "float16 autocast with a gradient scaler",
+        "bfloat16": "bfloat16 autocast",
+    }.get(settings.dtype, "float32")
+    layout = ", channels_last and TF32" if settings.tensor_cores else ""
+    where = "the CPU" if device.type == "cpu" else str(device)
+    return f"{arithmetic}{layout} on {where}"
+
+
 def compute_dtype(settings: PrecisionSettings) -> torch.dtype | None:
     """The autocast dtype of the run, or None for plain float32."""
     return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(settings.dtype)
@@ -79,7 +91,7 @@ class Precision:
     """What the training step needs to know about precision and layout, for one device."""
 
     def __init__(self, settings: PrecisionSettings, device: torch.device):
-        self.device = device
+        self.settings, self.device = settings, device
         self.dtype = compute_dtype(settings)
         self.channels_last = settings.tensor_cores
         self.mean, self.std = channel_statistics(settings, device)

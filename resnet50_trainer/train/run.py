@@ -28,6 +28,7 @@ from resnet50_trainer.distributed.stopping import (
 )
 from resnet50_trainer.errors import UserError, stop_watching_input_processes
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
+from resnet50_trainer.model.precision import describe_precision
 from resnet50_trainer.model.replica import Learner, build_replica
 from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
@@ -35,7 +36,7 @@ from resnet50_trainer.reporting.runlog import RunLog
 from resnet50_trainer.reporting.tensorboard import TensorBoardLog, event_directory
 from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
-from resnet50_trainer.train.inputs import build_test_input, build_train_input
+from resnet50_trainer.train.inputs import build_test_input, build_train_input, input_settings
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,8 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     outputs = _open_outputs(
         config, placement, device, started, lineage, run.iteration, steps_left=steps_left
     )
-    _log_start(config, placement, schedule, outputs, train_input.order)
     learner = Learner(placement, device, replica, schedule)
+    _log_start(config, placement, learner, outputs, train_input.order)
     saver = CheckpointSaver(config, learner, lineage)
     loop = EpochLoop(config, learner, train_input, test_batches, run, saver, outputs)
     with logging_redirect_tqdm():
@@ -174,7 +175,7 @@ def _replica_devices(
 def _log_start(
     config: Config,
     placement: Placement,
-    schedule: LearningRateSchedule,
+    learner: Learner,
     outputs: Outputs,
     order: ReadOrder | None,
 ) -> None:
@@ -183,11 +184,13 @@ def _log_start(
         if config.iter_size > 1
         else ""
     )
+    schedule = learner.schedule
+    processes = f"{placement.world_size} process{'es' * (placement.world_size != 1)}"
     log.info(
-        "ResNet-%d, %d processes x %d images%s = global batch %d, effective LR %.5g "
-        "(%s), %s, %d iterations per epoch%s%s%s",
+        "ResNet-%d, %s x %d images%s = global batch %d, effective LR %.5g "
+        "(%s), %s, %d iterations per epoch; %s, %s%s%s%s",
         config.num_layers,
-        placement.world_size,
+        processes,
         config.device_batch_size,
         passes,
         config.global_batch_size,
@@ -195,6 +198,10 @@ def _log_start(
         config.learning_rate_origin,
         schedule.describe(),
         schedule.iterations_per_epoch,
+        describe_precision(learner.replica.precision.settings, learner.device),
+        "synthetic batches (--train_data null)"
+        if config.synthetic
+        else input_settings(config, train=True).describe_decoding(),
         f"; log {outputs.runlog.path}" if outputs.runlog else "",
         f"; TensorBoard {outputs.tensorboard.directory}" if outputs.tensorboard else "",
         f"; read order {describe_order(*order.shape)} ({order.why})" if order else "",

@@ -23,7 +23,7 @@ def test_a_solver_run_says_what_each_field_became_and_logs_the_drops(tmp_path):
         "iter_size -> --iter_size 2",
         "random_seed -> --seed 3",
         "net 'models/ResNet-50-train_val.prototxt': not used",
-        "1 processes x 8 images in 2 passes of 4",
+        "1 process x 8 images in 2 passes of 4",
     ):
         assert line in done.stderr, done.stderr
     rows = log_rows(tmp_path)

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from resnet50_trainer import cli
+from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.model.precision import (
     Precision,
     PrecisionSettings,
     compute_dtype,
+    describe_precision,
     normalize,
 )
 from tests.support.trainer_runs import SMALL_RUN, config_of
@@ -71,3 +73,34 @@ def test_precision_inputs_dtype_layout_and_scaler():
     plain = Precision(PrecisionSettings.of(tiny_config()), torch.device("cpu"))
     with plain.autocast():
         assert torch.nn.Linear(4, 2)(torch.ones(1, 4)).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "flags, device, words",
+    [
+        ((), "cpu", "float32 on the CPU"),
+        (("--dtype", "bfloat16"), "cpu", "bfloat16 autocast on the CPU"),
+        (
+            ("--dtype", "float16", "--enable_tensor_core"),
+            "cuda:1",
+            "float16 autocast with a gradient scaler, channels_last and TF32 on cuda:1",
+        ),
+        (("--float16_compute",), "cuda:0", "float16 autocast with a gradient scaler on cuda:0"),
+    ],
+)
+def test_the_start_line_says_the_arithmetic_the_layout_and_the_device(flags, device, words):
+    config = config_of("--train_data", "null", *flags, gpus_present=2)
+    assert describe_precision(PrecisionSettings.of(config), torch.device(device)) == words
+
+
+@pytest.mark.parametrize(
+    "workers, on_gpu, words",
+    [
+        (0, False, "images decoded by the training process"),
+        (1, False, "images decoded by 1 input process"),
+        (4, True, "JPEGs decoded on the GPU (nvJPEG), read by 4 input processes"),
+    ],
+)
+def test_the_start_line_says_where_images_are_decoded(workers, on_gpu, words):
+    settings = InputSettings(10, 3, 36, 32, 0, workers, on_gpu)
+    assert settings.describe_decoding() == words
