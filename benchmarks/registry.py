@@ -26,6 +26,7 @@ MODULES = (
     "benchmarks.cold_reads",
     "benchmarks.sorted_db",
     "benchmarks.train",
+    "benchmarks.step_overhead",
 )
 
 

@@ -9,24 +9,28 @@
 3. ours, compute only: `resnet50-trainer --train_data null`, same flags.
 4. DDP's cost: the same synthetic step loop with and without DistributedDataParallel at one
    process, alternated --ddp_rounds times; the round with the median ratio is reported.
-Ours runs 2 epochs of --steps steps and reports the second (the first pays for start-up). Prints
-images/s, the ratios, and GPU memory peaks. Usage (GPU): python -m benchmarks.train
-Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 4
+Ours is timed in steady state: --steps steps inside one epoch, after at least --warmup untimed
+ones (its console lines give the window's time); with --profile N, N steps before the window are
+profiled and their table and trace kept in --profile_dir. The example loop and DDP's cost time
+--baseline_steps after --warmup. Prints images/s, the ratios, GPU memory peaks and the profiles'
+lines. Usage (GPU): python -m benchmarks.train
+Small CPU smoke run: --num_layers 18 --image_size 64 --batch_size 16 --steps 20 --baseline_steps 4
 --results PATH also writes the figures as JSON (scripts/gpu_check.sh makes its table of them).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -39,6 +43,7 @@ from benchmarks import bench_data
 from benchmarks.input_pipeline import photo_sets, prepare_photo_sets
 from benchmarks.registry import HIGHER, Context, Figure, benchmark
 from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
+from resnet50_trainer.reporting.profiling import WARMUP_STEPS
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 THIS = Tree("this", BENCHMARKS_ROOT)
@@ -74,7 +79,7 @@ def baseline(args, device: torch.device, root: str) -> float:
         if step == args.warmup:
             _sync(device)
             started = time.perf_counter()
-        if step == args.warmup + args.steps:
+        if step == args.warmup + args.baseline_steps:
             break
         images, target = images.to(device, non_blocking=True), target.to(device, non_blocking=True)
         output = model(images)
@@ -88,12 +93,52 @@ def baseline(args, device: torch.device, root: str) -> float:
     return args.steps * args.batch_size / (time.perf_counter() - started)
 
 
-def ours(
-    args, device: torch.device, train_data: str, out: str, tree: Tree = THIS
-) -> tuple[float, str]:
-    """Second-epoch images/s from the run log of `tree`'s `resnet50-trainer` in a subprocess, and
-    its peak GPU memory line ("" on the CPU)."""
+# The trainer's console line every PRINT_EVERY steps gives the rate since the line before; its
+# divergence check reads the device this often anyway (train/epoch_loop.py), so the lines add no
+# wait for the GPU.
+PRINT_EVERY = 20
+FINISHED = re.compile(r"Finished iteration (\d+)/\d+ of epoch \d+ \(([\d.]+) images/sec\)")
+
+
+class Run(NamedTuple):
+    """What one run of the trainer measured: images/s over the window, its peak GPU memory ("" on
+    the CPU), and with a profile, the profile's one-line summary (its table and trace are copied
+    to --profile_dir)."""
+
+    rate: float
+    peak: str
+    profile: str
+
+
+def untimed_steps(args) -> int:
+    """Steps before the timed window: at least --warmup, and past the profile (its warm-up, the
+    discarded step, the recorded ones and its writing), on a console line."""
+    untimed = max(args.warmup, WARMUP_STEPS + 2 + args.profile if args.profile else 0)
+    return -(-untimed // PRINT_EVERY) * PRINT_EVERY
+
+
+def steady_rate(output: str, untimed: int) -> float:
+    """Images/s over the steps after the first `untimed`, from the trainer's console lines (each
+    line's rate is that of the steps since the line before, so the window's time is their sum)."""
+    steps = seconds_per_image = 0.0
+    previous = 0
+    for match in FINISHED.finditer(output):
+        step, rate = int(match[1]), float(match[2])
+        if previous >= untimed:
+            steps += step - previous
+            seconds_per_image += (step - previous) / rate
+        previous = step
+    if not steps:
+        raise MeasurementFailed(f"no console line after step {untimed} in:\n{output[-3000:]}")
+    return steps / seconds_per_image
+
+
+def ours(args, device: torch.device, train_data: str, out: str, tree: Tree = THIS) -> Run:
+    """Images/s of `tree`'s `resnet50-trainer` in a subprocess, over --steps steps inside one
+    epoch after untimed_steps(args), and its peak GPU memory line; with args.profile, the profile
+    of as many steps before the window (its table and trace copied to args.profile_dir)."""
     log_dir = tempfile.mkdtemp(dir=out, prefix="run_")
+    untimed = untimed_steps(args)
     flags = [
         "--train_data",
         train_data,
@@ -104,9 +149,9 @@ def ours(
         "--batch_size",
         str(args.batch_size),
         "--epoch_size",
-        str(args.steps * args.batch_size),
+        str((untimed + args.steps) * args.batch_size),
         "--num_epochs",
-        "2",
+        "1",
         "--num_workers",
         str(args.workers),
         "--log_dir",
@@ -114,10 +159,12 @@ def ours(
         "--num_labels",
         "1000",
         "--print_every",
-        str(10 * args.steps),
+        str(PRINT_EVERY),
     ]
     if args.compile:
         flags += ["--compile"]
+    if args.profile:
+        flags += ["--profile_iters", str(args.profile)]
     if device.type == "cuda":
         flags += ["--dtype", args.dtype, "--enable_tensor_core"]
         if train_data != "null" and not args.cpu_decode:
@@ -128,20 +175,31 @@ def ours(
     run = subprocess.run(
         tree.trainer(flags), cwd=out, capture_output=True, text=True, env=tree.environment()
     )
-    peaks = [
-        line for line in run.stderr.splitlines() + run.stdout.splitlines() if "peak GPU" in line
-    ]
+    output = run.stderr + run.stdout
     if run.returncode:
         raise MeasurementFailed(
             f"resnet50-trainer failed ({run.returncode}):\n{run.stderr[-3000:]}"
         )
+    peaks = [line for line in output.splitlines() if "peak GPU" in line]
     if peaks:
         print("  ", peaks[-1].strip())
-    [log_path] = glob.glob(os.path.join(log_dir, "*.log"))
-    with open(log_path) as log_file:
-        rows = list(csv.DictReader(line for line in log_file if not line.startswith("#")))
+    profiles = [line for line in output.splitlines() if line.startswith("Profile of")]
+    if profiles:
+        print("  ", profiles[-1])
+        _keep_profile(log_dir, args, "compute" if train_data == "null" else "end_to_end")
     peak = peaks[-1].rsplit("peak GPU memory", 1)[-1].strip() if peaks else ""
-    return float(rows[-1]["inputs_per_sec"]), peak
+    return Run(steady_rate(output, untimed), peak, profiles[-1] if profiles else "")
+
+
+def _keep_profile(log_dir: str, args, what: str) -> None:
+    """The run's profile table and trace, as PART_WHAT.profile.md and .trace.json.gz, into
+    args.profile_dir."""
+    if not args.profile_dir:
+        return
+    os.makedirs(args.profile_dir, exist_ok=True)
+    for suffix in (".profile.md", ".trace.json.gz"):
+        for found in glob.glob(os.path.join(log_dir, f"*{suffix}")):
+            shutil.copy(found, os.path.join(args.profile_dir, f"{args.part}_{what}{suffix}"))
 
 
 def ddp_cost(args, device: torch.device) -> tuple[float, float]:
@@ -159,7 +217,7 @@ def ddp_cost(args, device: torch.device) -> tuple[float, float]:
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
 
     def rate(module) -> float:
-        for step in range(args.warmup + args.steps):
+        for step in range(args.warmup + args.baseline_steps):
             if step == args.warmup:
                 _sync(device)
                 started = time.perf_counter()
@@ -168,7 +226,7 @@ def ddp_cost(args, device: torch.device) -> tuple[float, float]:
             loss.backward()
             optimizer.step()
         _sync(device)
-        return args.steps * args.batch_size / (time.perf_counter() - started)
+        return args.baseline_steps * args.batch_size / (time.perf_counter() - started)
 
     # Alternate so that drift (a shared machine, clocks) hits both alike; the median round wins.
     results = sorted(
@@ -200,13 +258,22 @@ class Results:
         self.path, self.data = path, data
         self.figures: dict[str, float] = {}
         self.peaks: dict[str, str] = {}
+        self.profiles: dict[str, str] = {}
 
-    def add(self, name: str, figure: float, peak: str = "") -> None:
+    def add(self, name: str, figure: float, peak: str = "", profile: str = "") -> None:
         self.figures[name], self.peaks[name] = figure, peak
+        if profile:
+            self.profiles[name] = profile
         if self.path:
             with open(self.path, "w") as results:
                 json.dump(
-                    {"figures": self.figures, "peaks": self.peaks, "data": self.data}, results
+                    {
+                        "figures": self.figures,
+                        "peaks": self.peaks,
+                        "profiles": self.profiles,
+                        "data": self.data,
+                    },
+                    results,
                 )
 
 
@@ -217,8 +284,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num_layers", type=int, default=50)
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=30, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (baseline, DDP)")
+    parser.add_argument("--steps", type=int, default=200, help="ours: timed steps, in one epoch")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps before any timing")
+    parser.add_argument(
+        "--baseline_steps", type=int, default=30, help="timed steps of the example loop and DDP's"
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, help="ours: profile this many steps before the window"
+    )
+    parser.add_argument("--profile_dir", help="where the profiles' tables and traces are kept")
+    parser.add_argument("--part", default="train", help="the profiles' names: PART_compute...")
     parser.add_argument("--workers", type=int, default=min(8, (os.cpu_count() or 2) - 1))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     parser.add_argument("--ddp_rounds", type=int, default=5, help="alternations without/with DDP")
@@ -284,19 +359,29 @@ if __name__ == "__main__":
 
 # The CPU figure: ResNet-18 at 64 px, batch 16, one input process each side (2 cores here).
 CPU_RUN = argparse.Namespace(
-    num_layers=18, image_size=64, batch_size=16, steps=20, warmup=2, workers=1, compile=False
+    num_layers=18,
+    image_size=64,
+    batch_size=16,
+    steps=20,
+    baseline_steps=20,
+    warmup=2,
+    workers=1,
+    compile=False,
+    profile=0,
 )
 # The GPU figures: ResNet-50 at 224 px, batch 256, bfloat16 (scripts/gpu_check.sh's parts).
 GPU_RUN = argparse.Namespace(
     num_layers=50,
     image_size=224,
     batch_size=256,
-    steps=30,
-    warmup=5,
+    steps=200,
+    baseline_steps=30,
+    warmup=20,
     workers=min(15, (os.cpu_count() or 2) - 1),
     compile=False,
     dtype="bfloat16",
     cpu_decode=False,
+    profile=0,
 )
 
 
@@ -336,7 +421,7 @@ def measure_train(context: Context, tree: Tree) -> dict[str, float]:
         tree.call("benchmarks.train:example_loop_rate", root=sets["files"], device="cpu")
     )
     with tempfile.TemporaryDirectory(dir=context.scratch) as out:
-        rate, _ = ours(CPU_RUN, torch.device("cpu"), sets["lmdb"], out, tree)
+        rate = ours(CPU_RUN, torch.device("cpu"), sets["lmdb"], out, tree).rate
     return {
         "train_vs_example_loop": rate / example,
         "train_cpu_images_s": rate,
@@ -414,8 +499,8 @@ def measure_gpu(context: Context, tree: Tree) -> dict[str, float]:
         tree.call("benchmarks.train:example_loop_rate", root=sets["files"], device="cuda")
     )
     with tempfile.TemporaryDirectory(dir=context.scratch) as out:
-        compute, _ = ours(GPU_RUN, device, "null", out, tree)
-        end_to_end, _ = ours(GPU_RUN, device, sets["lmdb"], out, tree)
+        compute = ours(GPU_RUN, device, "null", out, tree).rate
+        end_to_end = ours(GPU_RUN, device, sets["lmdb"], out, tree).rate
     return {
         "gpu_compute_bf16_images_s": compute,
         "gpu_end_to_end_images_s": end_to_end,

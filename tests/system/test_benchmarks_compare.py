@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.trainer_runs import REPOSITORY
 
@@ -52,3 +53,19 @@ def test_a_base_that_cannot_run_is_not_a_pass(tmp_path):
     done = compare(REPOSITORY, broken)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "not compared (the base did not measure them): start_help_s" in done.stdout
+
+
+def test_a_sleep_planted_in_each_step_shows_in_the_step_overhead_figure(tmp_path):
+    """The figure `compare` guards (step_overhead_vs_bare_loop) sees a per-step cost the trainer
+    adds: 50 ms slept in each step's pass, on a step of about 30-50 ms, at least doubles it."""
+    from benchmarks.step_overhead import step_figures
+    from benchmarks.trees import Tree
+
+    planted = copy_of_this_tree(tmp_path / "planted")
+    step = Path(planted, "resnet50_trainer", "train", "step.py")
+    source = step.read_text()
+    first_line = "    images, targets, dominant_labels = pass_inputs"
+    assert first_line in source
+    step.write_text(source.replace(first_line, f"    __import__('time').sleep(0.05)\n{first_line}"))
+    figures = step_figures(Tree("planted", Path(planted)), str(tmp_path), timed=20)
+    assert figures["step_overhead_vs_bare_loop"] > 1.5, figures

@@ -33,7 +33,7 @@ DIGEST = re.compile(r"Parameters identical on all (\d) processes \(sha256 ([0-9a
 # Every line a run prints up to its stop; anything else (another library's last words, a
 # traceback) fails the test.
 OUR_LINES = re.compile(
-    r"ResNet-18, \d processes x .*"
+    r"ResNet-18, \d process(es)? x .*"
     r"|Epoch 2 goes on in the order it began in .*"
     r"|Finished iteration \d+/4 of epoch \d .*"
     r"|Training loss: .*"

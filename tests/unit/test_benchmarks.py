@@ -31,6 +31,7 @@ QUICK = {
     "input_scale_vs_decode",
     "input_vs_pytorch_example",
     "train_vs_example_loop",
+    "step_overhead_vs_bare_loop",
 }
 RESULTS = os.path.join(REPOSITORY, "benchmarks", "results")
 
