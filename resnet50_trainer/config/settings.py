@@ -108,6 +108,12 @@ class Config(
             return f"base {self.base_learning_rate:g} as given: --lr_scaling {self.lr_scaling}"
         return f"base {self.base_learning_rate:g} x {self.global_batch_size} / {LR_REFERENCE_BATCH}"
 
+    @property
+    def gpus_shared(self) -> bool:
+        """Whether --gpus lists a GPU more than once: its processes share it, and all-reduce over
+        Gloo (NCCL needs a GPU a process)."""
+        return len(set(self.gpus)) < len(self.gpus)
+
     def iterations_per_epoch(self, num_records: int) -> int:
         """Steps per epoch: epoch_size over the global batch, or one pass over the DB without it."""
         images = self.epoch_size if self.epoch_size is not None else num_records

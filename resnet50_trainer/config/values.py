@@ -102,8 +102,8 @@ ALL_GPUS = (-1,)  # --gpus all: every GPU of this machine (gpu_ids.select_gpus c
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
-    """--gpus: distinct GPU ids separated by commas (select_gpus checks them against this
-    machine's GPUs), or `all`, as Caffe's `--gpu all`."""
+    """--gpus: GPU ids separated by commas (select_gpus checks them against this machine's GPUs;
+    one listed twice gets two processes, config.gpus_shared), or `all`, as Caffe's `--gpu all`."""
     if text.strip().lower() == "all":
         return ALL_GPUS
     parts = text.split(",")
@@ -111,13 +111,7 @@ def gpu_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"invalid value {text!r}: use GPU ids (0, 1, ...) separated by commas, e.g. 0,1, or all"
         )
-    ids = [int(part) for part in parts]
-    repeated = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} lists GPU {repeated[0]} more than once: list each GPU once"
-        )
-    return tuple(ids)
+    return tuple(int(part) for part in parts)
 
 
 def redis_address(text: str) -> str:

@@ -198,7 +198,8 @@ def _meet_through_board(config: Config, seat: Seat) -> Meeting:
 
 
 def _backend(config: Config) -> str:
-    return "gloo" if config.use_cpu else "nccl"
+    """NCCL between GPUs; Gloo on CPUs and between processes sharing a GPU, which NCCL refuses."""
+    return "gloo" if config.use_cpu or config.gpus_shared else "nccl"
 
 
 def _bound_device(config: Config) -> torch.device | None:
@@ -206,6 +207,6 @@ def _bound_device(config: Config) -> torch.device | None:
     once, where it would be created at the first collective, after a guess of the device that the
     first barrier warns of. Not with --model_parallel: a replica's second GPU is this process's
     too, and a group bound to the first refuses collectives there."""
-    if config.use_cpu or config.model_parallel:
+    if _backend(config) != "nccl" or config.model_parallel:
         return None
     return torch.device("cuda", torch.cuda.current_device())

@@ -155,7 +155,7 @@ def _open_outputs(
     ) or (None, None)
     return Outputs(
         runlog,
-        GpuMonitor(config.gpus).start() if runlog else None,
+        GpuMonitor(list(dict.fromkeys(config.gpus))).start() if runlog else None,
         StepProfiler(
             config.profile_iters,
             runlog.path if runlog else None,

@@ -311,6 +311,25 @@ def test_gloo_with_two_processes_sharing_one_gpu():
 
 
 @needs_gpu
+def test_two_training_processes_forked_with_cuda_share_one_gpu_and_resume(gpu_db, tmp_path):
+    """--gpus 0,0: two training processes started from the fork server the way --num_gpus 2
+    starts them, each with its input process, both on cuda:0 (Gloo between them); an epoch, then
+    a resume to the second, each ending with the replicas' weights equal."""
+    common = ("--train_data", gpu_db, "--gpus", "0,0", "--num_workers", "1")
+    first = run_on_gpus(*common, "--num_epochs", "1", "--log_dir", str(tmp_path))
+    assert "ResNet-18, 2 processes x 4 images" in first.stderr, first.stderr
+    assert "on cuda:0" in first.stderr and "Traceback" not in first.stderr, first.stderr
+    resumed = run_on_gpus(
+        *common,
+        *("--num_epochs", "2", "--load_model_path", str(tmp_path / "resnet50_model_1.pt")),
+        *("--log_dir", str(tmp_path / "resumed")),
+    )
+    for done in (first, resumed):
+        assert "Parameters identical on all 2 processes" in done.stderr, done.stderr
+    assert (tmp_path / "resumed" / "resnet50_model_2.pt").exists()
+
+
+@needs_gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_exact_resume_on_the_gpu(gpu_db, tmp_path, dtype):
     """2 epochs in one go against epoch 1's checkpoint resumed to 2: the same weights, bit for bit

@@ -23,7 +23,8 @@ class DeviceFlags(FlagGroup):
 
     # the GPU ids this machine trains on; empty with use_cpu
     gpus: tuple[int, ...] = flag(type=gpu_list)
-    """comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all)"""
+    """comma-separated GPU ids, e.g. 0,1; or all (Caffe's --gpu all). A GPU listed twice (0,0)
+    gets two training processes, which all-reduce over Gloo: the multi-process path on one GPU"""
     # GPUs, or CPU workers with use_cpu: the field says what it is, the flag keeps the original's
     # name.
     processes_per_machine: int = flag(name="num_gpus", metavar="NUM_GPUS", type=Number(int, 1, 256))
@@ -96,6 +97,11 @@ def _check_precision_and_decoding(config: Config) -> None:
 
 
 def check_devices(config: Config) -> None:
+    if config.gpus_shared and config.model_parallel:
+        raise UserError(
+            "--model_parallel splits each replica over 2 GPUs of its own, but --gpus lists a GPU "
+            "more than once: list each GPU once"
+        )
     if config.pipeline_chunks != 1 and not config.model_parallel:
         raise UserError(
             "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
