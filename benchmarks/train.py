@@ -462,7 +462,7 @@ def _no_gpu() -> str | None:
             "gpu_end_to_end_cpu_decode_images_s",
             "images/s",
             None,
-            "end to end, CPU decoding on every core, bfloat16",
+            "end to end, CPU decoding on 3/4 of the cores, bfloat16",
         ),
         gpu_figure("gpu_input_nvjpeg_images_s", "images/s", None, "`resnet50-db bench`, nvJPEG"),
         gpu_figure(
@@ -477,7 +477,7 @@ def _no_gpu() -> str | None:
         gpu_figure(
             "gpu_end_to_end_vs_compute",
             "x",
-            0.9,
+            0.95,
             "end to end (nvJPEG) over compute only, bfloat16: what the input costs",
         ),
         gpu_figure(
