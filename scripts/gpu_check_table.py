@@ -1,21 +1,27 @@
-"""scripts/gpu_check.sh's one markdown table, from the JSON figures its parts left in a folder, and
-the same figures as benchmarks/' records (OUT.json beside OUT.md: what `python -m benchmarks run
---json` writes, under the names benchmarks/train.py declares, for `python -m benchmarks tables`).
+"""scripts/gpu_check.sh's one markdown file, from what its parts left in a folder: the figures'
+table, the profiles side by side (the GPU's busy share, its idle time by cause, each kind of
+kernel's time by precision: read from the traces), then each profile's own table; and the same
+figures as benchmarks/' records (OUT.json beside OUT.md: what `python -m benchmarks run --json`
+writes, under the names benchmarks/train.py declares, for `python -m benchmarks tables`).
 
 usage: PYTHONPATH=. python scripts/gpu_check_table.py PARTS_DIR OUT.md (gpu_check.sh runs it so)
-PARTS_DIR holds NAME.json ({"figures": {...}, "peaks": {...}, "data": "..."}, as
-benchmarks/train.py --results writes them), NAME.failed (one line: why a part has no
-figures) and pytest.txt (pytest -m gpu's summary line)."""
+PARTS_DIR holds NAME.json ({"figures": {...}, "peaks": {...}, "profiles": {...}, "data": "..."},
+as benchmarks/train.py --results writes them), NAME.failed (one line: why a part has no
+figures), pytest.txt (pytest -m gpu's summary line) and profiles/ (PART_WHAT.profile.md and
+.trace.json.gz, as benchmarks/train.py --profile_dir keeps them)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import os
 from pathlib import Path
 
 import torch
+
+from resnet50_trainer.reporting.trace_report import TraceReport, read_trace
 
 # (part, figure, its name in benchmarks/ or "", what it is): the rows, in order.
 ROWS = [
@@ -53,6 +59,12 @@ ROWS = [
         "cpu_decode",
         "end_to_end",
         "gpu_end_to_end_cpu_decode_images_s",
+        "end to end from LMDB, CPU decode on 3/4 of the cores, bfloat16",
+    ),
+    (
+        "cpu_decode_all",
+        "end_to_end",
+        "",
         "end to end from LMDB, CPU decode on every core, bfloat16",
     ),
     (
@@ -68,13 +80,13 @@ ROWS = [
         "input only (`resnet50-db bench`), CPU decode on every core",
     ),
     (
-        "bf16",
+        "example",
         "baseline",
         "gpu_example_loop_images_s",
         "baseline: PyTorch's ImageNet example loop, float32, ImageFolder",
     ),
-    ("bf16", "without_ddp", "", "one process, plain module (what the trainer runs), float32"),
-    ("bf16", "with_ddp", "", "one process, DistributedDataParallel around it, float32"),
+    ("example", "without_ddp", "", "one process, plain module (what the trainer runs), float32"),
+    ("example", "with_ddp", "", "one process, DistributedDataParallel around it, float32"),
 ]
 # Declared ratios: (name, numerator's name, denominator's name).
 RATIOS = [
@@ -100,7 +112,10 @@ def cells(
 
 
 def ratios(results: dict[str, dict]) -> list[str]:
-    figures = results.get("bf16", {}).get("figures", {})
+    figures = {
+        **results.get("example", {}).get("figures", {}),
+        **results.get("bf16", {}).get("figures", {}),
+    }
     lines = []
     if {"end_to_end", "baseline"} <= figures.keys():
         lines.append(
@@ -139,7 +154,56 @@ def table(parts: Path) -> str:
     for part, figure, _, what in ROWS:
         rate, peak = cells(results, failures, part, figure)
         lines.append(f"| {what} | {rate} | {peak} |")
-    return "\n".join([*lines, "", *ratios(results)]) + "\n"
+    return "\n".join([*lines, "", *ratios(results), *profiles(parts / "profiles")]) + "\n"
+
+
+def profiles(folder: Path) -> list[str]:
+    """The profiles side by side, read from their traces, then each one's own table."""
+    traces = sorted(folder.glob("*.trace.json.gz"))
+    if not traces:
+        return []
+    reports: dict[str, TraceReport] = {}
+    for trace in traces:
+        with gzip.open(trace, "rt") as file:
+            reports[trace.name.removesuffix(".trace.json.gz")] = read_trace(json.load(file))
+    lines = [
+        "",
+        "#### Where the time went: a profile of each run's steps before its timed window",
+        "",
+        "| profile | what it says |",
+        "| --- | --- |",
+        *(f"| {name} | {report.line()} |" for name, report in reports.items()),
+        "",
+        "Kernel time, ms a step, by what launched the kernels, their backend and the precision",
+        "their names carry:",
+        "",
+        "| kind | backend | precision | " + " | ".join(reports) + " |",
+        "| --- | --- | --- |" + " ---: |" * len(reports),
+    ]
+    kinds = sorted(
+        {
+            (group.kind, group.backend, group.precision)
+            for r in reports.values()
+            for group in r.kernels
+        }
+    )
+    for kind in kinds:
+        times = [
+            next(
+                (
+                    f"{g.time / 1e3 / r.steps:.2f}"
+                    for g in r.kernels
+                    if (g.kind, g.backend, g.precision) == kind
+                ),
+                "",
+            )
+            for r in reports.values()
+        ]
+        lines.append("| " + " | ".join([*kind, *times]) + " |")
+    for table in sorted(folder.glob("*.profile.md")):
+        own = table.read_text().replace("# Profile of", "#### Profile of", 1)
+        lines += ["", f"<!-- {table.name} -->", own.rstrip()]
+    return lines
 
 
 def figure_records(parts: Path) -> list[dict[str, object]]:

@@ -113,7 +113,15 @@ class StepProfiler:
         except UserError as failure:
             self.failure = failure
             return
-        log.info("Profile of %s; table %s, trace %s", report.line(), table_path, trace_path)
+        missing = (
+            " (no GPU activity was recorded: the profiler could not trace CUDA here, as where "
+            "CUPTI is missing or not permitted)"
+            if self.gpus and report.device is None
+            else ""
+        )
+        log.info(
+            "Profile of %s%s; table %s, trace %s", report.line(), missing, table_path, trace_path
+        )
 
 
 def _activities() -> list[ProfilerActivity]:

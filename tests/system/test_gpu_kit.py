@@ -4,6 +4,7 @@ own packages do not; scripts/gpu_check_table.py makes its table of what the part
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -78,17 +79,52 @@ def test_the_wheelhouse_covers_every_runtime_dependency():
     assert not wheels & PREINSTALLED  # a second torch would not fit in what a device run carries
 
 
+def gpu_trace(kernel: str) -> dict:
+    """A profile's trace as torch.profiler writes it on a GPU: a step, a launch, its kernel."""
+    host = {"ph": "X", "pid": 1, "tid": 1}
+    return {
+        "traceEvents": [
+            {**host, "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000},
+            {**host, "cat": "cpu_op", "name": "aten::cudnn_batch_norm", "ts": 0, "dur": 20},
+            {
+                **host,
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "ts": 5,
+                "dur": 2,
+                "args": {"correlation": 1},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": kernel,
+                "pid": 0,
+                "tid": 7,
+                "ts": 10,
+                "dur": 900,
+                "args": {"device": 0, "correlation": 1},
+            },
+        ]
+    }
+
+
 def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
     parts = tmp_path / "parts"
     parts.mkdir()
-    figures = {"baseline": 1000.0, "end_to_end": 2500.0, "compute": 3000.0}
-    figures |= {"without_ddp": 1200.0, "with_ddp": 1000.0}
+    figures = {"end_to_end": 2500.0, "compute": 3000.0}
     results = {"figures": figures, "peaks": {"compute": "20.10 GiB"}, "data": "1024 JPEGs"}
     (parts / "bf16.json").write_text(json.dumps(results))
+    example = {"baseline": 1000.0, "without_ddp": 1200.0, "with_ddp": 1000.0}
+    (parts / "example.json").write_text(json.dumps({"figures": example}))
     (parts / "fp16_compile.failed").write_text("failed or ran past 150s (see gpu_check.log)\n")
     (parts / "cpu_decode.json").write_text(json.dumps({"figures": {"end_to_end": 900.0}}))
     (parts / "cpu_decode.failed").write_text("failed or ran past 90s (see gpu_check.log)\n")
     (parts / "pytest.txt").write_text("3 passed, 700 deselected in 30.00s\n")
+    (parts / "profiles").mkdir()
+    for part, kernel in (("bf16", "bn_fw<c10::BFloat16>"), ("fp16", "bn_fw<__half>")):
+        with gzip.open(parts / "profiles" / f"{part}_compute.trace.json.gz", "wt") as trace:
+            json.dump(gpu_trace(kernel), trace)
+        (parts / "profiles" / f"{part}_compute.profile.md").write_text(f"# Profile of {part}\n")
     out = tmp_path / "gpu_check.md"
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gpu_check_table.py"), str(parts), str(out)],
@@ -105,9 +141,15 @@ def test_the_table_names_every_part_and_what_it_lacks(tmp_path):
     assert "| compute only, float16, `--compile` | not measured: failed or ran past 150s" in table
     assert "| compute only, float16 (grad scaler), channels_last | skipped |  |" in table
     # A figure measured before its part was cut short is kept.
-    assert "| end to end from LMDB, CPU decode on every core, bfloat16 | 900 |  |" in table
+    assert "| end to end from LMDB, CPU decode on 3/4 of the cores, bfloat16 | 900 |  |" in table
     assert "ours end to end / the ImageNet example: 2.50x" in table
     assert "DDP's cost at one process: 16.7%" in table
+    # The profiles side by side: what each says, and each kind of kernel by precision.
+    assert "| bf16_compute | 1 steps, 0.9 ms a step: the GPU was busy 100% of the time" in table
+    assert "| kind | backend | precision | bf16_compute | fp16_compute |" in table
+    assert "| batch norm | cuDNN | bfloat16 | 0.90 |  |" in table
+    assert "| batch norm | cuDNN | float16 |  | 0.90 |" in table
+    assert "#### Profile of bf16" in table and "#### Profile of fp16" in table
     # The same figures as benchmarks/' records, for `python -m benchmarks tables`.
     records = {
         record["name"]: record
