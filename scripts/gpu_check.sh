@@ -101,10 +101,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 if [ "$tests" = 1 ]; then
     # tests/gpu holds every GPU test; other folders' modules need test-only packages to collect.
     # Verbose, so a part cut short still names each test's outcome; one hung test is stopped at
-    # 120 s by pytest-timeout, and the tests share the GPU in 4 workers, where those are installed
-    # (the lent machines have both).
+    # 120 s by pytest-timeout, and the tests share the GPU in 4 workers, test by test (the two
+    # files would otherwise keep two busy), where those are installed (the lent machines have both).
     per_test=$("$python" -c 'import pytest_timeout' 2>/dev/null && echo "--timeout=120")
-    workers=$("$python" -c 'import xdist' 2>/dev/null && echo "-n 4")
+    workers=$("$python" -c 'import xdist' 2>/dev/null && echo "-n 4 --dist load")
     # shellcheck disable=SC2086
     part pytest 210 "$python" -m pytest -v -rfEs --tb=short --durations=10 -p no:cacheprovider \
         $per_test $workers -m gpu "$repo/tests/gpu" | tee "$parts/pytest.log"
