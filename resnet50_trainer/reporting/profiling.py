@@ -41,9 +41,10 @@ def profile_paths(log_path: str) -> tuple[str, str]:
 class StepProfiler:
     """Call step() after every training step; it starts and stops the profiler by itself.
 
-    Every process counts the steps; only the one given a `trace_path` profiles. step() and close()
-    return True where the profile ends, on every process at the same step, so that a trace that
-    could not be written (`failure`, on the profiling process) can stop them all together.
+    Every process counts the steps; only the one given a `log_path` profiles (its trace and table
+    go beside the log: profile_paths). step() and close() return True where the profile ends, on
+    every process at the same step, so that a trace that could not be written (`failure`, on the
+    profiling process) can stop them all together.
     `devices`: the replica's (two with --model_parallel), all waited for before the profile ends,
     so that the trace holds their kernels. `steps_in_run`: the steps this run has left, so that
     a short run's warm-up leaves room for the profile."""
