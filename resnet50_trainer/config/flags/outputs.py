@@ -22,6 +22,11 @@ COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
 
 
+# The profiler holds a step's events in memory until the profile ends (thousands a step on a GPU,
+# megabytes): a few steps tell where the time goes.
+PROFILED_STEPS = Number(int, 0, 1000)
+
+
 @flag_group
 class OutputFlags(FlagGroup):
     """Logs; then where checkpoints go, how many stay, how often; what a run starts from or
@@ -31,7 +36,7 @@ class OutputFlags(FlagGroup):
 
     log_dir: str = flag(if_absent=".")
     """directory of the CSV run log"""
-    profile_iters: int = flag(type=COUNT_FROM_0, if_absent=0)
+    profile_iters: int = flag(type=PROFILED_STEPS, if_absent=0)
     """profile N steps after 20 warm-up steps with torch.profiler: one line says where their time
     went (GPU busy, or idle waiting for input, host overhead, syncs); a table and a gzipped Chrome
     trace next to the log"""
