@@ -193,6 +193,7 @@ def _figure(name: str, goal: float | None, doc: str) -> Figure:
     prepare=make_cold_db,
     unavailable=_unavailable,
     rounds=(2, 3),
+    order=30,
 )
 def measure_cold_reads(context: Context, tree: Tree) -> dict[str, float]:
     db = cold_db(context)
@@ -310,6 +311,7 @@ def readers_rate(tree: Tree, db: Path, order: str, workers: int, group: Path | N
     prepare=make_cold_db,
     unavailable=_unavailable,
     rounds=(2, 3),
+    order=30,
 )
 def measure_many_readers(context: Context, tree: Tree) -> dict[str, float]:
     db = cold_db(context)
@@ -369,6 +371,7 @@ def distinct_labels(
         Figure("quasi_random_classes_per_batch", "classes", HIGHER, None, 0.05, "quasi-random"),
     ),
     rounds=(1, 1),
+    order=30,
 )
 def measure_label_mix(context: Context, tree: Tree) -> dict[str, float]:
     shape = dict(batch=256, records=1_281_167, record_bytes=110_000, classes=1000)

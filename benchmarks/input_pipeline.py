@@ -316,6 +316,7 @@ def rate_figure(name: str, doc: str) -> Figure:
     ),
     prepare=prepare_photo_sets,
     rounds=(3, 4),
+    order=20,
 )
 def measure_input(context: Context, tree: Tree) -> dict[str, float]:
     sets = photo_sets(context)

@@ -1,6 +1,7 @@
 """What a benchmark is: the figures it declares (name, unit, which way is better, goal, noise band)
 and the function that measures them once in a tree. Benchmarks register themselves with
-`@benchmark(...)` where they are defined; `registered()` imports every module that holds one.
+`@benchmark(...)` where they are defined; `registered()` imports every module of this package
+that holds one (found by its source: a new module needs no list).
 
 Torch-free and trainer-free: the runner that reads these declarations imports neither; only the
 measuring processes do (benchmarks/trees.py)."""
@@ -19,15 +20,8 @@ from benchmarks.trees import Tree
 HIGHER: Literal["higher"] = "higher"
 LOWER: Literal["lower"] = "lower"
 
-# The modules that declare benchmarks, in the order the tables show them.
-MODULES = (
-    "benchmarks.startup",
-    "benchmarks.input_pipeline",
-    "benchmarks.cold_reads",
-    "benchmarks.sorted_db",
-    "benchmarks.train",
-    "benchmarks.step_overhead",
-)
+PACKAGE = Path(__file__).resolve().parent
+DECLARES = "\n@benchmark("  # how a module that declares a benchmark reads
 
 
 @dataclass(frozen=True)
@@ -92,6 +86,7 @@ class Benchmark:
     prepare: Prepare | None = None
     unavailable: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
     rounds: tuple[int, int] = (3, 5)  # interleaved rounds: (--quick, full)
+    order: int = 100  # where its table stands (registry.benchmark)
 
     def runs_in(self, quick: bool) -> bool:
         return not quick or any(figure.quick for figure in self.figures)
@@ -107,8 +102,10 @@ def benchmark(
     prepare: Prepare | None = None,
     unavailable: Callable[[], str | None] | None = None,
     rounds: tuple[int, int] = (3, 5),
+    order: int = 100,
 ) -> Callable[[Measure], Measure]:
-    """Registers the decorated function as benchmark `name`, measuring `figures`."""
+    """Registers the decorated function as benchmark `name`, measuring `figures`; `order`: where
+    its table stands among the others (lower first; a module's in the order it defines them)."""
 
     def register(measure: Measure) -> Measure:
         taken = {figure.name for registered in _REGISTRY.values() for figure in registered.figures}
@@ -116,7 +113,7 @@ def benchmark(
         if name in _REGISTRY or clash:
             raise ValueError(f"benchmark {name} declares a name already taken: {clash or name}")
         _REGISTRY[name] = Benchmark(
-            name, title, figures, measure, prepare, unavailable or (lambda: None), rounds
+            name, title, figures, measure, prepare, unavailable or (lambda: None), rounds, order
         )
         return measure
 
@@ -124,10 +121,11 @@ def benchmark(
 
 
 def registered() -> dict[str, Benchmark]:
-    """Every benchmark, in MODULES' order."""
-    for module in MODULES:
-        importlib.import_module(module)
-    return dict(_REGISTRY)
+    """Every benchmark, in the order their tables stand."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        if DECLARES in path.read_text():
+            importlib.import_module(f"{PACKAGE.name}.{path.stem}")
+    return dict(sorted(_REGISTRY.items(), key=lambda item: item[1].order))  # ties: as defined
 
 
 def all_figures() -> dict[str, Figure]:

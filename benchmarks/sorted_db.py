@@ -156,6 +156,7 @@ def _accuracy(name: str, doc: str) -> Figure:
     ),
     prepare=make_raw_dbs,
     rounds=(1, 1),
+    order=40,
 )
 def measure_sorted_db(context: Context, tree: Tree) -> dict[str, float]:
     dbs = raw_dbs(context)

@@ -131,6 +131,7 @@ def first_step_s(context: Context, tree: Tree, db: str) -> float:
             quick=True,
         ),
     ),
+    order=10,
 )
 def measure_help(context: Context, tree: Tree) -> dict[str, float]:
     times = [seconds_to_line(tree, ["--help"], "usage:", context.scratch) for _ in range(3)]
@@ -165,6 +166,7 @@ def measure_help(context: Context, tree: Tree) -> dict[str, float]:
         ),
     ),
     prepare=make_scale_dbs,
+    order=10,
 )
 def measure_first_step(context: Context, tree: Tree) -> dict[str, float]:
     small = first_step_s(context, tree, "train_1k")
@@ -190,6 +192,7 @@ def measure_first_step(context: Context, tree: Tree) -> dict[str, float]:
         ),
     ),
     prepare=make_scale_dbs,
+    order=10,
 )
 def measure_run_cpu(context: Context, tree: Tree) -> dict[str, float]:
     with run_on(context, TWO_PROCESS_FLAGS, "train_1k") as (flags, outputs):
@@ -271,6 +274,7 @@ def _cold_reads_unavailable() -> str | None:
     ),
     prepare=make_scale_dbs,
     unavailable=_cold_reads_unavailable,
+    order=10,
 )
 def measure_preflight(context: Context, tree: Tree) -> dict[str, float]:
     with tempfile.TemporaryDirectory(dir=context.scratch) as outputs:

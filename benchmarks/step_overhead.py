@@ -104,6 +104,7 @@ def trainer_step_ms(tree: Tree, core: int, scratch: str, timed: int = TIMED) -> 
         Figure("step_trainer_ms", "ms", LOWER, None, 0.1, "ours, a step, as above"),
         Figure("step_bare_loop_ms", "ms", LOWER, None, 0.1, "the bare loop, a step"),
     ),
+    order=60,
 )
 def measure_step_overhead(context: Context, tree: Tree) -> dict[str, float]:
     return step_figures(tree, str(context.scratch))

@@ -414,6 +414,7 @@ def example_loop_rate(root: str, device: str) -> float:
     ),
     prepare=prepare_photo_sets,
     rounds=(2, 3),
+    order=50,
 )
 def measure_train(context: Context, tree: Tree) -> dict[str, float]:
     sets = photo_sets(context)
@@ -490,6 +491,7 @@ def _no_gpu() -> str | None:
     prepare=prepare_photo_sets,
     unavailable=_no_gpu,
     rounds=(1, 2),
+    order=50,
 )
 def measure_gpu(context: Context, tree: Tree) -> dict[str, float]:
     """The headline GPU figures; scripts/gpu_check.sh measures the rest of the declared ones."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,30 @@ def test_compare_judges_the_rounds_differences_not_the_spread_between_rounds():
     assert same == "same"
     [(_, _, _, failed)] = compared(chosen, {"first_step_1k_s": []}, base)
     assert failed == "worse"
+
+
+NEW_MODULE = """
+from benchmarks.registry import LOWER, Figure, benchmark
+
+
+@benchmark("brand_new", "A new one", (Figure("brand_new_s", "s", LOWER, None, 0.1, "new"),))
+def measure(context, tree):
+    return {"brand_new_s": 1.0}
+"""
+
+
+def test_a_new_benchmark_module_is_found_without_editing_a_list(tmp_path):
+    package = tmp_path / "benchmarks"
+    shutil.copytree(
+        BENCHMARKS_ROOT / "benchmarks", package, ignore=shutil.ignore_patterns("results")
+    )
+    (package / "brand_new.py").write_text(NEW_MODULE)
+    listed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "list"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"},
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "| `brand_new_s` | s |" in listed.stdout
