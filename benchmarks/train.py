@@ -117,20 +117,24 @@ def untimed_steps(args) -> int:
     return -(-untimed // PRINT_EVERY) * PRINT_EVERY
 
 
-def steady_rate(output: str, untimed: int) -> float:
-    """Images/s over the steps after the first `untimed`, from the trainer's console lines (each
-    line's rate is that of the steps since the line before, so the window's time is their sum)."""
-    steps = seconds_per_image = 0.0
-    previous = 0
+def interval_rates(output: str, untimed: int) -> list[tuple[int, float]]:
+    """(steps, images/s) of each interval between the trainer's console lines after the first
+    `untimed` steps (each line's rate is that of the steps since the line before)."""
+    intervals, previous = [], 0
     for match in FINISHED.finditer(output):
         step, rate = int(match[1]), float(match[2])
         if previous >= untimed:
-            steps += step - previous
-            seconds_per_image += (step - previous) / rate
+            intervals.append((step - previous, rate))
         previous = step
-    if not steps:
+    if not intervals:
         raise MeasurementFailed(f"no console line after step {untimed} in:\n{output[-3000:]}")
-    return steps / seconds_per_image
+    return intervals
+
+
+def steady_rate(output: str, untimed: int) -> float:
+    """Images/s over the steps after the first `untimed`: the intervals' steps over their time."""
+    intervals = interval_rates(output, untimed)
+    return sum(steps for steps, _ in intervals) / sum(steps / rate for steps, rate in intervals)
 
 
 def ours(args, device: torch.device, train_data: str, out: str, tree: Tree = THIS) -> Run:
