@@ -5,8 +5,12 @@ its traceback. Torch-free: the command lines report with it before torch is impo
 from __future__ import annotations
 
 import atexit
+import errno
+import itertools
 import os
+import re
 import signal
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,6 +85,126 @@ def preempt_signals_blocked() -> Iterator[None]:
 
 def error_line(prog: str, message: object) -> str:
     return f"{prog}: error: {message}"
+
+
+# A path made only of these shows as it is, as ls leaves such a name unquoted; any other
+# printable character has it quoted.
+_PLAIN_PATH = re.compile(r"[\w@%+=:,./-]+")
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def shown(path: str | bytes) -> str:
+    """`path` as a one-line message shows it, quoted as ls quotes a name for a shell: plain where
+    nothing in it needs quotes, else in '...', with a control character or a byte that is not
+    UTF-8 (surrogateescape, as Python gives a path the OS returns) as $'\\n', $'\\033', $'\\377'.
+    A path holding a newline or a terminal escape can then neither split a report nor drive the
+    terminal, and what is shown pastes back into a shell as the same path."""
+    text = os.fsdecode(path)
+    if _PLAIN_PATH.fullmatch(text):
+        return text
+    quoted = [
+        "'" + "".join(run).replace("'", "'\\''") + "'"
+        if printable
+        else "$'" + "".join(map(_escaped, run)) + "'"
+        for printable, run in itertools.groupby(text, str.isprintable)
+    ]
+    return "".join(quoted) or "''"
+
+
+def _escaped(char: str) -> str:
+    """An unprintable character as a shell's $'...' writes it: a C escape, or its bytes in octal
+    (a surrogate from dc80 to dcff stands for the one byte the OS gave, as os.fsdecode makes it)."""
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    data = (
+        bytes([ord(char) - 0xDC00])
+        if "\udc80" <= char <= "\udcff"
+        else char.encode("utf-8", "surrogatepass")
+    )
+    return "".join(f"\\{byte:03o}" for byte in data)
+
+
+def unreachable(path: str) -> str | None:
+    """Why `path` cannot be looked up, where the system refuses it rather than finding nothing:
+    the folder on its way this user may not enter, a link that leads back to itself, a file
+    where a folder should be; in words and with the fix. None where it is there or simply
+    missing."""
+    try:
+        os.stat(path)
+        return None
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        failure, reason = error.errno, error.strerror
+    failing = _first_failing_prefix(path, failure)
+    if failure == errno.EACCES:
+        return denied("enter", os.path.dirname(failing))
+    if failure == errno.ELOOP:
+        return (
+            f"{shown(failing)} is a symbolic link that leads back to itself: point it at a "
+            "real file or folder"
+        )
+    if failure == errno.ENOTDIR:
+        return f"{shown(_file_on_the_way(failing))} is a file, not a folder: correct the path"
+    return f"{reason}: check the path"
+
+
+def check_reachable(what: str, path: str) -> None:
+    """UserError naming `what` (a flag, "database") and why, where `path` is unreachable."""
+    reason = unreachable(path)
+    if reason:
+        raise UserError(f"{what} {shown(path)} cannot be reached: {reason}")
+
+
+def _first_failing_prefix(path: str, failure: int | None) -> str:
+    """The shortest leading part of `path` whose lookup fails as the whole path's did."""
+    parts = os.path.normpath(path).split(os.sep)
+    for end in range(1, len(parts) + 1):
+        prefix = os.sep.join(parts[:end]) or os.sep
+        try:
+            os.stat(prefix)
+        except OSError as error:
+            if error.errno == failure:
+                return prefix
+    return path
+
+
+def _file_on_the_way(prefix: str) -> str:
+    """The part of `prefix` (whose lookup says "not a directory") that is a file."""
+    while prefix and not os.path.isfile(prefix):
+        prefix = os.path.dirname(prefix)
+    return prefix or "."
+
+
+def denied(verb: str, path: str) -> str:
+    """Permission denied, in words: this user may not `verb` (enter, read, write) `path`, whose
+    owner and mode say why; and the fix."""
+    try:
+        info = os.stat(path)
+        whose = f" (owner {_user_name(info.st_uid)}, mode {stat.S_IMODE(info.st_mode):o})"
+    except OSError:
+        whose = ""
+    return (
+        f"permission denied: user {_user_name(os.geteuid())} may not {verb} {shown(path)}"
+        f"{whose}: ask its owner for access, or run as a user who has it"
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # only for this report
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def exit_status(error: Exception) -> int:

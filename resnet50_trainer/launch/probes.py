@@ -8,7 +8,7 @@ import os
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.transport import check_transport
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, check_reachable, shown
 
 
 def check_machine(config: Config) -> None:
@@ -30,11 +30,14 @@ def _check_databases_exist(config: Config) -> None:
     if not config.synthetic and not config.test_only:  # --test_only reads no training DB
         paths.insert(0, ("--train_data", config.train_data))
     for flag, path in paths:
-        if path is not None and not os.path.exists(path):
+        if path is None:
+            continue
+        check_reachable(flag, path)
+        if not os.path.exists(path):
             synthetic = (
                 " (or --train_data null for synthetic data)" if flag == "--train_data" else ""
             )
             raise UserError(
-                f"{flag} {path} does not exist: give the path of an existing "
+                f"{flag} {shown(path)} does not exist: give the path of an existing "
                 f"{config.db_type} database{synthetic}"
             )

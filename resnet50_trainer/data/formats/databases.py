@@ -31,7 +31,7 @@ import plyvel
 from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LEVELDB, LMDB
 from resnet50_trainer.data.formats.keys import KeyStore
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, check_reachable, denied, shown, unreachable
 
 _DB_NAMES = {LMDB: "LMDB", LEVELDB: "LevelDB"}
 _ARTICLES = {LMDB: "an", LEVELDB: "a"}
@@ -70,19 +70,24 @@ def check_database_path(path: str, db_type: str) -> None:
     """Raise UserError (with the fix) unless `path` is a database of type `db_type`."""
     if db_type not in DB_TYPES:
         raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
+    check_reachable("database", path)
     if not os.path.exists(path):
         raise UserError(
-            f"database {path} does not exist; check the path or build one with `resnet50-db create`"
+            f"database {shown(path)} does not exist; check the path or build one with "
+            "`resnet50-db create`"
         )
     if not os.path.isdir(path):
         raise UserError(
-            f"database {path} is a file, not a directory; pass the LMDB/LevelDB "
+            f"database {shown(path)} is a file, not a directory; pass the LMDB/LevelDB "
             "directory (the one holding data.mdb or CURRENT)"
         )
     found = detect_db_type(path)
     if found is None:
+        inside = unreachable(os.path.join(path, "CURRENT"))  # a folder this user may not enter
         raise UserError(
-            f"{path} holds neither an LMDB (data.mdb) nor a LevelDB (CURRENT); "
+            f"database {shown(path)} cannot be read: {inside}"
+            if inside
+            else f"{shown(path)} holds neither an LMDB (data.mdb) nor a LevelDB (CURRENT); "
             "pass the database directory itself"
         )
     if found != db_type:
@@ -245,8 +250,14 @@ class LmdbDatabase(Database):
             self._env: lmdb.Environment | None = _open_lmdb(path)
             self._descriptor = os.open(os.path.join(path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
         except (lmdb.Error, OSError) as exc:
+            data_file = os.path.join(path, "data.mdb")
+            if not os.access(data_file, os.R_OK):
+                raise UserError(
+                    f"cannot open LMDB {shown(path)}: {denied('read', data_file)}"
+                ) from exc
             raise UserError(
-                f"cannot open LMDB {path} ({exc}); check that it is complete and not being written"
+                f"cannot open LMDB {shown(path)} ({exc}); check that it is complete and not "
+                "being written"
             ) from exc
         self._needed = 0  # the bytes of data.mdb that the transactions begun so far read
         try:

@@ -37,7 +37,7 @@ from resnet50_trainer.data.formats.databases import (
 )
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import check_keys_fit, open_writer
-from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.errors import RecordError, UserError, check_reachable, shown
 from resnet50_trainer.tools.db.sources import (
     CreateOptions,
     ImageTask,
@@ -135,8 +135,11 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
     every other field of the record kept. A record that is no record is copied as it is."""
     source_type = detect_db_type(source)
     if source_type is None:
-        raise UserError(f"{source} is no LMDB or LevelDB directory; give the database to copy")
-    holder = _existing_holder(options.db_path, source)
+        check_reachable("SOURCE", source)
+        raise UserError(
+            f"{shown(source)} is no LMDB or LevelDB directory; give the database to copy"
+        )
+    holder = _existing_holder(_target(options.db_path), source)
     if holder == os.path.realpath(options.db_path):
         raise UserError(f"{source} is the database to copy: write the copy to another path")
     if holder is not None:
@@ -191,7 +194,7 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     """The database `write(build_path, work_dir, summary, check_stop)` writes (returning the path
     of a labels file it wrote in work_dir, or None), built under a temporary name beside the
     target and renamed into place complete; removed on any failure or stop signal."""
-    target = os.path.normpath(options.db_path)
+    target = _target(options.db_path)
     _check_target(target, options.overwrite)
     summary = CreateSummary(db_path=target)
     started = time.perf_counter()
@@ -205,6 +208,14 @@ def _built_in_place(options: CreateOptions, write) -> CreateSummary:
     summary.stopped_by = stop.received
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _target(db_path: str) -> str:
+    """Where the database goes: where `db_path` is a symbolic link, the path it names (the
+    database there is the one replaced, and the link stays, as for any file written through a
+    link); one line where `db_path` cannot be looked up (a link loop, a folder not to enter)."""
+    check_reachable("DB", db_path)
+    return os.path.realpath(db_path) if os.path.islink(db_path) else os.path.normpath(db_path)
 
 
 def _install_labels(labels: str | None, target: str) -> str | None:

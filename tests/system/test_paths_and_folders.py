@@ -1,0 +1,65 @@
+"""Paths and folders a user's machine really has (issue 44), each in one line or working: a DB
+this user may not reach or read (permission denied named as such, with the user)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from resnet50_trainer.errors import shown
+from tests.support.trainer_runs import one_error_line, trainer_command, trainer_env
+
+SETPRIV = shutil.which("setpriv")
+# Root without the capabilities that let it past a folder's or file's mode: permissions then
+# hold for it as for any user (files owned by another user).
+WITHOUT_OVERRIDE = [
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--inh-caps=-dac_override,-dac_read_search",
+]
+OTHER_USER = 65534  # nobody
+
+
+def as_root_without_override(command: list[str]) -> subprocess.CompletedProcess:
+    if os.geteuid() != 0 or SETPRIV is None:
+        pytest.skip("needs root and setpriv, to drop the capabilities that override permissions")
+    return subprocess.run(
+        [SETPRIV, *WITHOUT_OVERRIDE, *command],
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def owned_by_another_user(path, mode: int) -> None:
+    os.chown(path, OTHER_USER, OTHER_USER)
+    os.chmod(path, mode)
+
+
+@pytest.mark.parametrize("where", ["a folder on the way", "the DB's folder", "data.mdb"])
+def test_a_db_this_user_may_not_read_is_named_as_such(image_db, tmp_path, where):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    database = image_db("locked/train", 16, 4)
+    refused, verb = {
+        "a folder on the way": (str(locked), "enter"),
+        "the DB's folder": (database, "enter"),
+        "data.mdb": (os.path.join(database, "data.mdb"), "read"),
+    }[where]
+    owned_by_another_user(refused, 0o700 if verb == "enter" else 0o600)
+    commands = [
+        trainer_command("--train_data", database, "--log_dir", str(tmp_path / "logs")),
+        [sys.executable, "-m", "resnet50_trainer.tools.db", "inspect", database],
+    ]
+    for command in commands:
+        done = as_root_without_override(command)
+        assert done.returncode == 2, done.stderr
+        line = one_error_line(done.stderr)
+        assert (
+            f"permission denied: user root may not {verb} {shown(refused)} (owner nobody, "
+            f"mode {0o700 if verb == 'enter' else 0o600:o}): ask its owner for access" in line
+        ), line
