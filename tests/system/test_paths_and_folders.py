@@ -1,5 +1,6 @@
 """Paths and folders a user's machine really has (issue 44), each in one line or working: a DB
-this user may not reach or read (permission denied named as such, with the user)."""
+this user may not reach or read (permission denied named as such, with the user), a DB in a folder
+whose name is not UTF-8 (trained on and inspected)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from resnet50_trainer.errors import shown
-from tests.support.trainer_runs import one_error_line, trainer_command, trainer_env
+from tests.support.trainer_runs import one_error_line, run_trainer, trainer_command, trainer_env
 
 SETPRIV = shutil.which("setpriv")
 # Root without the capabilities that let it past a folder's or file's mode: permissions then
@@ -63,3 +64,32 @@ def test_a_db_this_user_may_not_read_is_named_as_such(image_db, tmp_path, where)
             f"permission denied: user root may not {verb} {shown(refused)} (owner nobody, "
             f"mode {0o700 if verb == 'enter' else 0o600:o}): ask its owner for access" in line
         ), line
+
+
+def test_a_db_in_a_folder_whose_name_is_not_utf8_is_read(image_db, tmp_path):
+    """The OS takes any bytes but / and NUL in a name; Python gives such a name with surrogates,
+    which LMDB's and LevelDB's bindings refuse to encode, and /proc/self/maps then holds it."""
+    folder = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xff\xfe"))
+    os.mkdir(folder)
+    database = image_db("train", 16, 4)
+    moved = os.path.join(folder, "train")
+    os.rename(database, moved)
+    done = run_trainer(
+        *("--train_data", moved, "--test_data", moved, "--num_epochs", "1"),
+        *("--log_dir", os.path.join(folder, "logs")),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Epoch 1: loss" in done.stderr
+    copy = os.path.join(folder, "copy")
+    for command in (
+        ["copy", moved, copy, "--db_type", "leveldb"],
+        ["inspect", copy, "--db_type", "leveldb"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "resnet50_trainer.tools.db", *command],
+            env=trainer_env(),
+            capture_output=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+    assert b"records     16" in done.stdout

@@ -92,8 +92,8 @@ def check_database_path(path: str, db_type: str) -> None:
         )
     if found != db_type:
         raise UserError(
-            f"{path} is {_ARTICLES[found]} {_DB_NAMES[found]} database but --db_type {db_type} "
-            f"was given; pass --db_type {found}"
+            f"{shown(path)} is {_ARTICLES[found]} {_DB_NAMES[found]} database but --db_type "
+            f"{db_type} was given; pass --db_type {found}"
         )
 
 
@@ -214,7 +214,10 @@ def _open_lmdb(path: str) -> lmdb.Environment:
     environment = _OPEN_LMDB.get(key)
     if environment is None:
         lock = lmdb_safety.must_register(path)
-        environment = lmdb.open(path, readonly=True, lock=lock, readahead=False, subdir=True)
+        # Bytes: py-lmdb encodes a str path as strict UTF-8, which a name the OS took may not be.
+        environment = lmdb.open(
+            os.fsencode(path), readonly=True, lock=lock, readahead=False, subdir=True
+        )
         _OPEN_LMDB[key] = environment
     return environment
 
@@ -341,7 +344,7 @@ class LmdbDatabase(Database):
             return
         with self._reading():  # the locator reads leaf pages in the map
             if self._locator is None:
-                self._locator = _ValueLocator(self._env, self._view_txn, keys[0])
+                self._locator = _ValueLocator(self._env, self._view_txn, keys[0], self.path)
             self._ask_storage(self._locator, keys)
 
     def _ask_storage(self, locator: _ValueLocator, keys: list[bytes]) -> None:
@@ -404,10 +407,16 @@ class _ValueLocator:
     _BIG_DATA = 0x01
     _PAGE_HEADER = 16
 
-    def __init__(self, environment: lmdb.Environment, transaction: lmdb.Transaction, key: bytes):
+    def __init__(
+        self,
+        environment: lmdb.Environment,
+        transaction: lmdb.Transaction,
+        key: bytes,
+        path: str,  # the environment's: py-lmdb's path() fails on a name that is not UTF-8
+    ):
         self._cursor = transaction.cursor()
         self._page_size = int(environment.stat()["psize"])
-        self._map = _mapped_at(os.path.join(environment.path(), "data.mdb"))
+        self._map = _mapped_at(os.path.join(path, "data.mdb"))
         self._works = self._map is not None
         checked = [key]
         if self._cursor.set_key(key) and self._cursor.next():
@@ -489,7 +498,7 @@ def _mapped_at(path: str) -> int | None:
     info = os.stat(path)
     device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}"
     try:
-        with open("/proc/self/maps") as maps:
+        with open("/proc/self/maps", errors="surrogateescape") as maps:  # paths, any bytes
             for line in maps:
                 fields = line.split()
                 if len(fields) >= 6 and fields[2:5] == ["00000000", device, str(info.st_ino)]:

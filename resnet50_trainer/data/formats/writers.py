@@ -63,7 +63,11 @@ class LmdbWriter(DatabaseWriter):
 
     def __init__(self, path: str, batch_size: int) -> None:
         super().__init__(path, batch_size)
-        self._env = lmdb.open(path, map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False)
+        # Bytes: the libraries encode a str path as strict UTF-8, which a name the OS took may
+        # not be.
+        self._env = lmdb.open(
+            os.fsencode(path), map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False
+        )
         self._last_key: bytes | None = None
 
     def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
@@ -88,7 +92,7 @@ class LmdbWriter(DatabaseWriter):
 class LevelDbWriter(DatabaseWriter):
     def __init__(self, path: str, batch_size: int) -> None:
         super().__init__(path, batch_size)
-        self._db = plyvel.DB(path, create_if_missing=True, error_if_exists=True)
+        self._db = plyvel.DB(os.fsencode(path), create_if_missing=True, error_if_exists=True)
 
     def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
         with self._db.write_batch() as write_batch:
