@@ -1,6 +1,7 @@
 """Paths and folders a user's machine really has (issue 44), each in one line or working: a DB
 this user may not reach or read (permission denied named as such, with the user), a DB in a folder
-whose name is not UTF-8 (trained on and inspected)."""
+whose name is not UTF-8 (trained on, inspected and written), a temporary folder too full for a
+LevelDB's snapshot (named, nothing left there)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
-from resnet50_trainer.errors import shown
-from tests.support.trainer_runs import one_error_line, run_trainer, trainer_command, trainer_env
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.errors import UserError, shown
+from tests.support.trainer_runs import (
+    fill_up,
+    one_error_line,
+    run_trainer,
+    trainer_command,
+    trainer_env,
+)
 
 SETPRIV = shutil.which("setpriv")
 # Root without the capabilities that let it past a folder's or file's mode: permissions then
@@ -93,3 +102,22 @@ def test_a_db_in_a_folder_whose_name_is_not_utf8_is_read(image_db, tmp_path):
         )
         assert done.returncode == 0, done.stderr
     assert b"records     16" in done.stdout
+
+
+@pytest.mark.parametrize("pages_free", [0, 1, 3])
+def test_a_full_temporary_folder_is_named_for_a_leveldb(image_db, tmpfs, monkeypatch, pages_free):
+    """A LevelDB is read through a snapshot in the temporary folder: with no room there, for the
+    folder itself, its copies or what LevelDB writes as it opens them, one line names the folder,
+    and nothing of the snapshot is left."""
+    database = image_db("train", 8, 2, db_type="leveldb")
+    scratch = tmpfs("scratch", "64k")
+    fill_up(scratch, leave_bytes=pages_free * 4096)
+    monkeypatch.setattr(tempfile, "tempdir", scratch)
+    with pytest.raises(UserError) as refused:
+        open_database(database, "leveldb")
+    assert str(refused.value).startswith(
+        f"cannot open LevelDB {shown(database)}: the temporary folder {shown(scratch)} cannot "
+        "take its snapshot (No space left on device; "
+    ), refused.value
+    assert str(refused.value).endswith("free space there or point TMPDIR at a folder with room")
+    assert os.listdir(scratch) == ["filler"]

@@ -11,6 +11,7 @@ database want to open an empty one; a trainer never does).
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import multiprocessing.util
 import os
@@ -547,15 +548,50 @@ _METADATA_PREFIXES = ("CURRENT", "MANIFEST-")
 
 
 def _make_leveldb_snapshot(path: str) -> str:
-    snapshot = tempfile.mkdtemp(prefix="resnet50-leveldb-")
     source = os.path.abspath(path)
-    for name in os.listdir(source):
-        original = os.path.join(source, name)
-        if name.endswith(_TABLE_SUFFIXES):
-            os.symlink(original, os.path.join(snapshot, name))
-        elif name.startswith(_METADATA_PREFIXES) or name.endswith(".log"):
-            shutil.copy2(original, os.path.join(snapshot, name))
+    try:
+        names = os.listdir(source)
+    except PermissionError:
+        raise UserError(f"cannot open LevelDB {shown(path)}: {denied('read', source)}") from None
+    snapshot = None
+    try:
+        snapshot = tempfile.mkdtemp(prefix="resnet50-leveldb-")
+        for name in names:
+            original = os.path.join(source, name)
+            if name.endswith(_TABLE_SUFFIXES):
+                os.symlink(original, os.path.join(snapshot, name))
+            elif _copied(name):
+                shutil.copy2(original, os.path.join(snapshot, name))
+    except OSError as error:
+        if snapshot is not None:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        if isinstance(error, PermissionError) and str(error.filename).startswith(source):
+            raise UserError(
+                f"cannot open LevelDB {shown(path)}: {denied('read', error.filename)}"
+            ) from None
+        raise _snapshot_refused(path, error.strerror or str(error)) from error
     return snapshot
+
+
+def _copied(name: str) -> bool:
+    """Whether a snapshot holds a copy of the LevelDB's file `name` (else a link, or nothing)."""
+    return name.startswith(_METADATA_PREFIXES) or name.endswith(".log")
+
+
+# What the temporary folder's file system says when it has no room for a snapshot.
+_NO_ROOM = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+
+
+def _snapshot_refused(path: str, reason: str) -> UserError:
+    """The temporary folder cannot take the snapshot of the LevelDB at `path` (full, read-only)."""
+    copies = sum(os.path.getsize(entry.path) for entry in os.scandir(path) if _copied(entry.name))
+    return UserError(
+        f"cannot open LevelDB {shown(path)}: the temporary folder "
+        f"{shown(tempfile.gettempdir())} cannot take its snapshot ({reason}; a reader opens a "
+        f"LevelDB through a snapshot there: copies of its small files, {copies / 1024:.1f} KB "
+        "here, links to its tables and the few files LevelDB adds): free space there or point "
+        "TMPDIR at a folder with room"
+    )
 
 
 def _close_leveldb(db: plyvel.DB, snapshot: str, owner_pid: int) -> None:
@@ -573,6 +609,9 @@ class LevelDbDatabase(Database):
             self._db = plyvel.DB(self._snapshot, create_if_missing=False)
         except plyvel.Error as exc:
             shutil.rmtree(self._snapshot, ignore_errors=True)
+            said = self._said(exc)
+            if said.endswith(_NO_ROOM):  # LevelDB's own writes as it opens the snapshot
+                raise _snapshot_refused(path, said.rsplit(": ", 1)[-1]) from exc
             raise UserError(
                 f"cannot open LevelDB {path} ({exc}); check that it is complete "
                 "and not being written"
