@@ -139,7 +139,7 @@ ALTERED = {
         ("a text file", "is not a readable checkpoint"),
         ("a damaged checkpoint", "is not a readable checkpoint"),
         ("no EMA", "holds none (its run had no --ema_decay): leave --ema out"),
-        ("a directory under a file", "cannot be written (Not a directory)"),
+        ("a directory under a file", "model.onnx is a file, not a folder"),
         ("an unknown suffix", "names no format"),
         ("the checkpoint itself", "is the checkpoint itself"),
         ("a DB of no images", "records are no image this network reads (the first: 00000000)"),
@@ -204,7 +204,21 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(
     (line,) = stderr.splitlines()
     assert line.startswith("resnet50-export: error: ") and expected in line, line
     assert output.read_bytes() == b"an earlier export"
-    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
+
+
+def test_an_output_that_is_a_link_is_written_through(trained, tmp_path, capsys):
+    """The link stays and the file it names holds the export (the link was replaced by a file
+    and its target kept the old contents)."""
+    checkpoint, _ = trained
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"an earlier export")
+    link = tmp_path / "link.pt"
+    link.symlink_to(target)
+    status, stderr = in_process(capsys, export_main, checkpoint, "-o", str(link))
+    assert status == 0, stderr
+    assert link.is_symlink() and target.read_bytes()[:2] == b"PK"  # TorchScript: a zip archive
+    assert sorted(os.listdir(tmp_path)) == ["link.pt", "model.pt"]
 
 
 def test_an_export_past_the_tolerance_is_refused_and_nothing_replaced(trained, tmp_path):

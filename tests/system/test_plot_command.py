@@ -1,12 +1,15 @@
 """resnet50-plot as a process: --help imports no matplotlib, python -m runs headless without a
-traceback, an output that cannot be written exits 2 and keeps the old PNG."""
+traceback, an output that cannot be written exits 2 and keeps the old PNG; one that is a link is
+written through, one that is a pipe or a FIFO written into."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,16 +91,21 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
     old_png = (full / "out.png").read_bytes()
     (tmp_path / "a_directory.png").mkdir()
     cases = [
-        (full / "out.png", "No space left on device"),
-        (read_only / "out.png", "Read-only file system"),
-        (tmp_path / "missing" / "out.png", "No such file or directory"),
-        (tmp_path / "a_directory.png", "Is a directory"),
+        (full / "out.png", "cannot be written (No space left on device)"),
+        (read_only / "out.png", "cannot be written (Read-only file system)"),
+        (tmp_path / "missing" / "out.png", "cannot be written (No such file or directory)"),
     ]
     for output, reason in cases:
         assert main([str(ours_log(tmp_path)), "-o", str(output)]) == 2
         assert capsys.readouterr().err.splitlines() == [
-            f"resnet50-plot: error: cannot write {output}: {reason}; choose another --output"
+            f"resnet50-plot: error: --output {output} {reason}: choose a writable path with "
+            "room for the figure"
         ]
+    assert main([str(ours_log(tmp_path)), "-o", str(tmp_path / "a_directory.png")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"resnet50-plot: error: --output {tmp_path / 'a_directory.png'} is a directory: give "
+        "the path of the file to write"
+    ]
     assert (full / "out.png").read_bytes() == old_png  # whole, not half overwritten
     assert sorted(os.listdir(full)) == ["filler", "out.png"]
     assert sorted(os.listdir(tmp_path)) == sorted(
@@ -108,3 +116,46 @@ def test_outputs_that_cannot_be_written_exit_2_and_keep_the_old_png(tmp_path, ca
 def test_help_does_not_import_matplotlib():
     """--help answers at once: matplotlib (half a second) loads only once the arguments hold."""
     assert imported_by("resnet50_trainer.tools.plot.command", [["--help"]], ("matplotlib",)) == []
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_output_that_is_a_link_is_written_through(tmp_path, capsys):
+    """The link stays and the file it names holds the figure (the link was replaced by a file
+    and its target kept the old contents)."""
+    target = tmp_path / "figure.png"
+    target.write_bytes(b"an earlier figure")
+    link = tmp_path / "link.png"
+    link.symlink_to(target)
+    assert main([str(ours_log(tmp_path)), "-o", str(link)]) == 0, capsys.readouterr().err
+    assert link.is_symlink() and target.read_bytes().startswith(PNG_SIGNATURE)
+    assert sorted(os.listdir(tmp_path)) == sorted(["figure.png", "link.png", OURS_NAME])
+
+
+def test_an_output_that_is_a_pipe_is_written_into_never_replaced(tmp_path):
+    """A link to /proc/self/fd/1 (this run's stdout, a pipe) and a FIFO: the PNG goes into each,
+    and neither becomes a regular file (a 44 MB one was made of the link)."""
+    stdout = tmp_path / "stdout.png"
+    stdout.symlink_to("/proc/self/fd/1")
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    # A daemon: where nothing opens the FIFO to write, the thread waits forever, not the tests.
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = {}
+    for output in (stdout, fifo):
+        done[output] = subprocess.run(
+            [sys.executable, "-m", "resnet50_trainer.tools.plot", str(ours_log(tmp_path))]
+            + ["-o", str(output)],
+            capture_output=True,
+            env=dict(os.environ, PYTHONPATH=REPOSITORY),
+            timeout=120,
+        )
+        assert done[output].returncode == 0, done[output].stderr
+    reader.join(timeout=30)
+    assert done[stdout].stdout.startswith(PNG_SIGNATURE)
+    assert read and read[0].startswith(PNG_SIGNATURE)
+    assert stdout.is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]

@@ -182,7 +182,7 @@ def test_bad_options_exit_2(tmp_path, capsys, options):
 
 def test_unwritable_output_exits_2(tmp_path, capsys):
     assert main([str(ours_log(tmp_path)), "-o", str(tmp_path / "no_such_dir" / "out.png")]) == 2
-    assert "cannot write" in capsys.readouterr().err
+    assert "cannot be written" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["run $5 $x^{.log", "_private run.log", "$$.log"])

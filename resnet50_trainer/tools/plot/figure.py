@@ -6,7 +6,6 @@ global matplotlib backend is chosen for the code that imports this module.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, TOP5_COLUMN
+from resnet50_trainer.tools.output_file import replacing
 from resnet50_trainer.tools.plot.logfile import RunLog, read_run_log
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
@@ -178,26 +178,10 @@ def _literal(legend: Legend) -> None:
 
 
 def _write_png(figure: Figure, output: Path) -> None:
-    """Render to a new file beside `output`, then rename it over: a PNG already there stays whole
-    until the new one is complete (a full disk, an interrupt)."""
-    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
-    created = False
-    try:
-        # O_EXCL: never write through a file or link found there. 0o666: the umask decides the
-        # mode, as for any new file.
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        created = True
-        with os.fdopen(descriptor, "wb") as file:
+    """Rendered into a new file that then takes `output`'s place (tools/output_file.py): a PNG
+    already there stays whole until the new one is complete (a full disk, an interrupt)."""
+    with replacing(str(output), "--output", "room for the figure") as partial:
+        with open(partial, "wb") as file:
             # print_png renders at the figure's own dpi, untouched by the user's savefig rc
             # settings.
             cast(FigureCanvasAgg, figure.canvas).print_png(file)  # build_figure attached it
-        os.replace(partial, output)
-        created = False
-    except OSError as exc:
-        raise UserError(
-            f"cannot write {output}: {exc.strerror or exc}; choose another --output"
-        ) from None
-    finally:
-        if created:
-            with contextlib.suppress(OSError):
-                os.remove(partial)
