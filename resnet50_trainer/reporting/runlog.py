@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import errno
 import io
 import os
 import time
@@ -13,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.reporting.report_files import ReportFile, write_failure
 
 NO_TEST_ACCURACY = -1
 # The later original's name for it; a log column only with --log_top5.
@@ -56,28 +55,25 @@ def log_file_name(config: Config, started: float) -> str:
 
 
 class RunLog:
-    """Created exclusively, so an existing log is never overwritten; a row is on disk per epoch.
-
-    A write that fails (disk full, quota) is a UserError naming the log and the reason; the rows
-    already written stay intact (a partly written row is cut off again), and a log this run made
-    but could not write its header into is removed."""
+    """Created exclusively, so an existing log is never overwritten; a row is on disk per epoch
+    (report_files.py: a write that fails is one line, the rows already written intact); a log
+    this run made but could not write its header into is removed."""
 
     def __init__(self, config: Config, started: float):
         self.columns = log_columns(config)
         stem, suffix = os.path.splitext(log_file_name(config, started))
-        self.path = os.path.join(config.log_dir, stem + suffix)
+        path = os.path.join(config.log_dir, stem + suffix)
         attempt = 1
         while True:
             try:
-                self._descriptor = os.open(
-                    self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
-                )
+                self._file = ReportFile(path, "the run log", "rows")
                 break
             except FileExistsError:  # another run started in the same second
                 attempt += 1
-                self.path = os.path.join(config.log_dir, f"{stem}_{attempt}{suffix}")
+                path = os.path.join(config.log_dir, f"{stem}_{attempt}{suffix}")
             except OSError as error:
-                raise self._failed(error, "") from error
+                raise write_failure("the run log", path, error) from error
+        self.path = path
         # The original's first line: '# ' and the parsed arguments, as argparse prints them.
         try:
             self._append(f"# {argparse.Namespace(**config.to_dict())}\n", self.columns)
@@ -89,41 +85,18 @@ class RunLog:
         self._append("", [getattr(row, column) for column in self.columns])
 
     def close(self) -> None:
-        os.close(self._descriptor)
+        self._file.close()
 
     def discard(self) -> None:
         """Closed and removed: the log of a run that ends before its first row."""
-        self.close()
-        with contextlib.suppress(OSError):  # the error that ended the run is the one to report
-            os.unlink(self.path)
+        self._file.discard()
 
     def _append(self, text: str, row) -> None:
         """`text` and a CSV row, synced to disk, or nothing of them."""
         lines = io.StringIO()
         lines.write(text)
         csv.writer(lines, lineterminator="\n").writerow(row)
-        remaining = memoryview(lines.getvalue().encode())
-        size = os.fstat(self._descriptor).st_size
         try:
-            while remaining:
-                remaining = remaining[os.write(self._descriptor, remaining) :]
-            os.fsync(self._descriptor)
-            if os.fstat(self._descriptor).st_nlink == 0:
-                # Writes to a log whose name is gone succeed and vanish with it: every row lost.
-                raise FileNotFoundError(errno.ENOENT, "the log was removed while the run wrote it")
-        except FileNotFoundError as error:
-            raise UserError(
-                f"the run log {self.path} is gone ({error.strerror}): its directory "
-                "or the file was removed during the run; resume from the last "
-                "checkpoint with a --log_dir that stays"
-            ) from error
+            self._file.append(lines.getvalue().encode())
         except OSError as error:
-            with contextlib.suppress(OSError):  # the write's error is the one to report
-                os.ftruncate(self._descriptor, size)
-            raise self._failed(error, "; the rows already written are intact") from error
-
-    def _failed(self, error: OSError, kept: str) -> UserError:
-        return UserError(
-            f"writing the run log {self.path} failed ({error.strerror}): "
-            f"free space in --log_dir or choose another{kept}"
-        )
+            raise self._file.failure(error) from error

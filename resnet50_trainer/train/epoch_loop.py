@@ -125,11 +125,12 @@ class EpochLoop:
             self.rows.append(
                 epoch_row(result, self.run, self.schedule(self.run.iteration - 1), logged)
             )
-            stop_together(write_row(self.outputs.runlog, self.rows[-1]), self.device)
-            if self.outputs.tensorboard:
-                self.outputs.tensorboard.epoch(
+            failure = write_row(self.outputs.runlog, self.rows[-1])
+            if self.outputs.tensorboard and not failure:  # its failure held since a step, too
+                failure = self.outputs.tensorboard.epoch(
                     self.rows[-1], ema_accuracy.top1 if ema_accuracy else None
                 )
+            stop_together(failure, self.device)
             if self.stop_signalled and run.epochs_done < config.num_epochs:
                 self._stop_preempted()  # at the epoch's end, saved above
             log.info(

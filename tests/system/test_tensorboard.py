@@ -1,7 +1,8 @@
 """--tensorboard: event files next to the run log, read back with TensorBoard's own reader: the
 log's columns per epoch and the --print_every steps' loss, accuracy, LR and input wait, at global
 iterations; a resume continues the same curves from its checkpoint's iteration, and what the
-stopped run wrote past it is purged."""
+stopped run wrote past it is purged; a full log folder, at the start or mid-run, is one line as for
+the run log."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import os
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.support.trainer_runs import run_trainer
+from tests.support.trainer_runs import fill_up, one_error_line, run_trainer
 
 STEPS = 4  # 32 records at a batch of 8
+SYNTHETIC = ["--train_data", "null", "--epoch_size", "64", "--num_epochs", "1"]
 EPOCH_TAGS = {
     "epoch/loss": "loss",
     "epoch/accuracy": "accuracy",
@@ -127,3 +129,42 @@ def test_a_refused_event_directory_leaves_no_run_log(image_db, tmp_path):
     [line] = done.stderr.strip().splitlines()
     assert "--tensorboard cannot write its event files in" in line, line
     assert os.listdir(logs) == ["tensorboard"]
+
+
+def test_a_full_log_folder_at_the_start_is_one_line_and_leaves_nothing(tmpfs, tmp_path):
+    """Room for the run log but not for the event file: one line, no traceback of TensorBoard's
+    writer thread, and neither an empty event file nor its folders left."""
+    logs = tmpfs("logs", "64k")
+    fill_up(logs, leave_bytes=4096)
+    done = run_trainer(
+        *SYNTHETIC, "--log_dir", logs, "--checkpoint_dir", str(tmp_path), "--tensorboard"
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"--tensorboard cannot write its event files in {logs}/tensorboard/" in one_error_line(
+        done.stderr
+    )
+    assert "(No space left on device)" in done.stderr
+    assert os.listdir(logs) == ["filler"]
+
+
+def test_a_log_folder_that_fills_mid_run_stops_the_run_at_the_epochs_end(tmpfs, tmp_path):
+    """The event file outgrows its last free page at a --print_every step: the run stops at the
+    epoch's end, once its checkpoint is saved, in one line as a full run log does; the points
+    written before the failure are whole and readable."""
+    logs = tmpfs("logs", "64k")
+    fill_up(logs, leave_bytes=2 * 4096)  # a page for the run log, one for the event file
+    done = run_trainer(
+        *SYNTHETIC,
+        *("--batch_size", "2", "--epoch_size", "128", "--print_every", "1"),
+        *("--log_dir", logs, "--checkpoint_dir", str(tmp_path), "--tensorboard"),
+    )
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert "error: writing TensorBoard's event file " in line, line
+    assert line.endswith(
+        "failed (No space left on device): free space in --log_dir or choose another; the "
+        "points already written are intact"
+    ), line
+    assert os.path.exists(tmp_path / "resnet50_model_1.pt")
+    steps = [step for step, _ in scalars(logs)["train/loss"]]
+    assert steps == list(range(1, len(steps) + 1)) and 1 < len(steps) < 64, steps
