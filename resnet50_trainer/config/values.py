@@ -90,7 +90,9 @@ def _plain(value: float | None) -> str:
 
 REDIS_PORT = Number(int, 1, 65535)
 # Ranges shared by the trainer's flags and resnet50-db bench's of the same name.
-PIXELS = Number(int, 32, 8192)  # below 32, ResNet's five stride-2 stages leave nothing
+# ResNet's five stride-2 stages: its last feature map is the image's side / 32, rounded up.
+RESNET_STRIDE = 32
+PIXELS = Number(int, RESNET_STRIDE, 8192)  # below 32, those stages leave nothing
 BATCH_SIZE = Number(int, 1, 1_000_000)
 NUM_LABELS = Number(int, 1, 1_000_000)
 INPUT_WORKERS = Number(int, 0, 128)

@@ -17,7 +17,7 @@ from resnet50_trainer.errors import UserError
 from resnet50_trainer.tools.db.command import main as db_main
 from resnet50_trainer.tools.plot.figure import LABEL_CHARS, LEGEND_ENTRIES, plot_logs
 from resnet50_trainer.tools.plot.logfile import read_run_log
-from tests.support.dbfactory import datum_record, make_jpeg, write_db
+from tests.support.dbfactory import datum_record, make_jpeg, write_db, write_image_db
 from tests.support.run_logs import ours_log
 from tests.support.trainer_runs import config_of, refused_in_process
 
@@ -148,3 +148,43 @@ def test_plots_of_any_number_of_logs_keep_their_panels_and_a_bounded_legend(tmp_
 def test_a_log_named_after_a_same_second_collision_gets_its_run_s_label(tmp_path):
     log = ours_log(tmp_path, "resnet50_gpu2_b64_L1000_lr0.10_v2_20261121_101530_2.log")
     assert read_run_log(log).label == "2 GPUs, batch 64, 1000 labels, lr 0.10"
+
+
+@pytest.mark.parametrize(
+    "flags, arithmetic",
+    [
+        (("--batch_size", "1"), "--batch_size 1 / 1 processes / --iter_size 1"),
+        (("--batch_size", "2", "--num_gpus", "2"), "--batch_size 2 / 2 processes / --iter_size 1"),
+        (("--batch_size", "4", "--iter_size", "4"), "--batch_size 4 / 1 processes / --iter_size 4"),
+    ],
+)
+def test_a_training_pass_of_one_image_at_32_px_is_refused(flags, arithmetic):
+    """BatchNorm in training normalises a channel over a pass's images and the last stage's
+    positions (1x1 at 32 px): one value, which torch refused mid-run in a 90-line traceback."""
+    with pytest.raises(UserError) as refused:
+        config_of("--use_cpu", "--train_data", "null", "--image_size", "32", *flags)
+    assert str(refused.value).startswith(f"a training pass holds 1 image ({arithmetic}) and at "), (
+        refused.value
+    )
+    assert "give a pass 2 images or more" in str(refused.value)
+
+
+def test_a_training_pass_of_one_image_is_accepted_where_the_last_stage_is_larger(tmp_path):
+    """At 33 px the last stage is 2x2; --test_only trains nothing."""
+    test_data = write_image_db(str(tmp_path / "test"), 2, 1)
+    for flags in (
+        ("--image_size", "33"),
+        ("--test_only", "--load_model_path", "x.pt", "--test_data", test_data),
+    ):
+        config = config_of("--use_cpu", "--train_data", "null", "--batch_size", "1", *flags)
+        assert config.device_batch_size == 1
+
+
+def test_an_epoch_smaller_than_a_global_batch_names_the_epoch_size():
+    """Refused before the DB is opened, and the DB not blamed: the epoch is what is short."""
+    with pytest.raises(UserError) as refused:
+        config_of("--use_cpu", "--train_data", "null", "--batch_size", "16", "--epoch_size", "8")
+    assert str(refused.value) == (
+        "--epoch_size 8 is less than one global batch of 16 (--batch_size 16): raise "
+        "--epoch_size to 16 or more, or lower --batch_size"
+    )

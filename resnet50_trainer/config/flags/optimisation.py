@@ -21,7 +21,14 @@ from resnet50_trainer.config.lr_policies import (
     steps_help,
 )
 from resnet50_trainer.config.recipes import CAFFE2_RECIPE, RECIPES
-from resnet50_trainer.config.values import BATCH_SIZE, SEED, Number, NumberList, NumberValues
+from resnet50_trainer.config.values import (
+    BATCH_SIZE,
+    RESNET_STRIDE,
+    SEED,
+    Number,
+    NumberList,
+    NumberValues,
+)
 from resnet50_trainer.errors import UserError
 
 if TYPE_CHECKING:
@@ -147,6 +154,30 @@ def _check_lr_settings(config: Config) -> None:
         )
 
 
+def _check_training_batches(config: Config) -> None:
+    """An epoch holds a global batch at least; a pass gives BatchNorm 2 values a channel at
+    least (in training it normalises over a pass's images and the last stage's positions, and
+    torch refuses one value)."""
+    if config.epoch_size is not None and config.epoch_size < config.global_batch_size:
+        machines = f" x --num_shards {config.num_shards}" if config.num_shards > 1 else ""
+        raise UserError(
+            f"--epoch_size {config.epoch_size} is less than one global batch of "
+            f"{config.global_batch_size} (--batch_size {config.batch_size}{machines}): raise "
+            f"--epoch_size to {config.global_batch_size} or more, or lower --batch_size"
+        )
+    images = config.device_batch_size // config.iter_size
+    side = -(-config.image_size // RESNET_STRIDE)
+    if images * side * side < 2:
+        raise UserError(
+            f"a training pass holds 1 image (--batch_size {config.batch_size} / "
+            f"{config.processes_per_machine} processes / --iter_size {config.iter_size}) and "
+            f"at --image_size {config.image_size} ResNet's last stage is 1x1, so BatchNorm "
+            "would normalise one value a channel, which it cannot: give a pass 2 images or more "
+            "(a larger --batch_size, a smaller --iter_size) or raise --image_size above "
+            f"{RESNET_STRIDE}"
+        )
+
+
 def _check_optimizer(config: Config) -> None:
     if config.optimizer == "nesterov" and config.momentum == 0:
         raise UserError(
@@ -168,6 +199,8 @@ def check_optimisation(config: Config) -> None:
             f"{config.device_batch_size} into passes of equal size, and it does not divide: "
             f"use an --iter_size that divides {config.device_batch_size}"
         )
+    if not config.test_only:
+        _check_training_batches(config)
     # Each flag is finite on its own; their product, the LR the run uses, must be too.
     if not math.isfinite(config.effective_learning_rate):
         raise UserError(
