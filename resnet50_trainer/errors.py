@@ -221,6 +221,10 @@ def report(prog: str, error: Exception) -> int:
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """Every command's main: run `body` and return its exit status (None is 0), or end on one of
     ONE_LINE_ERRORS or Ctrl-C in one line."""
+    if current_folder_gone():
+        # Its paths are absolute (config.values.path_value refuses a relative one then), and
+        # torch's oneMKL cannot load torch from a folder that is gone.
+        os.chdir("/")
     try:
         status = body()
     except KeyboardInterrupt:
@@ -229,6 +233,15 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
     except ONE_LINE_ERRORS as error:
         return report(prog, error)
     return status or 0
+
+
+def current_folder_gone() -> bool:
+    """Whether this process stands in a folder that was removed (cd into it, remove it, run)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def leave(status: int) -> NoReturn:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from resnet50_trainer.config.flags.data import DataFlags
+from resnet50_trainer.config.flags.data import SYNTHETIC_DATA, DataFlags
 from resnet50_trainer.config.flags.declare import flag_names
 from resnet50_trainer.config.flags.devices import DeviceFlags
 from resnet50_trainer.config.flags.distributed import DistributedFlags, GradCompressionFlags
@@ -27,7 +27,6 @@ from resnet50_trainer.config.flags.outputs import OutputFlags
 from resnet50_trainer.config.flags.regularisation import RegularisationFlags
 from resnet50_trainer.data.settings import window_mb_of
 
-SYNTHETIC_DATA = "null"
 # The base learning rate is "based on 256 global batch size" (the original's docs).
 LR_REFERENCE_BATCH = 256
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.

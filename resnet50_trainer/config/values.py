@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from resnet50_trainer.errors import current_folder_gone, shown
 
 # What a timeout of "inf" becomes: torch takes only a finite timedelta (timedelta(seconds=inf)
 # overflows), and deadlines of now + timeout must fit its int64 clocks. Ten years is forever here.
@@ -98,6 +101,18 @@ NUM_LABELS = Number(int, 1, 1_000_000)
 INPUT_WORKERS = Number(int, 0, 128)
 BUILD_WORKERS = Number(int, 1, 128)  # resnet50-db create's and copy's processes
 SEED = Number(int, 0, 2**64 - 1)  # what torch.manual_seed takes
+
+
+def path_value(text: str) -> str:
+    """A path flag's value. A relative one needs the current folder, which a shell still stands
+    in after it was removed (cd into a folder, remove it, run): refused then, in one line, where
+    an absolute one works."""
+    if not os.path.isabs(text) and current_folder_gone():
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is relative to the current folder, which no longer exists (removed "
+            "after the shell entered it): cd into an existing folder, or give an absolute path"
+        )
+    return text
 
 
 ALL_GPUS = (-1,)  # --gpus all: every GPU of this machine (gpu_ids.select_gpus counts them)

@@ -1,7 +1,8 @@
 """Paths and folders a user's machine really has (issue 44), each in one line or working: a DB
 this user may not reach or read (permission denied named as such, with the user), a DB in a folder
 whose name is not UTF-8 (trained on, inspected and written), a temporary folder too full for a
-LevelDB's snapshot (named, nothing left there)."""
+LevelDB's snapshot (named, nothing left there), a current folder removed after the shell entered
+it (absolute paths work, a relative one is named)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 import pytest
 
@@ -121,3 +123,50 @@ def test_a_full_temporary_folder_is_named_for_a_leveldb(image_db, tmpfs, monkeyp
     ), refused.value
     assert str(refused.value).endswith("free space there or point TMPDIR at a folder with room")
     assert os.listdir(scratch) == ["filler"]
+
+
+def in_a_removed_folder(folder) -> Callable[[], None]:
+    """What a shell does before it runs a command in a folder removed after it entered it."""
+
+    def enter_and_remove() -> None:
+        os.makedirs(folder)
+        os.chdir(folder)
+        os.rmdir(folder)
+
+    return enter_and_remove
+
+
+def test_a_removed_current_folder_takes_absolute_paths_and_names_a_relative_one(image_db, tmp_path):
+    """torch (its oneMKL) could not even be loaded there ("Cannot load libtorch_cpu.so", exit
+    2, with absolute paths too); resnet50-db's relative paths were FileNotFoundError tracebacks."""
+    database = image_db("train", 16, 4)
+    runs = {
+        "trains": trainer_command(
+            *("--train_data", "null", "--epoch_size", "16", "--num_epochs", "1"),
+            *("--log_dir", str(tmp_path / "logs")),
+        ),
+        "refused": trainer_command("--train_data", "null"),  # --log_dir's default: .
+        "copies": [sys.executable, "-m", "resnet50_trainer.tools.db", "copy", database]
+        + [str(tmp_path / "copy")],
+        "refuses": [sys.executable, "-m", "resnet50_trainer.tools.db", "inspect", "train"],
+    }
+    done = {
+        what: subprocess.run(
+            command,
+            env=trainer_env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            preexec_fn=in_a_removed_folder(tmp_path / what),
+        )
+        for what, command in runs.items()
+    }
+    for what in ("trains", "copies"):
+        assert done[what].returncode == 0, done[what].stderr
+    for what, argument, path in (("refused", "--log_dir", "."), ("refuses", "DB", "train")):
+        assert done[what].returncode == 2, done[what].stderr
+        assert one_error_line(done[what].stderr).endswith(
+            f"error: argument {argument}: {path} is relative to the current folder, which no "
+            "longer exists (removed after the shell entered it): cd into an existing folder, or "
+            "give an absolute path (see --help)"
+        )

@@ -9,6 +9,7 @@ from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     NUM_LABELS,
     Number,
+    path_value,
 )
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.settings import (
@@ -26,15 +27,21 @@ if TYPE_CHECKING:
 
 # The trainer's, and resnet50-db bench's (tools/db/bench.py).
 READ_ORDER_FLAGS = ("read_order", "read_window_mb")
+SYNTHETIC_DATA = "null"  # --train_data's word for synthetic data
+
+
+def training_data(text: str) -> str:
+    """--train_data: a DB's path, or the word for synthetic data."""
+    return text if text == SYNTHETIC_DATA else path_value(text)
 
 
 @flag_group
 class DataFlags(FlagGroup):
     TITLE = "data"
 
-    train_data: str = flag(required=True)
+    train_data: str = flag(type=training_data, required=True)
     """path of the training DB; the word 'null' trains on synthetic data"""
-    test_data: str | None = flag()
+    test_data: str | None = flag(type=path_value)
     """path of the test DB, evaluated after every epoch"""
     db_type: str = flag(if_absent=LMDB, choices=DB_TYPES)
     """database type"""

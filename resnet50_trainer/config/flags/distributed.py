@@ -10,6 +10,7 @@ from resnet50_trainer.config.values import (
     NO_TIME_LIMIT_S,
     REDIS_PORT,
     Number,
+    path_value,
     redis_address,
 )
 from resnet50_trainer.errors import UserError
@@ -49,7 +50,7 @@ class DistributedFlags(FlagGroup):
     """Redis port"""
     redis_password: str | None = flag(default_from_env="REDIS_PASSWORD")
     """Redis password (default: $REDIS_PASSWORD); never printed or logged"""
-    file_store_path: str = flag(if_absent="/tmp")
+    file_store_path: str = flag(type=path_value, if_absent="/tmp")
     """shared (NFS) directory for rendezvous when no Redis is given"""
     # None: NCCL's own choice
     distributed_transport: str | None = flag(choices=("tcp", "ibverbs"))

@@ -28,6 +28,7 @@ from resnet50_trainer.config.values import (
     Number,
     NumberList,
     NumberValues,
+    path_value,
 )
 from resnet50_trainer.errors import UserError
 
@@ -70,7 +71,7 @@ class OptimisationFlags(FlagGroup):
     """caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe (cosine LR,
     warm-up, label smoothing, mixup, cutmix, EMA, random-resized crops, FixRes), its warm-up and EMA
     fitted to the run's epochs, batch and DB, said at start; flags given here override it"""
-    solver: str | None = flag(metavar="FILE")
+    solver: str | None = flag(type=path_value, metavar="FILE")
     """a Caffe solver.prototxt: its base_lr, lr_policy, max_iter, snapshot and the rest become the
     flags they mean (said at start); flags given here override it"""
     seed: int = flag(type=SEED, if_absent=0)

@@ -10,6 +10,7 @@ from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     Number,
     Switch,
+    path_value,
 )
 from resnet50_trainer.errors import UserError
 
@@ -34,7 +35,7 @@ class OutputFlags(FlagGroup):
 
     TITLE = "logs and checkpoints"
 
-    log_dir: str = flag(if_absent=".")
+    log_dir: str = flag(type=path_value, if_absent=".")
     """directory of the CSV run log"""
     profile_iters: int = flag(type=PROFILED_STEPS, if_absent=0)
     """profile N steps after 20 warm-up steps with torch.profiler: one line says where their time
@@ -50,11 +51,11 @@ class OutputFlags(FlagGroup):
     wait every --print_every steps) in --log_dir/tensorboard/<run>/, steps counted in global
     iterations, continued by a resume; view with tensorboard --logdir <log_dir>"""
     # its default, log_dir, worked out by config/build.py
-    checkpoint_dir: str = flag()
+    checkpoint_dir: str = flag(type=path_value)
     """directory of checkpoints (default: --log_dir)"""
     save_model_name: str = flag(if_absent="resnet50_model")
     """checkpoint name stem"""
-    load_model_path: str | None = flag()
+    load_model_path: str | None = flag(type=path_value)
     """checkpoint to continue training from"""
     # The newest checkpoint of checkpoint_dir, if any, wins over load_model_path.
     auto_resume: bool = flag(action=Switch)
@@ -68,7 +69,7 @@ class OutputFlags(FlagGroup):
     test_only: bool = flag(action=Switch)
     """evaluate the --load_model_path checkpoint on the whole --test_data DB, print its test
     accuracy, and stop: nothing is trained or written"""
-    init_model: str | None = flag(metavar="PATH")
+    init_model: str | None = flag(type=path_value, metavar="PATH")
     """start a fresh run from these weights (Caffe's --weights): one of our checkpoints or a
     torch.save(model.state_dict()) file; a classifier of another --num_labels is replaced by a fresh
     one"""

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from resnet50_trainer.config.values import SEED
+from resnet50_trainer.config.values import SEED, path_value
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 
 
 def add_database_arguments(parser: argparse.ArgumentParser) -> None:
     """DB (the database's path) and --db_type, for a subcommand that opens one."""
-    parser.add_argument("db_path", metavar="DB")
+    parser.add_argument("db_path", metavar="DB", type=path_value)
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
 
 

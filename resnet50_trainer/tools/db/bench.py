@@ -20,7 +20,14 @@ from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS, DataFlags, chec
 from resnet50_trainer.config.flags.declare import add_flags
 from resnet50_trainer.config.flags.images import resolve_scale
 from resnet50_trainer.config.parsing import OneLineParser
-from resnet50_trainer.config.values import BATCH_SIZE, INPUT_WORKERS, PIXELS, SEED, Number
+from resnet50_trainer.config.values import (
+    BATCH_SIZE,
+    INPUT_WORKERS,
+    PIXELS,
+    SEED,
+    Number,
+    path_value,
+)
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
@@ -45,7 +52,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("db", help="LMDB or LevelDB directory of image records")
+    parser.add_argument("db", type=path_value, help="LMDB or LevelDB directory of image records")
     parser.add_argument(
         "--db_type",
         choices=DB_TYPES,

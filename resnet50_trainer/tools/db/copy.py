@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from resnet50_trainer.config.values import BUILD_WORKERS
+from resnet50_trainer.config.values import BUILD_WORKERS, path_value
 from resnet50_trainer.data.formats.databases import detect_db_type
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
@@ -27,8 +27,8 @@ DESCRIPTION = (
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE")
-    parser.add_argument("db_path", metavar="DB")
+    parser.add_argument("source", metavar="SOURCE", type=path_value)
+    parser.add_argument("db_path", metavar="DB", type=path_value)
     parser.add_argument("--db_type", choices=DB_TYPES, help="the copy's (default: SOURCE's)")
     parser.add_argument(
         "--restart_markers",

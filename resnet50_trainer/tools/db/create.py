@@ -10,10 +10,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 
-from resnet50_trainer.config.values import BUILD_WORKERS
+from resnet50_trainer.config.values import BUILD_WORKERS, path_value
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
+from resnet50_trainer.errors import current_folder_gone
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
@@ -26,10 +27,16 @@ DESCRIPTION = (
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", metavar="SOURCE")
-    parser.add_argument("db_path", metavar="DB")
-    parser.add_argument("--list_file", help="convert_imageset list: 'relative/path label' lines")
-    parser.add_argument("--root", default="", help="folder the list file's paths are under")
+    parser.add_argument("source", nargs="?", metavar="SOURCE", type=path_value)
+    parser.add_argument("db_path", metavar="DB", type=path_value)
+    parser.add_argument(
+        "--list_file", type=path_value, help="convert_imageset list: 'relative/path label' lines"
+    )
+    parser.add_argument(
+        "--root",
+        type=path_value,
+        help="folder the list file's paths are under (default: the current folder)",
+    )
     parser.add_argument("--db_type", choices=DB_TYPES, default=LMDB)
     parser.add_argument("--format", dest="record_format", choices=RECORD_FORMATS, default=DATUM)
     storage = parser.add_mutually_exclusive_group()
@@ -96,6 +103,12 @@ def options_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     refuse_markers_without_region_decoder(parser, args)
     given = {name: value for name, value in vars(args).items() if name in _FLAG_OPTIONS}
     given["seed"] = shuffle_seed(parser, args)
+    if args.list_file is not None and args.root is None and current_folder_gone():
+        parser.error(
+            "--list_file's paths are under --root, the current folder where it is not given, "
+            "which no longer exists (removed after the shell entered it): give --root"
+        )
+    given["root"] = args.root or ""
     return CreateOptions(
         **given,
         resize=(args.resize_width, args.resize_height) if args.resize_height else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from resnet50_trainer.config.values import path_value
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
@@ -58,7 +59,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "from the end)",
     )
     which.add_argument("--key", help="the record's key")
-    parser.add_argument("--out", required=True, help="image file to write, e.g. img.png")
+    parser.add_argument(
+        "--out", required=True, type=path_value, help="image file to write, e.g. img.png"
+    )
     parser.add_argument(
         "--num_channels",
         type=int,

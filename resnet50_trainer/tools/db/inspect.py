@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image, ImageDraw, ImageOps
 
+from resnet50_trainer.config.values import path_value
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image, decode_native, encoded_format
 from resnet50_trainer.data.formats.keys import printable_key
@@ -195,7 +196,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_database_arguments(parser)
     parser.add_argument("--limit", type=int, help="inspect only the first N records")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--sheet", metavar="OUT.png", help="write a contact sheet of images")
+    parser.add_argument(
+        "--sheet", metavar="OUT.png", type=path_value, help="write a contact sheet of images"
+    )
     parser.add_argument("--sheet_count", type=int, default=32, help="images on the sheet")
     parser.set_defaults(run=lambda args: run(parser, args))
 

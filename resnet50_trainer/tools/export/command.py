@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
-from resnet50_trainer.config.values import Number
+from resnet50_trainer.config.values import Number, path_value
 from resnet50_trainer.errors import UserError, run_command
 from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 
@@ -28,12 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_version_flag(parser)
     parser.add_argument(
-        "checkpoint", metavar="CHECKPOINT", help="a .pt file resnet50-trainer wrote"
+        "checkpoint",
+        metavar="CHECKPOINT",
+        type=path_value,
+        help="a .pt file resnet50-trainer wrote",
     )
     parser.add_argument(
         "-o",
         "--output",
         required=True,
+        type=path_value,
         help="file to write: .onnx is ONNX, .pt or .ts TorchScript (or say so with --format); "
         "an existing file is replaced only once the new one is complete and checked",
     )
@@ -51,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check_data",
         metavar="DB",
+        type=path_value,
         help="LMDB or LevelDB whose first images check the export against PyTorch, "
         "preprocessed as the trainer's test images (default: random inputs)",
     )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from resnet50_trainer.config.parsing import add_version_flag
-from resnet50_trainer.config.values import Number
+from resnet50_trainer.config.values import Number, path_value
 from resnet50_trainer.errors import run_command
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
@@ -24,7 +24,7 @@ def _png_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(
             f"{text!r} does not end in .png; the plot is written as PNG"
         )
-    return Path(text)
+    return Path(path_value(text))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "logs",
         nargs="+",
         metavar="LOG",
+        type=path_value,
         help="run log(s), e.g. resnet50_gpu2_b64_L1000_lr0.10_v2_*.log",
     )
     parser.add_argument(
