@@ -84,7 +84,10 @@ def preempt_signals_blocked() -> Iterator[None]:
 
 
 def error_line(prog: str, message: object) -> str:
-    return f"{prog}: error: {message}"
+    """One line, whatever `message` holds: a character that would end it or drive the terminal (a
+    newline, an escape) is written escaped, as `shown` writes it in a path."""
+    text = "".join(char if char.isprintable() else _escaped(char) for char in str(message))
+    return f"{prog}: error: {text}"
 
 
 # A path made only of these shows as it is, as ls leaves such a name unquoted; any other

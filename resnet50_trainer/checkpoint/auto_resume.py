@@ -16,7 +16,7 @@ import os
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 log = logging.getLogger(__name__)
 # Settings (by their flags' names) that may differ between starts of one run without making it
@@ -54,8 +54,8 @@ def holds_checkpoints(directory: str, name: str) -> bool:
         return bool(checkpoint_files.saved_checkpoints(directory, name))
     except OSError as error:
         raise UserError(
-            f"--auto_resume cannot list --checkpoint_dir {directory} ({error.strerror}): make "
-            "it readable on every machine, or choose another"
+            f"--auto_resume cannot list --checkpoint_dir {shown(directory)} ({error.strerror}): "
+            "make it readable on every machine, or choose another"
         ) from None
 
 

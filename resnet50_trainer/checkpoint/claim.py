@@ -11,7 +11,7 @@ from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 # A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
 LARGEST_STEP = 10**12
@@ -74,7 +74,7 @@ def _check_checkpoint_names_fit(config: Config) -> None:
         )
         raise UserError(
             f"--save_model_name {_shown(config.save_model_name)} cannot name "
-            f"checkpoints in --checkpoint_dir {config.checkpoint_dir} "
+            f"checkpoints in --checkpoint_dir {shown(config.checkpoint_dir)} "
             f"({error.strerror}): {fix}"
         ) from None
 
@@ -92,9 +92,9 @@ def claim_checkpoint_names(config: Config, resumed: dict | None) -> CheckpointLo
         if others:
             whose = "another run" if resumed is None else f"another run than {resumed['path']}'s"
             raise UserError(
-                f"--checkpoint_dir {directory} holds checkpoints of {whose} (newest: "
+                f"--checkpoint_dir {shown(directory)} holds checkpoints of {whose} (newest: "
                 f"{others[-1].path}), which this run would replace or delete: resume "
-                f"that run with --load_model_path {directory}, or give this run "
+                f"that run with --load_model_path {shown(directory)}, or give this run "
                 "another --checkpoint_dir or --save_model_name"
             )
         checkpoint_files.remove_temporary_files(directory, name)

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import torch
 
 from resnet50_trainer.checkpoint.schema import REQUIRED_KEYS, field_problem
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 log = logging.getLogger(__name__)
 SUFFIX = ".pt"
@@ -85,7 +85,7 @@ def save_checkpoint(state: dict, path: str) -> None:
         _fsync_directory(directory)
     except OSError as error:
         raise UserError(
-            f"writing checkpoint {path} failed ({error.strerror or error}): make "
+            f"writing checkpoint {shown(path)} failed ({error.strerror or error}): make "
             "--checkpoint_dir writable, with room for a checkpoint, or choose another; "
             "the checkpoints already there are intact"
         ) from error
@@ -102,11 +102,13 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
         try:
             return _read_checkpoint(path)
         except _Unusable as problem:
-            raise UserError(f"--load_model_path {path} {problem.reason}: {problem.fix}") from None
+            raise UserError(
+                f"--load_model_path {shown(path)} {problem.reason}: {problem.fix}"
+            ) from None
     saved = saved_checkpoints(path, name)
     if not saved:
         raise UserError(
-            f"--load_model_path {path} is a directory without checkpoints named "
+            f"--load_model_path {shown(path)} is a directory without checkpoints named "
             f"{name}_<epoch>{SUFFIX}: give a checkpoint file, or the --checkpoint_dir "
             "and --save_model_name of an earlier run"
         )
@@ -128,7 +130,7 @@ def load_checkpoint(path: str, name: str, warn: bool = True) -> dict:
         return state
     newest, reason = skipped[0]
     raise UserError(
-        f"--load_model_path {path}: none of its {len(saved)} checkpoints can be "
+        f"--load_model_path {shown(path)}: none of its {len(saved)} checkpoints can be "
         f"resumed (the newest, {newest}, {reason}): give a checkpoint written by "
         "resnet50-trainer"
     )
@@ -140,7 +142,7 @@ def read_checkpoint_file(path: str) -> dict:
     try:
         return _read_checkpoint(path)
     except _Unusable as problem:
-        raise UserError(f"checkpoint {path} {problem.reason}: {problem.fix}") from None
+        raise UserError(f"checkpoint {shown(path)} {problem.reason}: {problem.fix}") from None
 
 
 class NotRegularFileError(OSError):

@@ -15,7 +15,7 @@ import torch
 from resnet50_trainer.checkpoint.files import NotRegularFileError, describe_error, load_weights_file
 from resnet50_trainer.checkpoint.schema import model_problem
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 from resnet50_trainer.model.finite import non_finite_tensors
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
     non_finite = non_finite_tensors(weights)
     if non_finite:
         raise UserError(
-            f"--init_model {path} has non-finite values in {non_finite[0]}: give weights "
+            f"--init_model {shown(path)} has non-finite values in {non_finite[0]}: give weights "
             "that are all finite (an earlier checkpoint of that run, before it diverged)"
         )
     from resnet50_trainer.model.resnet import model_shapes  # as in claim.py: torchvision
@@ -44,7 +44,8 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
     problem = model_problem(weights, ours)
     if problem:
         raise UserError(
-            f"--init_model {path} has {problem}: give weights of a ResNet-{config.num_layers} "
+            f"--init_model {shown(path)} has {problem}: give weights of a "
+            f"ResNet-{config.num_layers} "
             f"with {config.num_channels} input channel(s), or set --num_layers and "
             "--num_channels to the file's"
         )
@@ -62,16 +63,18 @@ def read_init_model(path: str, config: Config, say: bool = True) -> dict[str, to
 
 def _load_named_tensors(path: str) -> dict[str, torch.Tensor]:
     if os.path.isdir(path):
-        raise UserError(f"--init_model {path} is a directory: give {_FILES_READ}")
+        raise UserError(f"--init_model {shown(path)} is a directory: give {_FILES_READ}")
     try:
         loaded = load_weights_file(path)
     except NotRegularFileError:
-        raise UserError(f"--init_model {path} is not a regular file: give {_FILES_READ}") from None
+        raise UserError(
+            f"--init_model {shown(path)} is not a regular file: give {_FILES_READ}"
+        ) from None
     except FileNotFoundError:
-        raise UserError(f"--init_model {path} does not exist: give {_FILES_READ}") from None
+        raise UserError(f"--init_model {shown(path)} does not exist: give {_FILES_READ}") from None
     except Exception as error:  # torch raises several types for a file that holds no weights
         raise UserError(
-            f"--init_model {path} is not a PyTorch weights file ({describe_error(error)}): "
+            f"--init_model {shown(path)} is not a PyTorch weights file ({describe_error(error)}): "
             f"give {_FILES_READ} (Caffe2 .mdl files are not read)"
         ) from None
     if isinstance(loaded, dict) and isinstance(loaded.get("model"), dict):
@@ -85,7 +88,7 @@ def _load_named_tensors(path: str) -> dict[str, torch.Tensor]:
         )
     ):
         raise UserError(
-            f"--init_model {path} holds no state dict of named tensors: give {_FILES_READ}"
+            f"--init_model {shown(path)} holds no state dict of named tensors: give {_FILES_READ}"
         )
     return loaded
 

@@ -10,7 +10,7 @@ import fcntl
 import os
 
 from resnet50_trainer.checkpoint.files import SUFFIX
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 # Takes of a lock file that its holder removed between our open and our flock, before we give up.
 _TAKES = 10
@@ -51,8 +51,8 @@ def lock_checkpoints(directory: str, name: str) -> CheckpointLock:
         if descriptor is not None:
             return CheckpointLock(descriptor, path)
     raise UserError(
-        f"the lock file {path} was replaced {_TAKES} times while this run took it: another run "
-        "keeps starting and stopping there; give this run another --checkpoint_dir or "
+        f"the lock file {shown(path)} was replaced {_TAKES} times while this run took it: "
+        "another run keeps starting and stopping there; give this run another --checkpoint_dir or "
         "--save_model_name"
     )
 
@@ -64,7 +64,7 @@ def _take(path: str, name: str, directory: str) -> int | None:
         descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: no write-open file
     except OSError as error:
         raise UserError(
-            f"cannot create the lock file {path} ({error.strerror}): choose a "
+            f"cannot create the lock file {shown(path)} ({error.strerror}): choose a "
             "writable --checkpoint_dir"
         ) from None
     try:
@@ -73,12 +73,12 @@ def _take(path: str, name: str, directory: str) -> int | None:
         os.close(descriptor)
         if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise UserError(
-                f"another run is writing checkpoints {name}_*{SUFFIX} in {directory} "
-                f"(it holds {path}): wait for it to end, or give this run another "
+                f"another run is writing checkpoints {name}_*{SUFFIX} in {shown(directory)} "
+                f"(it holds {shown(path)}): wait for it to end, or give this run another "
                 "--checkpoint_dir or --save_model_name"
             ) from None
         raise UserError(
-            f"cannot lock {path} ({error.strerror}): choose a --checkpoint_dir on a "
+            f"cannot lock {shown(path)} ({error.strerror}): choose a --checkpoint_dir on a "
             "file system with file locks"
         ) from None
     if _same_file(descriptor, path):

@@ -13,7 +13,7 @@ from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_together
-from resnet50_trainer.errors import Diverged, UserError
+from resnet50_trainer.errors import Diverged, UserError, shown
 from resnet50_trainer.model.finite import non_finite_tensors
 from resnet50_trainer.model.replica import Learner
 
@@ -67,7 +67,7 @@ class CheckpointSaver:
                 f"the weights are no longer finite at epoch "
                 f"{run.epochs_done + (1 if run.steps_into_epoch else 0)}, iteration "
                 f"{run.iteration} ({diverged[0]}{more}): {os.path.basename(path)} was "
-                f"not written and the checkpoints in {config.checkpoint_dir} are "
+                f"not written and the checkpoints in {shown(config.checkpoint_dir)} are "
                 "intact; resume from the last one with a lower --base_learning_rate"
             )
         settings = schema.settings_entry(

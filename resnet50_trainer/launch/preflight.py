@@ -24,7 +24,7 @@ from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
-from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.errors import RecordError, UserError, denied, shown, unreachable
 from resnet50_trainer.train.labels import (
     scan_training_labels,
     test_label_refusal,
@@ -82,11 +82,24 @@ def check_outputs_writable(config: Config) -> None:
             with tempfile.TemporaryFile(dir=directory):
                 pass
         except OSError as error:
-            # makedirs says "File exists" where a file stands in the directory's place.
-            reason = "a file, not a directory" if os.path.isfile(directory) else error.strerror
             raise UserError(
-                f"{flag} {directory} cannot be written ({reason}): choose a writable directory"
+                f"{flag} {shown(directory)} cannot be written{_why_not(directory, error)}"
             ) from None
+
+
+def _why_not(directory: str, error: OSError) -> str:
+    """Why `directory` cannot be made or take a file, and the fix."""
+    refused = unreachable(directory)
+    if refused is None and isinstance(error, PermissionError):
+        existing = directory
+        while not os.path.exists(existing):
+            existing = os.path.dirname(os.path.abspath(existing))
+        refused = denied("write in", existing)
+    if refused:
+        return f": {refused}"
+    # makedirs says "File exists" where a file stands in the directory's place.
+    reason = "a file, not a directory" if os.path.isfile(directory) else error.strerror
+    return f" ({reason}): choose a writable directory"
 
 
 def _check_holds_images(config: Config) -> None:
@@ -102,7 +115,7 @@ def _check_holds_images(config: Config) -> None:
                 problems.append((key, error))
     key, first_error = problems[0]
     raise UserError(
-        f"--train_data {config.train_data}: none of {len(sampled)} records sampled is "
+        f"--train_data {shown(config.train_data)}: none of {len(sampled)} records sampled is "
         f"an image (e.g. key {printable_key(key)}: {first_error}): "
         "give a DB of Caffe Datum or Caffe2 TensorProtos image records"
     )
@@ -117,7 +130,7 @@ def _check_test_labels(config: Config, test_data: str, budget_s: float) -> None:
         scan = scan_labels(database.items(), config.num_labels, budget_s, config.test_epoch_size)
     if scan.outside is not None:
         key, label = scan.outside
-        raise test_label_refusal(f"--test_data {test_data}", label, config.num_labels, key)
+        raise test_label_refusal(f"--test_data {shown(test_data)}", label, config.num_labels, key)
     _say_if_partial(scan, started, "Test labels", "the first test checks")
 
 

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def bad_records_verdict(
     first = [printable_key(key) for keys in gathered for key in keys][:BAD_KEYS_NAMED]
     return UserError(
         f"{bad} of {images} records ({share:.1%}) read in epoch {epoch_number} of "
-        f"{config.train_data} could not be read (first: {', '.join(first)}), above "
+        f"{shown(config.train_data)} could not be read (first: {', '.join(first)}), above "
         f"--max_bad_records {config.max_bad_records}: repair the DB (resnet50-db "
         "inspect names them) or raise --max_bad_records"
     )

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_run
-from resnet50_trainer.errors import exit_status
+from resnet50_trainer.errors import exit_status, shown
 from resnet50_trainer.model.replica import Replica
 from resnet50_trainer.train.labels import test_label_refusal
 
@@ -94,7 +94,9 @@ def refuse_labels_outside(score: TestAccuracy | None, config: Config, is_main: b
     classes = config.num_labels
     for label in score.labels if score is not None else ():
         if not 0 <= label < classes:
-            refusal = test_label_refusal(f"--test_data {config.test_data}", label, classes)
+            refusal = test_label_refusal(
+                f"--test_data {shown(config.test_data or '')}", label, classes
+            )
             stop_run(refusal if is_main else None, exit_status(refusal))
 
 

@@ -31,7 +31,7 @@ from resnet50_trainer.data.settings import (
 from resnet50_trainer.data.synthetic import SyntheticBatches
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.process_group import Placement
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
         synthetic = SyntheticBatches(steps, config.device_batch_size, settings, device)
         return TrainInput(synthetic, synthetic, steps)
     keys = read_keys(config.train_data, config.db_type)
-    steps = _require_steps(config, len(keys), f"training DB {config.train_data}")
+    steps = _require_steps(config, len(keys), f"training DB {shown(config.train_data)}")
     order = _agreed_read_order(config, len(keys), placement, device)
     sampler = ShardBatchSampler(
         RecordOrder(len(keys), config.seed, *order.shape),

@@ -10,7 +10,7 @@ from resnet50_trainer.config.values import NUM_LABELS
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 
 # Seconds spent looking for the DB's highest label, which the fix names.
 HIGHEST_LABEL_SCAN_S = 5.0
@@ -40,7 +40,7 @@ def training_label_refusal(config: Config, key: bytes, label: int, scan: LabelSc
             f"read): --num_labels {highest + 1} or more"
         )
     return UserError(
-        f"--train_data {config.train_data} holds label {label} (key "
+        f"--train_data {shown(config.train_data)} holds label {label} (key "
         f"{key.decode(errors='replace')}), outside 0..{config.num_labels - 1} of --num_labels "
         f"{config.num_labels}: {fix}"
     )

@@ -26,7 +26,7 @@ from resnet50_trainer.distributed.stopping import (
     stop_together,
     wait_for_first_process_to_exit,
 )
-from resnet50_trainer.errors import UserError, stop_watching_input_processes
+from resnet50_trainer.errors import UserError, shown, stop_watching_input_processes
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.precision import describe_precision
 from resnet50_trainer.model.replica import Learner, build_replica
@@ -202,8 +202,8 @@ def _log_start(
         "synthetic batches (--train_data null)"
         if config.synthetic
         else input_settings(config, train=True).describe_decoding(),
-        f"; log {outputs.runlog.path}" if outputs.runlog else "",
-        f"; TensorBoard {outputs.tensorboard.directory}" if outputs.tensorboard else "",
+        f"; log {shown(outputs.runlog.path)}" if outputs.runlog else "",
+        f"; TensorBoard {shown(outputs.tensorboard.directory)}" if outputs.tensorboard else "",
         f"; read order {describe_order(*order.shape)} ({order.why})" if order else "",
     )
 
@@ -222,6 +222,6 @@ def _summarise(loop: EpochLoop, log_path: str, seconds: float) -> None:
             if best.test_accuracy >= 0
             else "n/a"
         ),
-        log_path,
-        loop.last_saved,
+        shown(log_path),
+        shown(loop.last_saved) if loop.last_saved else None,
     )

@@ -77,6 +77,20 @@ def test_a_db_this_user_may_not_read_is_named_as_such(image_db, tmp_path, where)
         ), line
 
 
+def test_a_log_folder_this_user_may_not_write_in_is_named_as_such(tmp_path):
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    owned_by_another_user(folder, 0o755)
+    logs = folder / "logs"
+    done = as_root_without_override(trainer_command("--train_data", "null", "--log_dir", str(logs)))
+    assert done.returncode == 2, done.stderr
+    assert one_error_line(done.stderr).endswith(
+        f"error: --log_dir {shown(str(logs))} cannot be written: permission denied: user root may "
+        f"not write in {shown(str(folder))} (owner nobody, mode 755): ask its owner for access, or "
+        "run as a user who has it"
+    )
+
+
 def test_a_db_in_a_folder_whose_name_is_not_utf8_is_read(image_db, tmp_path):
     """The OS takes any bytes but / and NUL in a name; Python gives such a name with surrogates,
     which LMDB's and LevelDB's bindings refuse to encode, and /proc/self/maps then holds it."""

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.errors import shown, unreachable
+from resnet50_trainer.errors import error_line, shown, unreachable
 from resnet50_trainer.tools.db.command import main as db_main
 from tests.support.dbfactory import write_class_folders, write_image_db
 from tests.support.trainer_runs import in_process, refused_in_process
@@ -59,6 +59,14 @@ def test_a_link_loop_is_named_by_every_command(capsys, tmp_path, loop):
         assert status == 2 and len(error.splitlines()) == 1, error
         assert said in error, error
     assert said in refused_in_process(capsys, "--train_data", loop)
+    line = refused_in_process(capsys, "--train_data", "null", "--log_dir", loop)
+    assert f"--log_dir {shown(loop)} cannot be written: {shown(loop)} is a symbolic link" in line
+
+
+def test_any_one_line_report_stays_one_line():
+    """Where a message holds a newline or an escape that no path rendering caught (a path from a
+    file's contents, a library's words), its line still neither ends nor drives the terminal."""
+    assert error_line("prog", "a\nb\x1b[2J") == "prog: error: a\\nb\\033[2J"
 
 
 def test_a_file_on_the_way_is_named(capsys, tmp_path):

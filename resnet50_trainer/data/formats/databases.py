@@ -140,8 +140,8 @@ class Database(ABC):
     def _unreadable(self, error: Exception) -> UserError:
         """The library's `error` while reading (a damaged file, another process's writes)."""
         return UserError(
-            f"cannot read {_DB_NAMES[self.db_type]} {self.path} ({self._said(error)}): it is "
-            "damaged, or another process writes to it; copy it again from its source once "
+            f"cannot read {_DB_NAMES[self.db_type]} {shown(self.path)} ({self._said(error)}): "
+            "it is damaged, or another process writes to it; copy it again from its source once "
             "nothing writes to it"
         )
 
@@ -165,7 +165,7 @@ class Database(ABC):
     def _found(self, key: bytes, value):
         if value is None:
             raise UserError(
-                f"key {key!r} is not in database {self.path}; list keys with "
+                f"key {key!r} is not in database {shown(self.path)}; list keys with "
                 "`resnet50-db inspect` or pick a record with `dump --index`"
             )
         return value
@@ -613,7 +613,7 @@ class LevelDbDatabase(Database):
             if said.endswith(_NO_ROOM):  # LevelDB's own writes as it opens the snapshot
                 raise _snapshot_refused(path, said.rsplit(": ", 1)[-1]) from exc
             raise UserError(
-                f"cannot open LevelDB {path} ({exc}); check that it is complete "
+                f"cannot open LevelDB {shown(path)} ({exc}); check that it is complete "
                 "and not being written"
             ) from exc
         # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
@@ -656,7 +656,7 @@ def open_database(path: str, db_type: str, allow_empty: bool = False) -> Databas
     if not allow_empty and database.is_empty():
         database.close()
         raise UserError(
-            f"database {path} holds no records; check that it was built completely "
+            f"database {shown(path)} holds no records; check that it was built completely "
             "(resnet50-db inspect shows what is in it)"
         )
     return database

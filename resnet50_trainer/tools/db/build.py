@@ -121,7 +121,7 @@ def create_database(options: CreateOptions) -> CreateSummary:
         if summary.written == 0:
             raise UserError(
                 f"none of the {len(tasks)} images could be read (first: "
-                f"{summary.skipped[0][1]}); nothing was written to {summary.db_path}"
+                f"{summary.skipped[0][1]}); nothing was written to {shown(summary.db_path)}"
             )
         return _write_labels(work_dir, class_names) if class_names is not None else None
 
@@ -141,11 +141,11 @@ def copy_database(source: str, options: CreateOptions) -> CreateSummary:
         )
     holder = _existing_holder(_target(options.db_path), source)
     if holder == os.path.realpath(options.db_path):
-        raise UserError(f"{source} is the database to copy: write the copy to another path")
+        raise UserError(f"{shown(source)} is the database to copy: write the copy to another path")
     if holder is not None:
         raise UserError(
-            f"{options.db_path} is inside {source}, the database to copy: write the copy to "
-            "another path"
+            f"{shown(options.db_path)} is inside {shown(source)}, the database to copy: write the "
+            "copy to another path"
         )
 
     def write(build_path: str, work_dir: str, summary: CreateSummary, check_stop) -> str | None:
@@ -231,8 +231,8 @@ def _install_labels(labels: str | None, target: str) -> str | None:
             os.remove(path)
     except OSError as exc:
         raise UserError(
-            f"the database is in place at {target}, but its labels file {path} cannot be "
-            f"written ({exc.strerror}); {_fix_for(exc)}, and run again with --overwrite"
+            f"the database is in place at {shown(target)}, but its labels file {shown(path)} "
+            f"cannot be written ({exc.strerror}); {_fix_for(exc)}, and run again with --overwrite"
         ) from exc
     return None
 
@@ -265,8 +265,8 @@ def _copied_labels(source: str, work_dir: str) -> str | None:
         shutil.copyfile(labels, copied)
     except OSError as exc:
         raise UserError(
-            f"cannot copy {labels} beside {work_dir} ({exc.strerror}); {_fix_for(exc)}; "
-            "nothing was written"
+            f"cannot copy {shown(labels)} beside {shown(work_dir)} ({exc.strerror}); "
+            f"{_fix_for(exc)}; nothing was written"
         ) from exc
     return copied
 
@@ -302,18 +302,19 @@ def _check_target(target: str, overwrite: bool) -> None:
     parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise UserError(
-            f"cannot create {target}: {parent} is not a writable directory; create it "
-            "or choose another path"
+            f"cannot create {shown(target)}: {shown(parent)} is not a writable directory; create "
+            "it or choose another path"
         )
     if os.path.lexists(target):
         if not overwrite:
             raise UserError(
-                f"{target} already exists; pass --overwrite to replace it or choose another path"
+                f"{shown(target)} already exists; pass --overwrite to replace it or choose another "
+                "path"
             )
         if not os.path.isdir(target) or not holds_only_a_database(target):
             raise UserError(
-                f"{target} exists and is not an LMDB/LevelDB directory holding nothing else; "
-                "refusing to overwrite it, choose another path"
+                f"{shown(target)} exists and is not an LMDB/LevelDB directory holding nothing "
+                "else; refusing to overwrite it, choose another path"
             )
     _check_labels_target(labels_path_for(target), overwrite)
 
@@ -325,12 +326,12 @@ def _check_labels_target(labels: str, overwrite: bool) -> None:
         return
     if not stat.S_ISREG(os.lstat(labels).st_mode):
         raise UserError(
-            f"{labels}, where this database's labels file goes, is not a regular file; "
+            f"{shown(labels)}, where this database's labels file goes, is not a regular file; "
             "refusing to replace it, move it or choose another path"
         )
     if not overwrite:
         raise UserError(
-            f"{labels} already exists (an earlier database's labels); pass --overwrite to "
+            f"{shown(labels)} already exists (an earlier database's labels); pass --overwrite to "
             "replace it or choose another path"
         )
 
@@ -443,7 +444,7 @@ def _install(build_path: str, target: str, work_dir: str) -> None:
         if os.path.lexists(replaced) and not os.path.lexists(target):
             os.rename(replaced, target)
         raise UserError(
-            f"cannot put the new database in place at {target} ({exc.strerror}); "
+            f"cannot put the new database in place at {shown(target)} ({exc.strerror}); "
             "nothing was changed there"
         ) from exc
 

@@ -13,6 +13,7 @@ from functools import partial
 from resnet50_trainer.config.values import BUILD_WORKERS, path_value
 from resnet50_trainer.data.formats.databases import detect_db_type
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
+from resnet50_trainer.errors import shown
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateSummary, copy_database
 from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
@@ -63,8 +64,8 @@ def _report(summary: CreateSummary, options: CreateOptions) -> None:
     rewritten = ", JPEGs with restart markers" if options.restart_markers else ""
     rewritten += f", shuffled (seed {options.seed})" if options.shuffle else ""
     print(
-        f"copied {summary.written} records to {summary.db_path} ({options.db_type}{rewritten}) "
-        f"in {summary.seconds:.1f} s"
+        f"copied {summary.written} records to {shown(summary.db_path)} "
+        f"({options.db_type}{rewritten}) in {summary.seconds:.1f} s"
     )
     if summary.labels_path:
         print(f"labels: {summary.labels_path}")

@@ -14,7 +14,7 @@ from resnet50_trainer.config.values import BUILD_WORKERS, path_value
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
-from resnet50_trainer.errors import current_folder_gone
+from resnet50_trainer.errors import current_folder_gone, shown
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions
@@ -134,7 +134,7 @@ def run(options: CreateOptions) -> int:
 def _report(summary: CreateSummary, options: CreateOptions) -> None:
     rate = summary.written / summary.seconds if summary.seconds else 0.0
     print(
-        f"wrote {summary.written} records to {summary.db_path} ({options.db_type}, "
+        f"wrote {summary.written} records to {shown(summary.db_path)} ({options.db_type}, "
         f"{options.record_format}, {'encoded' if options.encoded else 'raw'}) "
         f"in {summary.seconds:.1f} s, {rate:.0f} records/s"
     )

@@ -10,7 +10,7 @@ from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import parse_record
-from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.errors import RecordError, UserError, shown
 from resnet50_trainer.tools.db.arguments import add_database_arguments
 
 HELP = "write one record's decoded image"
@@ -35,7 +35,9 @@ def dump_record(
     try:
         image.save(out)
     except (OSError, ValueError) as exc:
-        raise UserError(f"cannot write {out} ({exc}); use a writable path ending in .png") from exc
+        raise UserError(
+            f"cannot write {shown(out)} ({exc}); use a writable path ending in .png"
+        ) from exc
     return key, record.label
 
 
@@ -43,7 +45,7 @@ def _key_at(keys: Sequence[bytes], index: int, path: str) -> bytes:
     count = len(keys)
     if not -count <= index < count:
         raise UserError(
-            f"--index {index} is out of range: {path} holds {count} records, so --index "
+            f"--index {index} is out of range: {shown(path)} holds {count} records, so --index "
             f"takes 0..{count - 1} (or -{count}..-1, counted from the end)"
         )
     return keys[index]

@@ -20,7 +20,7 @@ from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image, decode_native, encoded_format
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import Record, parse_record
-from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.errors import RecordError, UserError, shown
 from resnet50_trainer.tools.db.arguments import add_database_arguments
 
 HELP = "report what a database holds"
@@ -209,7 +209,7 @@ def _check_sheet_path(out: str) -> None:
         parent
     ):
         raise UserError(
-            f"--sheet {out}: give an image path (e.g. sheet.png) in an existing directory"
+            f"--sheet {shown(out)}: give an image path (e.g. sheet.png) in an existing directory"
         )
 
 

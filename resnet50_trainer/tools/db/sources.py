@@ -22,7 +22,7 @@ from resnet50_trainer.data.formats.images import (
 )
 from resnet50_trainer.data.formats.jpeg_region import with_restart_markers
 from resnet50_trainer.data.formats.records import DATUM, Record
-from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.errors import RecordError, UserError, shown
 
 # Pillow's format names for --encode_type
 _ENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG"}
@@ -136,16 +136,16 @@ def read_list_file(list_file: str, root: str) -> list[ImageTask]:
         text = read_regular_file(list_file).decode("utf-8")
     except OSError as exc:
         raise UserError(
-            f"cannot read list file {list_file} ({exc.strerror or exc}); check the path"
+            f"cannot read list file {shown(list_file)} ({exc.strerror or exc}); check the path"
         ) from exc
     except UnicodeDecodeError as exc:
         raise UserError(
-            f"list file {list_file} is not UTF-8 text (byte {exc.start}); give a "
+            f"list file {shown(list_file)} is not UTF-8 text (byte {exc.start}); give a "
             "text file of 'relative/path label' lines"
         ) from exc
     if "\0" in text:
         raise UserError(
-            f"list file {list_file} holds NUL bytes, so it is not a text file; give "
+            f"list file {shown(list_file)} holds NUL bytes, so it is not a text file; give "
             "a text file of 'relative/path label' lines"
         )
     entries = [
@@ -154,16 +154,18 @@ def read_list_file(list_file: str, root: str) -> list[ImageTask]:
         if line.strip()
     ]
     if not entries:
-        raise UserError(f"list file {list_file} names no images; add 'relative/path label' lines")
+        raise UserError(
+            f"list file {shown(list_file)} names no images; add 'relative/path label' lines"
+        )
     return _numbered(entries)
 
 
 def _list_entry(list_file: str, number: int, line: str, root: str) -> tuple[str, str, int]:
     parts = line.rstrip().rsplit(maxsplit=1)
     if len(parts) != 2 or not _LABEL.fullmatch(parts[1]) or int(parts[1]) > _MAX_LABEL:
-        shown = line if len(line) <= 80 else line[:77] + "..."
+        excerpt = line if len(line) <= 80 else line[:77] + "..."
         raise UserError(
-            f"{list_file} line {number} is {shown!r}; expected 'relative/path label' "
+            f"{shown(list_file)} line {number} is {excerpt!r}; expected 'relative/path label' "
             f"with a label within 0..{_MAX_LABEL}"
         )
     return parts[0], os.path.join(root, parts[0]), int(parts[1])
@@ -173,7 +175,7 @@ def read_class_folders(source: str) -> tuple[list[ImageTask], list[str]]:
     """Every file under SOURCE/<class>/ (recursively, sorted); labels follow sorted class names."""
     if not os.path.isdir(source):
         raise UserError(
-            f"image folder {source} does not exist; pass a folder with one "
+            f"image folder {shown(source)} does not exist; pass a folder with one "
             "subfolder per class, or use --list_file"
         )
     class_names = sorted(
@@ -183,7 +185,7 @@ def read_class_folders(source: str) -> tuple[list[ImageTask], list[str]]:
     )
     if not class_names:
         raise UserError(
-            f"{source} has no class subfolders; put each class's images in its own "
+            f"{shown(source)} has no class subfolders; put each class's images in its own "
             "subfolder, or use --list_file"
         )
     entries = []
@@ -191,7 +193,7 @@ def read_class_folders(source: str) -> tuple[list[ImageTask], list[str]]:
         for relative in _files_under(source, class_name):
             entries.append((relative, os.path.join(source, relative), label))
     if not entries:
-        raise UserError(f"the class subfolders of {source} hold no files")
+        raise UserError(f"the class subfolders of {shown(source)} hold no files")
     return _numbered(entries), class_names
 
 
