@@ -57,16 +57,17 @@ class Translation:
             raise self.refuse(f"{field}: {value!r} is not one of {', '.join(action.choices)}")
         self.values[dest] = value
         flag = action.option_strings[0]
-        line = f"{field} -> {flag} {shown(value)}{suffix}"
+        line = f"{field} -> {flag} {as_flag_text(value)}{suffix}"
         if dest in self.given:
-            line += f", not used: the command line's {flag} {shown(getattr(self.args, dest))} wins"
+            given = as_flag_text(getattr(self.args, dest))
+            line += f", not used: the command line's {flag} {given} wins"
         self.lines.append(line)
 
     def note(self, field: str, why: str) -> None:
         self.lines.append(f"{field}: not used: {why}")
 
 
-def shown(value: object) -> str:
+def as_flag_text(value: object) -> str:
     if isinstance(value, tuple):
         return ",".join(f"{part:g}" for part in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
