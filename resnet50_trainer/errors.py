@@ -187,9 +187,12 @@ def _file_on_the_way(prefix: str) -> str:
     return prefix or "."
 
 
-def denied(verb: str, path: str) -> str:
+ACCESS_FIX = "ask its owner for access, or run as a user who has it"
+
+
+def denied(verb: str, path: str, fix: bool = True) -> str:
     """Permission denied, in words: this user may not `verb` (enter, read, write) `path`, whose
-    owner and mode say why; and the fix."""
+    owner and mode say why; and the fix (ACCESS_FIX) unless the caller says it."""
     try:
         info = os.stat(path)
         whose = f" (owner {_user_name(info.st_uid)}, mode {stat.S_IMODE(info.st_mode):o})"
@@ -197,7 +200,7 @@ def denied(verb: str, path: str) -> str:
         whose = ""
     return (
         f"permission denied: user {_user_name(os.geteuid())} may not {verb} {shown(path)}"
-        f"{whose}: ask its owner for access, or run as a user who has it"
+        f"{whose}{f': {ACCESS_FIX}' if fix else ''}"
     )
 
 

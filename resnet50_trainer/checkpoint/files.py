@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import torch
 
 from resnet50_trainer.checkpoint.schema import REQUIRED_KEYS, field_problem
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import ACCESS_FIX, UserError, denied, shown
 
 log = logging.getLogger(__name__)
 SUFFIX = ".pt"
@@ -169,6 +169,8 @@ def _read_checkpoint(path: str) -> dict:
         raise _Unusable(
             "does not exist", "give a checkpoint file written by resnet50-trainer"
         ) from None
+    except PermissionError:
+        raise _Unusable(f"cannot be read: {denied('read', path, fix=False)}", ACCESS_FIX) from None
     except Exception as error:  # torch raises several types for a file that is not a checkpoint
         raise _Unusable(
             f"is not a readable checkpoint ({describe_error(error)})",

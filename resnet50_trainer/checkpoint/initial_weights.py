@@ -15,7 +15,7 @@ import torch
 from resnet50_trainer.checkpoint.files import NotRegularFileError, describe_error, load_weights_file
 from resnet50_trainer.checkpoint.schema import model_problem
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError, denied, shown
 from resnet50_trainer.model.finite import non_finite_tensors
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,10 @@ def _load_named_tensors(path: str) -> dict[str, torch.Tensor]:
         ) from None
     except FileNotFoundError:
         raise UserError(f"--init_model {shown(path)} does not exist: give {_FILES_READ}") from None
+    except PermissionError:
+        raise UserError(
+            f"--init_model {shown(path)} cannot be read: {denied('read', path)}"
+        ) from None
     except Exception as error:  # torch raises several types for a file that holds no weights
         raise UserError(
             f"--init_model {shown(path)} is not a PyTorch weights file ({describe_error(error)}): "

@@ -91,6 +91,23 @@ def test_a_log_folder_this_user_may_not_write_in_is_named_as_such(tmp_path):
     )
 
 
+@pytest.mark.parametrize("flag", ["--load_model_path", "--init_model"])
+def test_a_checkpoint_this_user_may_not_read_is_named_as_such(tmp_path, flag):
+    """Not "is not a readable checkpoint (PermissionError: ...)", which blamed the file."""
+    checkpoint = tmp_path / "theirs.pt"
+    checkpoint.write_bytes(b"a checkpoint")
+    owned_by_another_user(checkpoint, 0o600)
+    done = as_root_without_override(
+        trainer_command("--train_data", "null", flag, str(checkpoint), "--log_dir", str(tmp_path))
+    )
+    assert done.returncode == 2, done.stderr
+    assert one_error_line(done.stderr).endswith(
+        f"error: {flag} {shown(str(checkpoint))} cannot be read: permission denied: user root may "
+        f"not read {shown(str(checkpoint))} (owner nobody, mode 600): ask its owner for access, "
+        "or run as a user who has it"
+    )
+
+
 def test_a_db_in_a_folder_whose_name_is_not_utf8_is_read(image_db, tmp_path):
     """The OS takes any bytes but / and NUL in a name; Python gives such a name with surrogates,
     which LMDB's and LevelDB's bindings refuse to encode, and /proc/self/maps then holds it."""
