@@ -1,6 +1,6 @@
-"""resnet50-db as a process: a full disk, a FIFO list file, a signal mid-create, what --help
-imports, irregular files skipped, a seeded shuffle with input workers, an LMDB another process
-writes."""
+"""resnet50-db as a process: a full disk (for a DB, an image, a contact sheet), a FIFO list file,
+a signal mid-create, what --help imports, irregular files skipped, a seeded shuffle with input
+workers, an LMDB another process writes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.support.dbfactory import (
     random_pixels,
     write_class_folders,
 )
-from tests.support.trainer_runs import children, imported_by, trainer_env, wait_for
+from tests.support.trainer_runs import children, fill_up, imported_by, trainer_env, wait_for
 
 
 def _stored_values(db, db_type):
@@ -262,3 +262,24 @@ def test_help_and_the_subcommands_but_bench_do_not_import_torch():
     """resnet50-db --help answers at once: torch (seconds) loads only for bench, when it runs."""
     argvs = [["--help"], ["bench", "--help"], ["bench", "db", "--batch_size", "nan"]]
     assert imported_by("resnet50_trainer.tools.db.command", argvs, ("torch",)) == []
+
+
+@pytest.mark.parametrize("command", ["dump", "inspect"])
+def test_an_image_that_does_not_fit_leaves_the_one_there_whole(tmp_path, capsys, tmpfs, command):
+    """dump's --out and inspect's --sheet are written beside their target and renamed over it, as
+    resnet50-plot's and resnet50-export's outputs: PIL's save truncated the file there first, and
+    a full disk then left a piece of it."""
+    database = str(tmp_path / "db")
+    write_class_folders(str(tmp_path / "images"), class_count=2, per_class=2, size=64)
+    assert main(["create", str(tmp_path / "images"), database]) == 0
+    disk = tmpfs("disk", "64k")
+    output = Path(disk) / "image.png"
+    output.write_bytes(b"an earlier image" * 100)
+    fill_up(disk)
+    capsys.readouterr()
+    arguments = {"dump": ["--index", "0", "--out"], "inspect": ["--sheet"]}[command]
+    assert main([command, database, *arguments, str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "cannot be written (No space left on device)" in line, line
+    assert output.read_bytes() == b"an earlier image" * 100
+    assert sorted(os.listdir(disk)) == ["filler", "image.png"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+
+from PIL import Image
 
 from resnet50_trainer.config.values import path_value
 from resnet50_trainer.data.formats.databases import open_database
@@ -12,6 +15,7 @@ from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import RecordError, UserError, shown
 from resnet50_trainer.tools.db.arguments import add_database_arguments
+from resnet50_trainer.tools.output_file import replacing
 
 HELP = "write one record's decoded image"
 DESCRIPTION = (
@@ -32,12 +36,11 @@ def dump_record(
         image = decode_image(record, num_channels)
     except RecordError as error:
         raise RecordError(f"record {printable_key(key)}: {error}") from error
-    try:
-        image.save(out)
-    except (OSError, ValueError) as exc:
-        raise UserError(
-            f"cannot write {shown(out)} ({exc}); use a writable path ending in .png"
-        ) from exc
+    image_format = Image.registered_extensions().get(os.path.splitext(out)[1].lower())
+    if image_format is None:
+        raise UserError(f"cannot write {shown(out)}: use a path ending in .png")
+    with replacing(out, "--out", "room for the image") as partial:
+        image.save(partial, format=image_format)
     return key, record.label
 
 

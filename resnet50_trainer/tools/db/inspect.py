@@ -22,6 +22,7 @@ from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import Record, parse_record
 from resnet50_trainer.errors import RecordError, UserError, shown
 from resnet50_trainer.tools.db.arguments import add_database_arguments
+from resnet50_trainer.tools.output_file import replacing
 
 HELP = "report what a database holds"
 DESCRIPTION = (
@@ -188,7 +189,8 @@ def write_contact_sheet(path: str, db_type: str, out: str, count: int) -> int:
             except RecordError:
                 caption = "unreadable"
             draw.text((left + 2, top + _SHEET_CELL), caption, fill="black")
-    sheet.save(out)
+    with replacing(out, "--sheet", "room for the sheet") as partial:
+        sheet.save(partial, format=Image.registered_extensions()[os.path.splitext(out)[1].lower()])
     return len(keys)
 
 
