@@ -17,6 +17,7 @@ import pytest
 
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.errors import UserError, shown
+from tests.support.run_logs import ours_log
 from tests.support.trainer_runs import (
     fill_up,
     one_error_line,
@@ -180,6 +181,7 @@ def test_a_removed_current_folder_takes_absolute_paths_and_names_a_relative_one(
         "copies": [sys.executable, "-m", "resnet50_trainer.tools.db", "copy", database]
         + [str(tmp_path / "copy")],
         "refuses": [sys.executable, "-m", "resnet50_trainer.tools.db", "inspect", "train"],
+        "plot refuses": [sys.executable, "-m", "resnet50_trainer.tools.plot", ours_log(tmp_path)],
     }
     done = {
         what: subprocess.run(
@@ -194,10 +196,14 @@ def test_a_removed_current_folder_takes_absolute_paths_and_names_a_relative_one(
     }
     for what in ("trains", "copies"):
         assert done[what].returncode == 0, done[what].stderr
-    for what, argument, path in (("refused", "--log_dir", "."), ("refuses", "DB", "train")):
+    for what, argument, path in (
+        ("refused", "--log_dir", "."),
+        ("refuses", "DB", "train"),
+        ("plot refuses", "-o/--output", "plot.png"),  # its default: never /plot.png
+    ):
         assert done[what].returncode == 2, done[what].stderr
-        assert one_error_line(done[what].stderr).endswith(
+        assert (
             f"error: argument {argument}: {path} is relative to the current folder, which no "
             "longer exists (removed after the shell entered it): cd into an existing folder, or "
-            "give an absolute path (see --help)"
-        )
+            "give an absolute path"
+        ) in one_error_line(done[what].stderr)

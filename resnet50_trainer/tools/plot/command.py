@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         type=_png_path,
-        default=Path(DEFAULT_OUTPUT),
+        default=DEFAULT_OUTPUT,  # text: argparse reads it with the type, as one given
         help=f"PNG to write (default: {DEFAULT_OUTPUT} in the current directory)",
     )
     parser.add_argument(
