@@ -221,6 +221,17 @@ def test_an_output_that_is_a_link_is_written_through(trained, tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["link.pt", "model.pt"]
 
 
+def test_an_export_into_a_folder_whose_name_is_not_utf8_is_written(trained, tmp_path, capsys):
+    """torch.jit.load took the path as UTF-8: a TypeError traceback where it held byte 0xff."""
+    checkpoint, _ = trained
+    folder = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xff"))
+    os.mkdir(folder)
+    output = os.path.join(folder, "model.pt")
+    status, stderr = in_process(capsys, export_main, checkpoint, "-o", output)
+    assert status == 0, stderr
+    assert os.listdir(folder) == ["model.pt"]
+
+
 def test_an_export_past_the_tolerance_is_refused_and_nothing_replaced(trained, tmp_path):
     checkpoint, db = trained
     output = tmp_path / "model.onnx"

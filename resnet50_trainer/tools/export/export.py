@@ -35,9 +35,9 @@ def export(args: argparse.Namespace, chosen: str) -> None:
         print(f"Checked on {described}: largest difference from PyTorch {difference:.3g}")
         if not difference <= args.tolerance:  # NaN too
             raise RunFailed(
-                f"the {chosen} export of {args.checkpoint} differs from PyTorch by up to "
+                f"the {chosen} export of {shown(args.checkpoint)} differs from PyTorch by up to "
                 f"{difference:.3g} on {described}, above --tolerance {args.tolerance:g}: "
                 f"nothing written to {shown(output)}"
             )
     print(network.preprocessing.line())
-    print(f"Wrote {output}: {chosen}, {network.description}, any batch size")
+    print(f"Wrote {shown(output)}: {chosen}, {network.description}, any batch size")

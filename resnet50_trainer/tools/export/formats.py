@@ -32,11 +32,11 @@ def run(chosen: str, path: str, images: torch.Tensor) -> torch.Tensor:
     if chosen == ONNX:
         import onnxruntime
 
-        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(_contents(path), providers=["CPUExecutionProvider"])
         return torch.from_numpy(session.run([OUTPUT], {INPUT: images.numpy()})[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit's own deprecation
-        model = torch.jit.load(path, map_location="cpu")
+        model = torch.jit.load(io.BytesIO(_contents(path)), map_location="cpu")
     with torch.inference_mode():
         return model(images)
 
@@ -50,8 +50,15 @@ def read_metadata(chosen: str, path: str) -> dict[str, str]:
     extra = {PREPROCESSING_FILE: ""}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        torch.jit.load(path, map_location="cpu", _extra_files=extra)
+        torch.jit.load(io.BytesIO(_contents(path)), map_location="cpu", _extra_files=extra)
     return json.loads(extra[PREPROCESSING_FILE])
+
+
+def _contents(path: str) -> bytes:
+    """The file, read by Python: torch's and onnxruntime's C++ take a path as UTF-8, which a name
+    the OS took may not be (a TypeError where it holds a byte such as 0xff)."""
+    with open(path, "rb") as file:
+        return file.read()
 
 
 def _write_onnx(network: Network, path: str, example: torch.Tensor) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from resnet50_trainer.config.parsing import add_version_flag
 from resnet50_trainer.config.values import Number, path_value
-from resnet50_trainer.errors import run_command
+from resnet50_trainer.errors import run_command, shown
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
 DEFAULT_OUTPUT = "plot.png"
@@ -70,4 +70,4 @@ def _plot(args: argparse.Namespace) -> None:
     from resnet50_trainer.tools.plot.figure import plot_logs  # matplotlib: once the arguments hold
 
     plot_logs(args.logs, args.output, dpi=args.dpi, title=args.title)
-    print(f"wrote {args.output}")
+    print(f"wrote {shown(str(args.output))}")
