@@ -21,7 +21,7 @@ from typing import BinaryIO
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from resnet50_trainer.errors import UserError
+from resnet50_trainer.errors import UserError, shown
 from resnet50_trainer.reporting.trace_report import TraceReport, read_trace
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,11 @@ class StepProfiler:
             else ""
         )
         log.info(
-            "Profile of %s%s; table %s, trace %s", report.line(), missing, table_path, trace_path
+            "Profile of %s%s; table %s, trace %s",
+            report.line(),
+            missing,
+            shown(table_path),
+            shown(trace_path),
         )
 
 
@@ -154,7 +158,7 @@ def write_trace(finished: profile, trace_path: str, table_path: str) -> TraceRep
                 write_new_file(trace_path, "the profiler trace", lambda file: _gzip(source, file))
     except OSError as error:  # the scratch directory itself
         raise UserError(
-            f"the profiler could not write its trace in {tempfile.gettempdir()} "
+            f"the profiler could not write its trace in {shown(tempfile.gettempdir())} "
             f"({error.strerror}): free space there, or point TMPDIR at a directory "
             "with room"
         ) from error
@@ -173,8 +177,8 @@ def _read_back(exported: str, scratch: str) -> dict:
             return json.load(file)
     except (OSError, ValueError):
         raise UserError(
-            f"the profiler could not write its trace in {scratch} (the file came out missing "
-            "or incomplete: is that disk full?): free space there, or point TMPDIR at a "
+            f"the profiler could not write its trace in {shown(scratch)} (the file came out "
+            "missing or incomplete: is that disk full?): free space there, or point TMPDIR at a "
             "directory with room"
         ) from None
 
@@ -202,13 +206,13 @@ def write_new_file(target: str, what: str, write: Callable[[BinaryIO], object]) 
             os.fsync(file.fileno())
     except FileExistsError:
         raise UserError(
-            f"{what} {target} already exists: move it away or choose another --log_dir"
+            f"{what} {shown(target)} already exists: move it away or choose another --log_dir"
         ) from None
     except OSError as error:
         if created:
             with contextlib.suppress(OSError):  # the write's error is the one to report
                 os.unlink(target)
         raise UserError(
-            f"writing {what} {target} failed ({error.strerror}): free space in "
+            f"writing {what} {shown(target)} failed ({error.strerror}): free space in "
             "--log_dir or choose another; the files already there are intact"
         ) from error
