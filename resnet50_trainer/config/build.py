@@ -10,14 +10,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from resnet50_trainer.config.checks import check_settings
 from resnet50_trainer.config.cores import cores_per_process
-from resnet50_trainer.config.flags.images import default_scale
-from resnet50_trainer.config.flags.parser import (
-    RUN_ID_PATTERN,
-    build_parser,
-    check_settings,
-    given_flags,
-)
+from resnet50_trainer.config.flags.parser import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.config.gpu_ids import select_gpus
 from resnet50_trainer.config.launchers import Launched, gpus_the_machine_holds
 from resnet50_trainer.config.recipes import CAFFE2_RECIPE, with_fitted, with_recipe
@@ -27,6 +22,7 @@ from resnet50_trainer.config.settings import (
     Config,
 )
 from resnet50_trainer.config.solver import with_solver
+from resnet50_trainer.data.settings import default_scale
 from resnet50_trainer.errors import UserError
 
 # How each launcher starts one rank per machine, the original's way.
@@ -41,7 +37,7 @@ def build_config(
     args: argparse.Namespace, gpus_present: int, launched: Launched | None = None
 ) -> Config:
     """The run's settings from the parsed flags: the launcher's placement adopted, the derived
-    settings worked out, then checked against each other (flags/parser.check_settings); UserError on
+    settings worked out, then checked against each other (checks.check_settings); UserError on
     the first problem.
 
     `launched`: the torchrun/srun/mpirun that started this process, whose placement wins."""

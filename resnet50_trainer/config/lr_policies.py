@@ -1,8 +1,9 @@
 """The LR policies (--lr_policy), each written once: one entry a policy holds its help, the flags it
 reads and needs, its own rules, its start-line words, its maths and its Caffe solver side. The
-flags and their checks (flags/optimisation.py), a solver file's translation (solver.py) and the
-schedule (model/lr_schedule.py) read these entries; adding a policy is one entry and its test.
-Torch-free, as config/ is.
+flags (flags/optimisation.py) and their checks (checks.py), a solver file's translation
+(solver.py) and the schedule (model/lr_schedule.py) read these entries; adding a policy is one
+entry and its test. Also the LR's scaling to the global batch (--lr_scaling). Torch-free, as
+config/ is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from typing import Any, Protocol
 
 from resnet50_trainer.errors import UserError
 
+# --lr_scaling: linear follows the original's docs (the base LR is "based on 256 global batch
+# size"); none, the original's code (the base LR as given).
+LINEAR_LR_SCALING = "linear"
+LR_SCALINGS = (LINEAR_LR_SCALING, "none")
+LR_REFERENCE_BATCH = 256
 # The original's step policy: x0.1 every 30 epochs of iterations.
 DEFAULT_STEP_EPOCHS = 30.0
 DEFAULT_GAMMA = 0.1
@@ -23,6 +29,23 @@ POLICY_FLAGS = ("lr_steps", "lr_gamma", "lr_power", "min_lr")
 # Epochs x iterations per epoch are whole iterations but for float rounding (a solver's
 # stepsize 7 over epochs of 3 iterations is 7 / 3 epochs, 7.000000000000001 iterations again).
 _ROUNDING = 1e-9
+
+
+def effective_learning_rate(
+    base_learning_rate: float, global_batch_size: int, lr_scaling: str
+) -> float:
+    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not
+    do; or, with --lr_scaling none, the base LR as given, as its code did."""
+    if lr_scaling != LINEAR_LR_SCALING:
+        return base_learning_rate
+    return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
+
+
+def learning_rate_origin(base_learning_rate: float, global_batch_size: int, lr_scaling: str) -> str:
+    """How the effective LR comes from --base_learning_rate, as the start line says it."""
+    if lr_scaling != LINEAR_LR_SCALING:
+        return f"base {base_learning_rate:g} as given: --lr_scaling {lr_scaling}"
+    return f"base {base_learning_rate:g} x {global_batch_size} / {LR_REFERENCE_BATCH}"
 
 
 class Schedule(Protocol):

@@ -1,5 +1,5 @@
-"""One frozen dataclass of settings and the values derived from it; flags/parser.py's
-check_settings checks them against each other.
+"""One frozen dataclass of settings and the values derived from it; checks.py's check_settings
+checks them against each other.
 
 The command line builds a Config once (build.py), one field per flag; nothing changes it
 afterwards. Each field is declared once, as its flag, in its group's dataclass (flags/data.py,
@@ -16,31 +16,16 @@ from resnet50_trainer.config.flags.data import SYNTHETIC_DATA, DataFlags
 from resnet50_trainer.config.flags.declare import flag_names
 from resnet50_trainer.config.flags.devices import DeviceFlags
 from resnet50_trainer.config.flags.distributed import DistributedFlags, GradCompressionFlags
-from resnet50_trainer.config.flags.images import CROP_BOUNDS, ImageFlags
+from resnet50_trainer.config.flags.images import ImageFlags
 from resnet50_trainer.config.flags.model import RESNET_GROUPS, RESNET_WIDTH_PER_GROUP, ModelFlags
-from resnet50_trainer.config.flags.optimisation import (
-    LINEAR_LR_SCALING,
-    LearningRateFlags,
-    OptimisationFlags,
-)
+from resnet50_trainer.config.flags.optimisation import LearningRateFlags, OptimisationFlags
 from resnet50_trainer.config.flags.outputs import OutputFlags
 from resnet50_trainer.config.flags.regularisation import RegularisationFlags
+from resnet50_trainer.config.lr_policies import effective_learning_rate, learning_rate_origin
 from resnet50_trainer.data.settings import window_mb_of
 
-# The base learning rate is "based on 256 global batch size" (the original's docs).
-LR_REFERENCE_BATCH = 256
 # An epoch of synthetic data, when --epoch_size is not given: the original's default.
 SYNTHETIC_EPOCH_SIZE = 1_500_000
-
-
-def effective_learning_rate(
-    base_learning_rate: float, global_batch_size: int, lr_scaling: str
-) -> float:
-    """Linear scaling (Goyal et al. 2017), as the original's docs promised but its code did not
-    do; or, with --lr_scaling none, the base LR as given, as its code did."""
-    if lr_scaling != LINEAR_LR_SCALING:
-        return base_learning_rate
-    return base_learning_rate * global_batch_size / LR_REFERENCE_BATCH
 
 
 # The flag groups last to first: a dataclass's fields start with its last base's, so Config's
@@ -103,9 +88,9 @@ class Config(
     @property
     def learning_rate_origin(self) -> str:
         """How the effective LR comes from --base_learning_rate, as the start line says it."""
-        if self.lr_scaling != LINEAR_LR_SCALING:
-            return f"base {self.base_learning_rate:g} as given: --lr_scaling {self.lr_scaling}"
-        return f"base {self.base_learning_rate:g} x {self.global_batch_size} / {LR_REFERENCE_BATCH}"
+        return learning_rate_origin(
+            self.base_learning_rate, self.global_batch_size, self.lr_scaling
+        )
 
     @property
     def gpus_shared(self) -> bool:
@@ -123,15 +108,10 @@ class Config(
         and a checkpoint's arguments hold them); plain types only, so a checkpoint can hold them
         and be loaded with weights_only=True."""
         flags = flag_names(Config)
-        values = {flags[name]: value for name, value in dataclasses.asdict(self).items()}
-        for name in (
-            "gpus",
-            "image_mean_per_channel",
-            "image_std_per_channel",
-            "lr_steps",
-            *CROP_BOUNDS,
-        ):
-            values[name] = None if values[name] is None else list(values[name])
+        values = {
+            flags[name]: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(self).items()
+        }
         # Never written to a log or a checkpoint, nor inside a redis:// URL.
         values["redis_password"] = None
         values["redis_host"] = _without_password(self.redis_host)

@@ -1,6 +1,6 @@
 """The package's imports flow one way: downward through its layers (folders), and no module
-imports one that (directly or not) imports it as it runs (an import under `if TYPE_CHECKING:` is
-mypy's alone: a flag group's checks name Config, which inherits the group)."""
+imports one that (directly or not) imports it, an import under `if TYPE_CHECKING:` counted too
+(the flag groups declare, and config/checks.py, which reads Config, checks)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from tests.support.trainer_runs import REPOSITORY
 PACKAGE = "resnet50_trainer"
 
 
-def package_imports(type_checking: bool = True) -> dict[str, set[str]]:
-    """Each module of the package -> the package's modules it imports (at any depth of its code;
-    with type_checking False, not those under `if TYPE_CHECKING:`)."""
+def package_imports() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports (at any depth of its code,
+    under `if TYPE_CHECKING:` too)."""
     root = os.path.join(REPOSITORY, PACKAGE)
     modules = {}
     for folder, _, names in os.walk(root):
@@ -29,30 +29,13 @@ def package_imports(type_checking: bool = True) -> dict[str, set[str]]:
         with open(path) as file:
             tree = ast.parse(file.read())
         named = set()
-        skipped = set() if type_checking else _type_checking_imports(tree)
         for node in ast.walk(tree):
-            if node in skipped:
-                continue
             if isinstance(node, ast.ImportFrom) and node.module:
                 named |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
             elif isinstance(node, ast.Import):
                 named |= {alias.name for alias in node.names}
         imports[module] = {name for name in named if name in modules and name != module}
     return imports
-
-
-def _type_checking_imports(tree: ast.AST) -> set[ast.AST]:
-    """The import statements under `if TYPE_CHECKING:`, which run only for mypy."""
-    return {
-        node
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If)
-        and isinstance(block.test, ast.Name)
-        and block.test.id == "TYPE_CHECKING"
-        for statement in block.body
-        for node in ast.walk(statement)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-    }
 
 
 def cycle_through(imports: dict[str, set[str]]) -> list[str] | None:
@@ -80,16 +63,11 @@ def cycle_through(imports: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_package_has_no_import_cycle():
-    assert cycle_through(package_imports(type_checking=False)) is None
+    assert cycle_through(package_imports()) is None
 
 
 def test_a_cycle_is_found():
     assert cycle_through({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-
-
-def test_an_import_for_mypy_alone_is_told_apart():
-    tree = ast.parse("if TYPE_CHECKING:\n    from a import B\nfrom c import D\n")
-    assert [ast.unparse(node) for node in _type_checking_imports(tree)] == ["from a import B"]
 
 
 # The layers from the bottom up: a module imports only its own folder and the folders before it.

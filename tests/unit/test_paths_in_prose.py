@@ -146,7 +146,7 @@ def test_a_stale_path_is_found():
     missing, nowhere, checks = (
         f"{PACKAGE}/model/" + "no_such_helper" + ".py",
         "config/flags/nowhere" + ".py",
-        "checks" + ".py",
+        "no_such_checks" + ".py",
     )
     text = (
         f'"""The helper in {missing} and data/transforms.py."""\n'

@@ -1,1 +1,2 @@
-"""The command line's flags, one file a group, each group's checks beside its flags."""
+"""The command line's flags, one file a group, declarations only (config/checks.py checks the
+settings)."""

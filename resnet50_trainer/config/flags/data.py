@@ -3,8 +3,6 @@ share of bad records an epoch may skip. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     NUM_LABELS,
@@ -15,15 +13,9 @@ from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.settings import (
     AUTO_ORDER,
     DEFAULT_WINDOW_MB,
-    QUASI_RANDOM_ORDER,
-    RANDOM_ORDER,
     READ_ORDERS,
     RUN_BYTES,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 # The trainer's, and resnet50-db bench's (tools/db/bench.py).
 READ_ORDER_FLAGS = ("read_order", "read_window_mb")
@@ -71,17 +63,3 @@ class DataFlags(FlagGroup):
     max_bad_records: float = flag(type=Number(float, 0, 1, below_maximum=True), if_absent=0.01)
     """fraction of an epoch's records that may fail to decode (skipped and named) before the run
     stops"""
-
-
-def check_read_window(read_order: str, read_window_mb: int | None) -> None:
-    """--read_window_mb shapes quasi-random order's windows: refused with --read_order random."""
-    if read_order == RANDOM_ORDER and read_window_mb is not None:
-        raise UserError(
-            f"--read_window_mb shapes the windows of --read_order {QUASI_RANDOM_ORDER}, and this "
-            f"run reads in --read_order {RANDOM_ORDER}: leave --read_window_mb out, or read in "
-            f"{QUASI_RANDOM_ORDER} (or {AUTO_ORDER})"
-        )
-
-
-def check_data(config: Config) -> None:
-    check_read_window(config.read_order, config.read_window_mb)

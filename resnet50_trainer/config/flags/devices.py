@@ -1,9 +1,7 @@
 """The flags of where a run trains: its devices (GPUs, CPU processes, precision and layout on them,
-compile, the model-parallel split); and their checks. Part of the one parser (parser.py)."""
+compile, the model-parallel split). Checked in checks.py. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
@@ -11,10 +9,6 @@ from resnet50_trainer.config.values import (
     Switch,
     gpu_list,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 
 @flag_group
@@ -54,57 +48,3 @@ class DeviceFlags(FlagGroup):
     PyTorch has no setting for it; this sets CUDNN_CONV_WSCAP_DBG, which cuDNN itself reads (listed
     in PyTorch's CUDA environment variables), unless that variable is already set (default: no
     cap)"""
-
-
-def _check_precision_and_decoding(config: Config) -> None:
-    if config.float16_compute and config.dtype == "bfloat16":
-        raise UserError(
-            "--float16_compute asks for float16 arithmetic but --dtype bfloat16 for "
-            "bfloat16: drop one of them"
-        )
-    if config.decode_device == "gpu" and config.synthetic:
-        raise UserError(
-            "--decode_device gpu has nothing to decode with --train_data null: leave it out"
-        )
-    if not config.use_cpu:
-        return
-    gpu_only = {
-        "--dtype float16": (
-            config.dtype == "float16",
-            "float16 training needs a GPU (CPU float16 "
-            "autocast is slow and unscaled): use --dtype bfloat16 on the CPU",
-        ),
-        "--float16_compute": (
-            config.float16_compute,
-            "float16 arithmetic needs a GPU: use --dtype bfloat16 on the CPU",
-        ),
-        "--enable_tensor_core": (
-            config.enable_tensor_core,
-            "tensor cores (TF32, channels_last) are GPU hardware: leave it out with --use_cpu",
-        ),
-        "--decode_device gpu": (
-            config.decode_device == "gpu",
-            "decoding on the GPU needs a GPU: leave it out with --use_cpu",
-        ),
-        "--sync_bn": (
-            config.sync_bn,
-            "PyTorch's SyncBatchNorm runs on GPUs only: leave it out with --use_cpu",
-        ),
-    }
-    for setting, (given, reason) in gpu_only.items():
-        if given:
-            raise UserError(f"{setting} with --use_cpu: {reason}")
-
-
-def check_devices(config: Config) -> None:
-    if config.gpus_shared and config.model_parallel:
-        raise UserError(
-            "--model_parallel splits each replica over 2 GPUs of its own, but --gpus lists a GPU "
-            "more than once: list each GPU once"
-        )
-    if config.pipeline_chunks != 1 and not config.model_parallel:
-        raise UserError(
-            "--pipeline_chunks pipelines the two halves of a --model_parallel replica: "
-            "add --model_parallel or leave it out"
-        )
-    _check_precision_and_decoding(config)

@@ -1,9 +1,7 @@
 """The flags of a run's machines: shards, rendezvous, transport, timeouts and gradient
-compression; and their checks. Part of the one parser (parser.py)."""
+compression. Checked in checks.py. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
@@ -13,10 +11,6 @@ from resnet50_trainer.config.values import (
     path_value,
     redis_address,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 # Upper bounds far beyond any real run, so an absurd value is refused here rather than crashing
 # later (a C int overflowing in torch, a timeout that overflows a timedelta).
@@ -80,32 +74,3 @@ class GradCompressionFlags(FlagGroup):
     powersgd_start_iter: int = flag(type=POWERSGD_START, if_absent=DEFAULT_POWERSGD_START_ITER)
     """with --grad_compression powersgd: global iterations of plain all-reduce before compression
     starts (the first steps are the most sensitive to inexact gradients)"""
-
-
-def _check_grad_compression(config: Config) -> None:
-    powersgd = config.grad_compression == "powersgd"
-    for name, default in (
-        ("powersgd_rank", DEFAULT_POWERSGD_RANK),
-        ("powersgd_start_iter", DEFAULT_POWERSGD_START_ITER),
-    ):
-        if getattr(config, name) != default and not powersgd:
-            raise UserError(
-                f"--{name} sets PowerSGD, and --grad_compression is {config.grad_compression}: "
-                f"add --grad_compression powersgd or leave --{name} out"
-            )
-    if powersgd and (config.dtype == "float16" or config.float16_compute):
-        # A step the scaler skips has inf or NaN gradients, which error feedback would keep.
-        raise UserError(
-            "--grad_compression powersgd with float16 training: an overflowing step's inf "
-            "gradients would stay in PowerSGD's error feedback for good; use --dtype bfloat16, "
-            "or --grad_compression fp16"
-        )
-
-
-def check_distributed(config: Config) -> None:
-    if not 0 <= config.shard_id < config.num_shards:
-        raise UserError(
-            f"--shard_id {config.shard_id} is not below --num_shards "
-            f"{config.num_shards}: shard ids run from 0 to {config.num_shards - 1}"
-        )
-    _check_grad_compression(config)

@@ -1,10 +1,8 @@
 """The image and input pipeline flags: channels, crop and resize sizes, the training crop and its
-bounds, the test crop, pixel statistics, input processes and where JPEGs decode; and their checks
-against each other. Part of the one parser (parser.py)."""
+bounds, the test crop, pixel statistics, input processes and where JPEGs decode. Checked against
+the others in checks.py. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
@@ -19,18 +17,10 @@ from resnet50_trainer.data.settings import (
     CROPS,
     DEFAULT_CROP_AREA,
     DEFAULT_CROP_RATIO,
-    RANDOM_RESIZED_CROP,
     SCALE_CROP,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 DEFAULT_IMAGE_SIZE = 227
-# The crop is this share of the resized shorter side by default: 224 of 256.
-CROP_SHARE = 0.875
-CROP_BOUNDS = ("crop_area", "crop_ratio")  # the flags of random_resized's bounds
 
 
 PIXEL_MEAN = Number(float, 0, 255)
@@ -117,59 +107,3 @@ class ImageFlags(FlagGroup):
     decode_device: str = flag(if_absent="cpu", choices=("cpu", "gpu"))
     """where JPEGs are decoded: cpu (input processes) or gpu (batched on the training GPU; input
     processes only read bytes)"""
-
-
-def default_scale(image_size: int) -> int:
-    """--scale's default: round(image_size / 0.875), 256 for 224."""
-    return round(image_size / CROP_SHARE)
-
-
-def resolve_scale(image_size: int, scale: int | None) -> int:
-    """--scale, or its default; the crop must fit in the resized image."""
-    scale = scale or default_scale(image_size)
-    check_crop_fits(image_size, scale)
-    return scale
-
-
-def check_crop_fits(image_size: int, scale: int) -> None:
-    if image_size > scale:
-        raise UserError(
-            f"--image_size {image_size} is above --scale {scale}: the crop must fit "
-            "in the resized image; raise --scale or lower --image_size"
-        )
-
-
-def _check_crops(config: Config) -> None:
-    """--crop_area and --crop_ratio shape random-resized boxes only; the test crop must fit in the
-    resized test image."""
-    if config.crop != RANDOM_RESIZED_CROP:
-        for name in CROP_BOUNDS:
-            if getattr(config, name) is not None:
-                raise UserError(
-                    f"--{name} bounds the boxes of --crop {RANDOM_RESIZED_CROP}, and this run has "
-                    f"--crop {config.crop}: add --crop {RANDOM_RESIZED_CROP} or leave --{name} out"
-                )
-    resize, size = config.test_sizes
-    if size > resize:
-        size_flag = "--test_image_size" if config.test_image_size else "--image_size"
-        resize_flag = (
-            f"--test_resize {resize}"
-            if config.test_resize
-            else f"--scale {resize} (the test images' resize without --test_resize)"
-        )
-        raise UserError(
-            f"{size_flag} {size} is above {resize_flag}: the test crop must fit in the resized "
-            "test image; give --test_resize at least that, or a smaller --test_image_size"
-        )
-
-
-def check_images(config: Config) -> None:
-    check_crop_fits(config.image_size, config.scale)
-    _check_crops(config)
-    for name in ("image_mean_per_channel", "image_std_per_channel"):
-        values = getattr(config, name)
-        if values is not None and len(values) != config.num_channels:
-            raise UserError(
-                f"--{name} has {len(values)} values for --num_channels {config.num_channels}: "
-                f"give one per channel ({config.num_channels})"
-            )

@@ -1,18 +1,12 @@
-"""The model flags: depth and ResNeXt's groups and width; and their check. Part of the one parser
-(parser.py)."""
+"""The model flags: depth and ResNeXt's groups and width. Checked in checks.py. Part of the one
+parser (parser.py)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
     Number,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 # ResNet depths: torchvision's builders (model/resnet.py), named here so the command line needs
 # no torch.
@@ -40,12 +34,3 @@ class ModelFlags(FlagGroup):
     and 4 at 50 layers: ResNeXt-50 32x4d)"""
     resnext_width_per_group: int = flag(type=RESNEXT_WIDTH, if_absent=RESNET_WIDTH_PER_GROUP)
     """channels per group of the bottlenecks' 3x3 convolutions at the first stage"""
-
-
-def check_model(config: Config) -> None:
-    if config.resnext and config.num_layers in BASIC_BLOCK_LAYERS:
-        raise UserError(
-            f"--resnext_num_groups and --resnext_width_per_group change bottleneck blocks, "
-            f"and ResNet-{config.num_layers} has none: use --num_layers 50, 101, 152 or 200, "
-            "or leave them at 1 and 64"
-        )

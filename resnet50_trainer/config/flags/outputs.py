@@ -1,10 +1,8 @@
 """The flags of what a run writes and reads back: logs, checkpoints (their names, retention,
 frequency), resume and auto-resume, evaluate-only, initial weights, the profiler and the console;
-and their checks. Part of the one parser (parser.py)."""
+checked in checks.py. Part of the one parser (parser.py)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import (
@@ -12,10 +10,6 @@ from resnet50_trainer.config.values import (
     Switch,
     path_value,
 )
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 COUNT_FROM_0 = Number(int, 0)
 
@@ -73,32 +67,3 @@ class OutputFlags(FlagGroup):
     """start a fresh run from these weights (Caffe's --weights): one of our checkpoints or a
     torch.save(model.state_dict()) file; a classifier of another --num_labels is replaced by a fresh
     one"""
-
-
-def check_outputs(config: Config) -> None:
-    """--test_only evaluates a checkpoint on a test DB; --init_model starts a run, which a resume
-    (--load_model_path) continues."""
-    if config.test_only and not (config.load_model_path and config.test_data):
-        missing = " and ".join(
-            flag
-            for flag, value in (
-                ("--load_model_path", config.load_model_path),
-                ("--test_data", config.test_data),
-            )
-            if not value
-        )
-        raise UserError(
-            f"--test_only evaluates a checkpoint on a test DB: give {missing} "
-            "(the checkpoint, or its directory, and the DB)"
-        )
-    if config.test_only and config.auto_resume:
-        raise UserError(
-            "--auto_resume continues a training run and --test_only trains nothing: "
-            "leave --auto_resume out (a directory as --load_model_path scores its newest "
-            "checkpoint)"
-        )
-    if config.init_model and config.load_model_path:
-        raise UserError(
-            "--init_model starts a new run from weights and --load_model_path continues an "
-            "earlier one: give one of them"
-        )

@@ -1,7 +1,7 @@
 """The trainer's parser, from the flags each group's dataclass declares once (declare.py): data,
 images and the input pipeline (images.py), devices (devices.py), model, optimisation and the
 learning rate (optimisation.py), regularisation (regularisation.py), machines (distributed.py),
-logs and checkpoints (outputs.py); and the groups' checks of the settings against each other.
+logs and checkpoints (outputs.py); the settings' checks against each other are config/checks.py.
 A flag's name is its Config field's (config/settings.py), but where its declaration names it."""
 
 from __future__ import annotations
@@ -10,15 +10,7 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from resnet50_trainer.config.flags.data import check_data
 from resnet50_trainer.config.flags.declare import add_flag_group, flag_groups
-from resnet50_trainer.config.flags.devices import check_devices
-from resnet50_trainer.config.flags.distributed import check_distributed
-from resnet50_trainer.config.flags.images import check_images
-from resnet50_trainer.config.flags.model import check_model
-from resnet50_trainer.config.flags.optimisation import check_optimisation
-from resnet50_trainer.config.flags.outputs import check_outputs
-from resnet50_trainer.config.flags.regularisation import check_regularisation
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import TRAINER
@@ -26,16 +18,6 @@ from resnet50_trainer.errors import TRAINER
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")  # it names Redis keys and files
 # The groups in the order --help shows them: Config's fields' order.
 FLAG_GROUPS = flag_groups(Config)
-GROUP_CHECKS = (
-    check_data,
-    check_devices,
-    check_optimisation,
-    check_distributed,
-    check_images,
-    check_model,
-    check_outputs,
-    check_regularisation,
-)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,14 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
     for flags in FLAG_GROUPS:
         add_flag_group(parser, flags)
     return parser
-
-
-def check_settings(config: Config) -> None:
-    """The settings against each other, group by group, with no look at the machine (that is
-    launch/probes.py's and launch/preflight.py's); UserError on the first problem. The GPU choice
-    and the run id are checked as config/build.py works them out."""
-    for check in GROUP_CHECKS:
-        check(config)
 
 
 def flag_actions() -> dict[str, argparse.Action]:

@@ -4,14 +4,8 @@ Each is off by default: a run without them trains as the original did."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.values import Number, Switch
-from resnet50_trainer.errors import UserError
-
-if TYPE_CHECKING:
-    from resnet50_trainer.config.settings import Config
 
 SHARE = Number(float, 0, 1, below_maximum=True)
 BETA_ALPHA = Number(float, 0, 1_000_000)
@@ -53,16 +47,3 @@ class RegularisationFlags(FlagGroup):
     score the checkpoint's EMA"""
     sync_bn: bool = flag(action=Switch)
     """batch norm's training statistics over the global batch (SyncBatchNorm; GPU only)"""
-
-
-def check_regularisation(config: Config) -> None:
-    if config.ema_for_test and not (config.ema_decay or config.test_only):
-        raise UserError(
-            "--ema_for_test scores the EMA of the weights, which this run does not keep: "
-            "add --ema_decay (e.g. 0.9999) or leave --ema_for_test out"
-        )
-    if config.sync_bn and config.model_parallel:
-        raise UserError(
-            "--sync_bn with --model_parallel: batch norm synchronised across replicas that "
-            "each span two GPUs is not supported here; drop one of them"
-        )

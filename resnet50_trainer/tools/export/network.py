@@ -10,8 +10,8 @@ import torch
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import schema
-from resnet50_trainer.config.flags.images import default_scale
 from resnet50_trainer.config.flags.parser import flag_actions
+from resnet50_trainer.data.settings import default_scale
 from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.precision import PIXEL_CENTRE, PIXEL_SCALE
 from resnet50_trainer.model.resnet import build_model
