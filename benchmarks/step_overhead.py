@@ -10,7 +10,7 @@ trainer adds (a sync, a Python loop over the parameters, a tensor op per step) s
 machine. Each side's step is that of its fastest 20 steps of 200 (the trainer's console lines give
 each 20's rate): another process on the core slows some intervals, rarely all of them, where a
 mean over the window swung 0.5-1.5x on this 2-core machine under load. A per-step cost slows every
-interval. Usage: python -m benchmarks.step_overhead
+interval. Usage: python -m benchmarks run --only step_overhead (or compare).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torchvision
 
 from benchmarks.registry import LOWER, Context, Figure, benchmark
 from benchmarks.train import PRINT_EVERY, interval_rates
-from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
+from benchmarks.trees import MeasurementFailed, Tree
 
 IMAGES, PIXELS, LABELS, WIDTH = 2, 32, 10, 1  # a step's batch, its side, the classes, the width
 UNTIMED, TIMED = 20, 200  # steps: the window starts on a console line (PRINT_EVERY)
@@ -129,12 +129,3 @@ def step_figures(tree: Tree, scratch: str, timed: int = TIMED) -> dict[str, floa
         "step_trainer_ms": ours,
         "step_bare_loop_ms": bare,
     }
-
-
-def main() -> None:
-    figures = step_figures(Tree("this", BENCHMARKS_ROOT), tempfile.gettempdir())
-    print(", ".join(f"{name} {value:.3f}" for name, value in figures.items()))
-
-
-if __name__ == "__main__":
-    main()

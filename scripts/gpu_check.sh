@@ -28,6 +28,8 @@ for arg in "$@"; do
     case $arg in
         --quick) steps=60 profile=0 ddp_rounds=1 compile=0 ;;
         --no_tests) tests=0 ;;
+        -h|--help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'
+                   exit 0 ;;
         *) echo "gpu_check: error: unknown argument '$arg' (usage: scripts/gpu_check.sh [--quick] [--no_tests])" >&2
            exit 2 ;;
     esac

@@ -299,6 +299,11 @@ def check_outputs(config: Config) -> None:
             "leave --auto_resume out (a directory as --load_model_path scores its newest "
             "checkpoint)"
         )
+    if config.test_only and config.profile_iters:
+        raise UserError(
+            "--profile_iters profiles training steps and --test_only trains none: leave "
+            "--profile_iters out"
+        )
     if config.init_model and config.load_model_path:
         raise UserError(
             "--init_model starts a new run from weights and --load_model_path continues an "

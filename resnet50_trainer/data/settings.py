@@ -153,12 +153,14 @@ class InputSettings:
     crop_area: tuple[float, float] = DEFAULT_CROP_AREA  # random_resized: share of the image's area
     crop_ratio: tuple[float, float] = DEFAULT_CROP_RATIO  # random_resized: width / height
 
-    def describe_decoding(self) -> str:
-        """The start line's words: where JPEGs are decoded, by how many processes."""
+    def describe_decoding(self, training_processes: int = 1) -> str:
+        """The start line's words: where JPEGs are decoded, by how many processes (each training
+        process's, of `training_processes` on this machine)."""
+        each = " per training process" if training_processes > 1 else ""
         readers = (
-            f"{self.num_workers} input process{'es' * (self.num_workers != 1)}"
+            f"{self.num_workers} input process{'es' * (self.num_workers != 1)}{each}"
             if self.num_workers
-            else "the training process"
+            else f"the training process{'es' * (training_processes > 1)}"
         )
         if self.decode_on_gpu:
             return f"JPEGs decoded on the GPU (nvJPEG), read by {readers}"

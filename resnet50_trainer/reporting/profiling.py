@@ -85,10 +85,14 @@ class StepProfiler:
         return False
 
     def close(self) -> bool:
-        """At the end of the run: a profile still open (the run was shorter) is written as it is."""
-        if self.num_steps and self.steps_seen >= self.starts_after:
+        """At the end of the run: a profile still open (the run was shorter) is written as it is;
+        one that recorded nothing is said so."""
+        if not self.num_steps:
+            return False
+        if self.steps_seen >= self.starts_after:
             self._wait_for_gpus_at(self.steps_seen)
             return self._finish()
+        self._say_nothing_recorded()
         return False
 
     def _wait_for_gpus_at(self, last_step: int) -> None:
@@ -98,14 +102,27 @@ class StepProfiler:
                 torch.cuda.synchronize(gpu)
 
     def _finish(self) -> bool:
+        recorded = self.steps_seen - self.starts_after - 1
         if self._profile is not None:
             self._profile.__exit__(None, None, None)
-            recorded = self.steps_seen - self.starts_after - 1
             if recorded > 0 and self.paths:
                 self._write(self._profile)
             self._profile = None
+        if recorded <= 0:
+            self._say_nothing_recorded()
         self.num_steps = 0
         return True
+
+    def _say_nothing_recorded(self) -> None:
+        if self.paths:  # the first process speaks for all
+            log.warning(
+                "--profile_iters %d recorded nothing: the run took %d step%s, and a profile "
+                "starts after at least one and discards its first: give the run %d steps or more",
+                self.num_steps,
+                self.steps_seen,
+                "s" * (self.steps_seen != 1),
+                self.starts_after + 2,
+            )
 
     def _write(self, finished: profile) -> None:
         trace_path, table_path = self.paths or ("", "")

@@ -21,13 +21,21 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from resnet50_trainer.data.spans import COPY_TO_DEVICE, DECODE_ON_GPU, WAIT_FOR_BATCH
+from resnet50_trainer.data.spans import (
+    CHECKPOINT,
+    COPY_TO_DEVICE,
+    DECODE_ON_GPU,
+    EVALUATION,
+    WAIT_FOR_BATCH,
+)
 
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's span of each step it records
 LONG_GAPS = 8  # the longest idle stretches the table names one by one
 
+EVALUATING = "the epoch's evaluation"
+SAVING = "saving checkpoints"
 WAITING_FOR_INPUT = "waiting for input"
 COPYING_INPUT = "copying input to the device"
 DECODING_INPUT = "decoding input on the GPU"
@@ -37,8 +45,18 @@ OPTIMIZER = "optimizer (host side)"
 HOST_OVERHEAD = "host overhead (Python, launches)"
 BETWEEN_KERNELS = "between queued kernels"
 # The host's activities that can make a launch late, most specific first: a sync inside the
-# decoder is the decoder's.
-HOST_CAUSES = (WAITING_FOR_INPUT, COPYING_INPUT, DECODING_INPUT, SYNCS, ALLOCATIONS, OPTIMIZER)
+# decoder is the decoder's. Evaluations and checkpoints are work between steps, which a profile
+# over an epoch's end (or a --checkpoint_every_iters save) holds: named, not counted as the step's.
+HOST_CAUSES = (
+    EVALUATING,
+    SAVING,
+    WAITING_FOR_INPUT,
+    COPYING_INPUT,
+    DECODING_INPUT,
+    SYNCS,
+    ALLOCATIONS,
+    OPTIMIZER,
+)
 FORWARD_BACKWARD = "forward, backward and the loop"  # the rest of a CPU step
 
 
@@ -90,17 +108,17 @@ class TraceReport:
 
     def line(self) -> str:
         """The one-line summary the run logs."""
+        steps = f"{self.steps} step{'s' * (self.steps != 1)}"
         if self.device is None:
             window = self.host_window
             shares = _shares(self.host_causes, window)
             return (
-                f"{self.steps} steps, {window / max(self.steps, 1) / 1e3:.1f} ms a step on the "
-                f"CPU: {shares}"
+                f"{steps}, {window / max(self.steps, 1) / 1e3:.1f} ms a step on the CPU: {shares}"
             )
         window = self.gpu_window
         idle = window - self.busy
         return (
-            f"{self.steps} steps, {window / max(self.steps, 1) / 1e3:.1f} ms a step: the GPU "
+            f"{steps}, {window / max(self.steps, 1) / 1e3:.1f} ms a step: the GPU "
             f"was busy {self.busy / window:.0%} of the time, idle {idle / window:.0%}"
             + (f" ({_shares(self.idle, window)})" if idle > 0 else "")
         )
@@ -245,6 +263,10 @@ def _nested(
 
 
 def _host_cause(name: str) -> str | None:
+    if name == EVALUATION:
+        return EVALUATING
+    if name == CHECKPOINT:
+        return SAVING
     if name == WAIT_FOR_BATCH or name.startswith("enumerate(DataLoader)"):
         return WAITING_FOR_INPUT
     if name == COPY_TO_DEVICE:
@@ -444,7 +466,9 @@ def _kernel_key(event: dict, ancestors: tuple[str, ...]) -> tuple[str, str, str]
     if event.get("cat") != "kernel":
         return (" ".join(name.split()[:2]), "-", "-")  # "Memcpy HtoD", "Memset (Device)"
     lowered = [ancestor.lower() for ancestor in ancestors]
-    if any(ancestor in (WAIT_FOR_BATCH, COPY_TO_DEVICE, DECODE_ON_GPU) for ancestor in ancestors):
+    if EVALUATION in ancestors or CHECKPOINT in ancestors:
+        kind = "between steps (evaluation, checkpoints)"
+    elif any(ancestor in (WAIT_FOR_BATCH, COPY_TO_DEVICE, DECODE_ON_GPU) for ancestor in ancestors):
         kind = "input"
     elif any(ancestor.startswith("optimizer.") for ancestor in lowered):
         kind = "optimizer"

@@ -12,11 +12,13 @@ from typing import NoReturn
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.batch import TrainingLabelOutside
+from resnet50_trainer.data.spans import CHECKPOINT, EVALUATION
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.preemption import signal_name, stop_signal
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
@@ -74,6 +76,14 @@ class Outputs:
     tensorboard: TensorBoardLog | None = None
 
 
+def profile_written(profiler: StepProfiler, config: Config, device: torch.device) -> None:
+    """Every process, once the profile has ended: the others wait while the first writes it
+    (seconds, a minute for a long one on a GPU), as at a checkpoint up to --first_iter_timeout,
+    and all stop together if it could not be written."""
+    with process_group.long_wait(config):
+        stop_together(profiler.failure, device, "the first process's writing of the profile")
+
+
 class EpochLoop:
     def __init__(
         self,
@@ -116,11 +126,13 @@ class EpochLoop:
                 stop_run(failure if self.placement.is_main else None, exit_status(failure))
             run.epoch_done(result.seconds, result.images)
             # Saved before the evaluation, so nothing that goes wrong there costs the epoch.
-            self.last_saved = self.saver.save(run)
+            with record_function(CHECKPOINT):
+                self.last_saved = self.saver.save(run)
             is_main = self.placement.is_main
-            test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
-            refuse_labels_outside(test_accuracy, config, is_main)
-            ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
+            with record_function(EVALUATION):
+                test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
+                refuse_labels_outside(test_accuracy, config, is_main)
+                ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
             logged = ema_accuracy if config.ema_for_test else test_accuracy
             self.rows.append(
                 epoch_row(result, self.run, self.schedule(self.run.iteration - 1), logged)
@@ -170,7 +182,7 @@ class EpochLoop:
             for batch in progress.batches(self.input.batches):
                 loss, correct, labels = self._train_step(batch)
                 if self.outputs.profiler.step():  # the profile ended with this step
-                    stop_together(self.outputs.profiler.failure, self.device)
+                    profile_written(self.outputs.profiler, config, self.device)
                 device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
                 images, bad = images + len(labels), bad + len(batch.bad_keys)
                 bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
@@ -300,7 +312,8 @@ class EpochLoop:
         """The checkpoint holds the epoch's global sums so far."""
         with process_group.waiting_for_peers("the all-reduce of the checkpoint's epoch sums"):
             dist.all_reduce(epoch_sums)
-        self.last_saved = self.saver.save(self.run, epoch_sums, seconds)
+        with record_function(CHECKPOINT):
+            self.last_saved = self.saver.save(self.run, epoch_sums, seconds)
 
     def _stop_preempted(self) -> NoReturn:
         """Every process stops together once the signalled position is saved; the first reports

@@ -23,7 +23,6 @@ from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import (
     StoppedByFirst,
     on_first_process,
-    stop_together,
     wait_for_first_process_to_exit,
 )
 from resnet50_trainer.errors import UserError, shown, stop_watching_input_processes
@@ -34,7 +33,7 @@ from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.runlog import RunLog
 from resnet50_trainer.reporting.tensorboard import TensorBoardLog, event_directory
-from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs
+from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs, profile_written
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.train.inputs import build_test_input, build_train_input, input_settings
 
@@ -111,7 +110,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     # included) must not raise (errors.py).
     stop_watching_input_processes()
     if outputs.profiler.close():  # the run was shorter than the profile
-        stop_together(outputs.profiler.failure, device)
+        profile_written(outputs.profiler, config, device)
     digest = process_group.parameters_digest_everywhere(replica.model)
     if outputs.gpu_monitor:
         outputs.gpu_monitor.stop()
@@ -188,7 +187,7 @@ def _log_start(
     processes = f"{placement.world_size} process{'es' * (placement.world_size != 1)}"
     log.info(
         "ResNet-%d, %s x %d images%s = global batch %d, effective LR %.5g "
-        "(%s), %s, %d iterations per epoch; %s, %s%s%s%s",
+        "(%s), %s, %d iteration%s per epoch; %s, %s%s%s%s",
         config.num_layers,
         processes,
         config.device_batch_size,
@@ -198,10 +197,11 @@ def _log_start(
         config.learning_rate_origin,
         schedule.describe(),
         schedule.iterations_per_epoch,
+        "s" * (schedule.iterations_per_epoch != 1),
         describe_precision(learner.replica.precision.settings, learner.device),
         "synthetic batches (--train_data null)"
         if config.synthetic
-        else input_settings(config, train=True).describe_decoding(),
+        else input_settings(config, train=True).describe_decoding(config.processes_per_machine),
         f"; log {shown(outputs.runlog.path)}" if outputs.runlog else "",
         f"; TensorBoard {shown(outputs.tensorboard.directory)}" if outputs.tensorboard else "",
         f"; read order {describe_order(*order.shape)} ({order.why})" if order else "",

@@ -188,3 +188,18 @@ def test_an_epoch_smaller_than_a_global_batch_names_the_epoch_size():
         "--epoch_size 8 is less than one global batch of 16 (--batch_size 16): raise "
         "--epoch_size to 16 or more, or lower --batch_size"
     )
+
+
+def test_a_profile_of_an_evaluation_alone_is_refused(tmp_path):
+    """--test_only trains nothing, so --profile_iters would have no step to profile: said, not
+    ignored."""
+    test_data = write_image_db(str(tmp_path / "test"), 2, 1)
+    with pytest.raises(UserError) as refused:
+        config_of(
+            *("--use_cpu", "--train_data", "null", "--test_only", "--load_model_path", "x.pt"),
+            *("--test_data", test_data, "--profile_iters", "3"),
+        )
+    assert str(refused.value) == (
+        "--profile_iters profiles training steps and --test_only trains none: leave "
+        "--profile_iters out"
+    )

@@ -94,13 +94,15 @@ def test_the_start_line_says_the_arithmetic_the_layout_and_the_device(flags, dev
 
 
 @pytest.mark.parametrize(
-    "workers, on_gpu, words",
+    "workers, on_gpu, processes, words",
     [
-        (0, False, "images decoded by the training process"),
-        (1, False, "images decoded by 1 input process"),
-        (4, True, "JPEGs decoded on the GPU (nvJPEG), read by 4 input processes"),
+        (0, False, 1, "images decoded by the training process"),
+        (0, False, 2, "images decoded by the training processes"),
+        (1, False, 1, "images decoded by 1 input process"),
+        (2, False, 2, "images decoded by 2 input processes per training process"),
+        (4, True, 1, "JPEGs decoded on the GPU (nvJPEG), read by 4 input processes"),
     ],
 )
-def test_the_start_line_says_where_images_are_decoded(workers, on_gpu, words):
+def test_the_start_line_says_where_images_are_decoded(workers, on_gpu, processes, words):
     settings = InputSettings(10, 3, 36, 32, 0, workers, on_gpu)
-    assert settings.describe_decoding() == words
+    assert settings.describe_decoding(processes) == words

@@ -10,9 +10,11 @@ from resnet50_trainer.reporting.trace_report import (
     ALLOCATIONS,
     BETWEEN_KERNELS,
     COPYING_INPUT,
+    EVALUATING,
     FORWARD_BACKWARD,
     HOST_OVERHEAD,
     OPTIMIZER,
+    SAVING,
     SYNCS,
     WAITING_FOR_INPUT,
     read_trace,
@@ -200,3 +202,34 @@ def test_a_trace_without_gpu_work_splits_the_training_threads_time():
         "2 steps, 0.1 ms a step on the CPU: forward, backward and the loop 60%, optimizer (host "
         "side) 30%, waiting for input 10%"
     )
+
+
+def test_an_epochs_evaluation_and_a_checkpoint_in_the_profile_are_named_not_counted_as_steps():
+    trace = Trace()
+    trace.host("ProfilerStep#1", 0, 1000, "user_annotation")
+    trace.kernel("conv", 0, 0, 100)
+    trace.host("checkpoint", 100, 300, "user_annotation")
+    trace.host("evaluation", 300, 900, "user_annotation")
+    trace.host("aten::cudnn_convolution", 400, 410)
+    trace.kernel("conv_eval", 405, 410, 500)
+    trace.kernel("conv", 950, 950, 1000)
+    report = trace.read()
+    assert report.idle[SAVING] == pytest.approx(200)
+    assert report.idle[EVALUATING] == pytest.approx(105 + 400)  # to each next launch
+    assert report.idle[HOST_OVERHEAD] == pytest.approx(5 + 50)
+    kinds = {group.kind for group in report.kernels}
+    assert "between steps (evaluation, checkpoints)" in kinds
+
+
+def test_a_run_too_short_for_its_profile_says_so(tmp_path, caplog):
+    from resnet50_trainer.reporting.profiling import StepProfiler
+
+    profiler = StepProfiler(1, str(tmp_path / "run.log"), steps_in_run=2)
+    assert not profiler.step() and not profiler.step()
+    with caplog.at_level("WARNING"):
+        assert profiler.close()  # every process stops at the same point
+    assert caplog.messages == [
+        "--profile_iters 1 recorded nothing: the run took 2 steps, and a profile starts after at "
+        "least one and discards its first: give the run 3 steps or more"
+    ]
+    assert list(tmp_path.iterdir()) == []
