@@ -15,7 +15,6 @@ Torch-free: the trace's JSON in, a one-line summary and a markdown table out (ta
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -28,53 +27,23 @@ from resnet50_trainer.data.spans import (
     EVALUATION,
     WAIT_FOR_BATCH,
 )
+from resnet50_trainer.reporting.trace_host import (
+    FORWARD_BACKWARD,
+    HOST_OVERHEAD,
+    Launch,
+    Span,
+    by_cause,
+    extent,
+    host_threads,
+    is_step,
+    nested,
+    training_thread,
+    union,
+)
 
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
-HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
-STEP_PREFIX = "ProfilerStep#"  # torch.profiler's span of each step it records
 LONG_GAPS = 8  # the longest idle stretches the table names one by one
-
-EVALUATING = "the epoch's evaluation"
-SAVING = "saving checkpoints"
-WAITING_FOR_INPUT = "waiting for input"
-COPYING_INPUT = "copying input to the device"
-DECODING_INPUT = "decoding input on the GPU"
-SYNCS = "syncs (the host waiting for the GPU)"
-ALLOCATIONS = "memory allocations (cudaMalloc, cudaFree)"
-OPTIMIZER = "optimizer (host side)"
-HOST_OVERHEAD = "host overhead (Python, launches)"
 BETWEEN_KERNELS = "between queued kernels"
-# The host's activities that can make a launch late, most specific first: a sync inside the
-# decoder is the decoder's. Evaluations and checkpoints are work between steps, which a profile
-# over an epoch's end (or a --checkpoint_every_iters save) holds: named, not counted as the step's.
-HOST_CAUSES = (
-    EVALUATING,
-    SAVING,
-    WAITING_FOR_INPUT,
-    COPYING_INPUT,
-    DECODING_INPUT,
-    SYNCS,
-    ALLOCATIONS,
-    OPTIMIZER,
-)
-FORWARD_BACKWARD = "forward, backward and the loop"  # the rest of a CPU step
-
-
-@dataclass(frozen=True)
-class Span:
-    start: float  # microseconds, the trace's clock
-    end: float
-    name: str
-    correlation: int | None = None  # a launch's, pairing it with the GPU work it queued
-
-
-@dataclass(frozen=True)
-class Launch:
-    """A host call that queued GPU work: its thread, when, and the host spans around it."""
-
-    thread: tuple[int, int]
-    start: float
-    ancestors: tuple[str, ...]  # outermost first
 
 
 @dataclass(frozen=True)
@@ -201,159 +170,21 @@ def _table(
 def read_trace(trace: dict) -> TraceReport:
     """The report of a trace as torch.profiler exports it (its "traceEvents")."""
     events = [event for event in trace.get("traceEvents", ()) if event.get("ph") == "X"]
-    threads = _host_threads(events)
-    launches, causes = _nested(threads)
-    steps = [span for spans in threads.values() for span in spans if _is_step(span.name)]
-    training = _training_thread(threads)
-    window = _union([(span.start, span.end) for span in steps]) or _extent(threads.get(training))
+    threads = host_threads(events)
+    launches, causes = nested(threads)
+    steps = [span for spans in threads.values() for span in spans if is_step(span.name)]
+    training = training_thread(threads)
+    window = union([(span.start, span.end) for span in steps]) or extent(threads.get(training))
     host_time = sum(end - start for start, end in window)
     report = TraceReport(
         steps=len(steps) or 1,
         host_window=host_time,
-        host_causes=_by_cause(window, causes.get(training, {}), FORWARD_BACKWARD),
+        host_causes=by_cause(window, causes.get(training, {}), FORWARD_BACKWARD),
     )
     activity = [event for event in events if event.get("cat") in GPU_ACTIVITY]
     if activity:
         _read_gpu(report, activity, launches, causes, threads)
     return report
-
-
-def _host_threads(events: Sequence[dict]) -> dict[tuple[int, int], list[Span]]:
-    threads: dict[tuple[int, int], list[Span]] = defaultdict(list)
-    for event in events:
-        if event.get("cat") in HOST_EVENTS:
-            start = float(event["ts"])
-            span = Span(
-                start,
-                start + float(event.get("dur", 0)),
-                event.get("name", ""),
-                event.get("args", {}).get("correlation")
-                if event.get("cat") in ("cuda_runtime", "cuda_driver")
-                else None,
-            )
-            threads[(event.get("pid", 0), event.get("tid", 0))].append(span)
-    for spans in threads.values():
-        spans.sort(key=lambda span: (span.start, -span.end))
-    return threads
-
-
-def _nested(
-    threads: dict[tuple[int, int], list[Span]],
-) -> tuple[dict[int, Launch], dict[tuple[int, int], dict[str, list[tuple[float, float]]]]]:
-    """Each launch's host spans around it (by correlation id), and each thread's spans of each
-    host cause, merged."""
-    launches: dict[int, Launch] = {}
-    causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]] = {}
-    for thread, spans in threads.items():
-        stack: list[Span] = []
-        of_cause: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for span in spans:
-            while stack and stack[-1].end <= span.start:
-                stack.pop()
-            if span.correlation is not None:
-                launches[span.correlation] = Launch(
-                    thread, span.start, tuple(s.name for s in stack)
-                )
-            cause = _host_cause(span.name)
-            if cause is not None:
-                of_cause[cause].append((span.start, span.end))
-            stack.append(span)
-        causes[thread] = {cause: _union(intervals) for cause, intervals in of_cause.items()}
-    return launches, causes
-
-
-def _host_cause(name: str) -> str | None:
-    if name == EVALUATION:
-        return EVALUATING
-    if name == CHECKPOINT:
-        return SAVING
-    if name == WAIT_FOR_BATCH or name.startswith("enumerate(DataLoader)"):
-        return WAITING_FOR_INPUT
-    if name == COPY_TO_DEVICE:
-        return COPYING_INPUT
-    if name == DECODE_ON_GPU:
-        return DECODING_INPUT
-    if "Synchronize" in name or name in ("cudaMemcpy", "cuMemcpy"):
-        return SYNCS
-    if name in ("cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaFreeHost", "cuMemAlloc_v2"):
-        return ALLOCATIONS  # the caching allocator, which in a steady state should not need them
-    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
-        return OPTIMIZER
-    return None
-
-
-def _is_step(name: str) -> bool:
-    return name.startswith(STEP_PREFIX)
-
-
-def _training_thread(threads: dict[tuple[int, int], list[Span]]) -> tuple[int, int]:
-    """The thread that ran the steps (torch.profiler marks them there), else the busiest."""
-    for thread, spans in threads.items():
-        if any(_is_step(span.name) for span in spans):
-            return thread
-    return max(threads, key=lambda thread: len(threads[thread]), default=(0, 0))
-
-
-def _extent(spans: Sequence[Span] | None) -> list[tuple[float, float]]:
-    if not spans:
-        return []
-    return [(min(span.start for span in spans), max(span.end for span in spans))]
-
-
-def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _overlap(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple]:
-    """The parts of merged `intervals` inside [start, end]."""
-    first = max(bisect.bisect_right(intervals, (start, float("inf"))) - 1, 0)
-    parts = []
-    for low, high in intervals[first:]:
-        if low >= end:
-            break
-        if high > start:
-            parts.append((max(low, start), min(high, end)))
-    return parts
-
-
-def _by_cause(
-    pieces: list[tuple[float, float]],
-    causes: dict[str, list[tuple[float, float]]],
-    rest: str,
-) -> dict[str, float]:
-    """The time of `pieces` under each host cause, in HOST_CAUSES' order of precedence; what no
-    cause covers goes to `rest`."""
-    times: dict[str, float] = defaultdict(float)
-    for cause in HOST_CAUSES:
-        covered = []
-        for start, end in pieces:
-            covered += _overlap(causes.get(cause, []), start, end)
-        times[cause] += sum(end - start for start, end in covered)
-        pieces = _minus(pieces, covered)
-    times[rest] += sum(end - start for start, end in pieces)
-    return {cause: time for cause, time in times.items() if time > 0}
-
-
-def _minus(
-    pieces: list[tuple[float, float]], covered: list[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    left = []
-    for start, end in pieces:
-        for low, high in covered:  # sorted, inside the pieces, disjoint
-            if high <= start or low >= end:
-                continue
-            if low > start:
-                left.append((start, low))
-            start = max(start, high)
-        if start < end:
-            left.append((start, end))
-    return left
 
 
 def _read_gpu(
@@ -412,7 +243,7 @@ def _idle_causes(
     if launch is None or launch.start <= start:
         return {BETWEEN_KERNELS: end - start}
     late_until = min(launch.start, end)
-    split = _by_cause([(start, late_until)], causes.get(launch.thread, {}), HOST_OVERHEAD)
+    split = by_cause([(start, late_until)], causes.get(launch.thread, {}), HOST_OVERHEAD)
     split[HOST_OVERHEAD] = split.get(HOST_OVERHEAD, 0.0) + end - late_until
     return {cause: time for cause, time in split.items() if time > 0}
 

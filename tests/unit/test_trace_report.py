@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
-from resnet50_trainer.reporting.trace_report import (
+from resnet50_trainer.reporting.trace_host import (
     ALLOCATIONS,
-    BETWEEN_KERNELS,
     COPYING_INPUT,
     EVALUATING,
     FORWARD_BACKWARD,
@@ -17,8 +16,8 @@ from resnet50_trainer.reporting.trace_report import (
     SAVING,
     SYNCS,
     WAITING_FOR_INPUT,
-    read_trace,
 )
+from resnet50_trainer.reporting.trace_report import BETWEEN_KERNELS, read_trace
 
 HOST = {"pid": 100, "tid": 100}
 AUTOGRAD = {"pid": 100, "tid": 101}
