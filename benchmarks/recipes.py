@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+from resnet50_trainer.config.recipes import RECIPES
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README_RUN = [
     *("--train_data", os.path.join(REPO, "sample_data", "train_lmdb")),
@@ -48,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--num_epochs", type=int, default=6)
     args, extra = parser.parse_known_args()
-    for recipe in ("caffe2", "modern"):
+    for recipe in RECIPES:
         with tempfile.TemporaryDirectory() as out:
             run(recipe, args.num_epochs, extra, out)
 

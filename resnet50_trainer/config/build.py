@@ -15,7 +15,7 @@ from resnet50_trainer.config.cores import cores_per_process
 from resnet50_trainer.config.flags.parser import RUN_ID_PATTERN, build_parser, given_flags
 from resnet50_trainer.config.gpu_ids import select_gpus
 from resnet50_trainer.config.launchers import Launched, gpus_the_machine_holds
-from resnet50_trainer.config.recipes import CAFFE2_RECIPE, with_fitted, with_recipe
+from resnet50_trainer.config.recipes import RECIPES, with_fitted, with_recipe
 from resnet50_trainer.config.settings import (
     SYNTHETIC_DATA,
     SYNTHETIC_EPOCH_SIZE,
@@ -184,7 +184,7 @@ def with_recipe_and_solver(
     """The flags with --recipe's values beneath them, and --solver's beneath the command line's
     but above the recipe's (the file is the more specific); then the recipe's warm-up and EMA
     fitted to the run's epochs, batch and DB; the lines saying what each set."""
-    if args.recipe == CAFFE2_RECIPE and not args.solver:
+    if not RECIPES[args.recipe].values and not args.solver:
         return args, []  # nothing beneath the command line: no second parse of it
     given = given_flags(argv)
     args, lines = with_recipe(args, given)

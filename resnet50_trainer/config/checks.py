@@ -13,7 +13,8 @@ from resnet50_trainer.config.flags.distributed import (
     DEFAULT_POWERSGD_START_ITER,
 )
 from resnet50_trainer.config.flags.model import BASIC_BLOCK_LAYERS
-from resnet50_trainer.config.lr_policies import BY_NAME, POLICY_FLAGS, readers
+from resnet50_trainer.config.flags.optimisation import NESTEROV
+from resnet50_trainer.config.lr_policies import BY_NAME, DEFAULT_MIN_LR, POLICY_FLAGS, readers
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import RESNET_STRIDE
 from resnet50_trainer.data.settings import (
@@ -170,9 +171,10 @@ def _check_lr_settings(config: Config) -> None:
             f"epochs after the warm-up, where --lr_policy {policy.name} runs from the full LR: "
             f"shorten the warm-up to below {config.num_epochs} epochs or run longer"
         )
-    if (config.min_lr or 0) > config.effective_learning_rate:
+    min_lr = DEFAULT_MIN_LR if config.min_lr is None else config.min_lr
+    if min_lr > config.effective_learning_rate:
         raise UserError(
-            f"--min_lr {config.min_lr:g} is above the run's LR "
+            f"--min_lr {min_lr:g} is above the run's LR "
             f"{config.effective_learning_rate:g}: the LR decays to --min_lr; lower it"
         )
 
@@ -202,7 +204,7 @@ def _check_training_batches(config: Config) -> None:
 
 
 def _check_optimizer(config: Config) -> None:
-    if config.optimizer == "nesterov" and config.momentum == 0:
+    if config.optimizer == NESTEROV and config.momentum == 0:
         raise UserError(
             "--optimizer nesterov needs momentum and --momentum is 0: give a --momentum "
             "above 0, or --optimizer sgd for plain SGD"

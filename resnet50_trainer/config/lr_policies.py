@@ -24,6 +24,7 @@ LR_REFERENCE_BATCH = 256
 DEFAULT_STEP_EPOCHS = 30.0
 DEFAULT_GAMMA = 0.1
 DEFAULT_POWER = 1.0
+DEFAULT_MIN_LR = 0.0
 # The flags that shape a policy, in the order their refusals are checked.
 POLICY_FLAGS = ("lr_steps", "lr_gamma", "lr_power", "min_lr")
 # Epochs x iterations per epoch are whole iterations but for float rounding (a solver's

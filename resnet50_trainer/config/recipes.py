@@ -12,10 +12,10 @@ with an EMA still at the weights it first copied."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 CAFFE2_RECIPE = "caffe2"
-RECIPES = (CAFFE2_RECIPE, "modern")
 # torchvision's values, as our flags take them.
 MODERN = {
     "lr_policy": "cosine",
@@ -51,15 +51,29 @@ EMA_UPDATES_WANTED = 1024
 EMA_ALPHA_BOUNDS = (1e-6, 0.5)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A preset: the flag values it sets beneath the command line's; the test sizes it adds where
+    the run keeps its training crop (FixRes's); whether it fits its warm-up and EMA to the run."""
+
+    values: Mapping[str, object] = field(default_factory=dict)
+    test_sizes: Mapping[str, object] = field(default_factory=dict)
+    fitted: bool = False
+
+
+RECIPES = {CAFFE2_RECIPE: Recipe(), "modern": Recipe(MODERN, FIXRES, fitted=True)}
+
+
 def with_recipe(args: argparse.Namespace, given: set[str]) -> tuple[argparse.Namespace, list[str]]:
     """A copy of the flags with --recipe's values set beneath the command line's; the lines that
     say what it set."""
-    if args.recipe == CAFFE2_RECIPE:
+    recipe = RECIPES[args.recipe]
+    if not recipe.values:
         return args, []
     applied = argparse.Namespace(**vars(args))
-    values = dict(MODERN)
-    if "image_size" not in given or args.image_size == MODERN["image_size"]:
-        values.update(FIXRES)
+    values = dict(recipe.values)
+    if "image_size" not in given or args.image_size == recipe.values.get("image_size"):
+        values.update(recipe.test_sizes)
     for name, value in values.items():
         if name not in given:
             setattr(applied, name, value)
@@ -80,7 +94,7 @@ def with_fitted(
     """A copy of the flags with --recipe modern's warm-up and EMA fitted to the run (after the
     solver file has set its epochs and batch); the line that says what was chosen.
     `images_per_epoch`: called only when something is left to fit (it may read the DB)."""
-    if args.recipe == CAFFE2_RECIPE or given.issuperset(FITTED):
+    if not RECIPES[args.recipe].fitted or given.issuperset(FITTED):
         return args, []
     images = images_per_epoch()
     kept = {name: getattr(args, name) for name in FITTED if name in given}

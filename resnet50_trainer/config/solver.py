@@ -16,12 +16,13 @@ import os
 import re
 
 from resnet50_trainer.config.caffe_solver import read_solver
+from resnet50_trainer.config.flags.optimisation import NESTEROV, PLAIN_SGD
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.lr_policies import CAFFE_POLICIES
 from resnet50_trainer.config.solver_translation import Translation, decimal, enum_name
 
 # Caffe's solver types this trainer runs.
-_SOLVER_TYPES = {"SGD": "sgd", "Nesterov": "nesterov", "NESTEROV": "nesterov"}
+_SOLVER_TYPES = {"SGD": PLAIN_SGD, "Nesterov": NESTEROV, "NESTEROV": NESTEROV}
 # Fields that change nothing here, and why.
 _NOTED = {
     "test_compute_loss": "the test loss is not computed; test accuracy is",

@@ -15,6 +15,7 @@ from resnet50_trainer.config.lr_policies import (
     BY_NAME,
     DEFAULT_GAMMA,
     DEFAULT_LR_POLICY,
+    DEFAULT_MIN_LR,
     DEFAULT_POWER,
     DEFAULT_STEP_EPOCHS,
 )
@@ -30,7 +31,7 @@ class LearningRateSchedule:
     steps: tuple[float, ...] = (DEFAULT_STEP_EPOCHS,)  # epochs: step's period, multistep's marks
     gamma: float = DEFAULT_GAMMA
     power: float = DEFAULT_POWER
-    min_lr: float = 0.0
+    min_lr: float = DEFAULT_MIN_LR
     epochs: int = 1  # the run's length, where cosine and poly end
 
     @classmethod
@@ -43,7 +44,7 @@ class LearningRateSchedule:
             config.lr_steps or (DEFAULT_STEP_EPOCHS,),
             DEFAULT_GAMMA if config.lr_gamma is None else config.lr_gamma,
             DEFAULT_POWER if config.lr_power is None else config.lr_power,
-            config.min_lr or 0.0,
+            DEFAULT_MIN_LR if config.min_lr is None else config.min_lr,
             config.num_epochs,
         )
 

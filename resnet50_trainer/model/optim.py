@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from resnet50_trainer.config.flags.optimisation import NESTEROV
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.model.resnet import weight_decay_groups
 
@@ -24,7 +25,7 @@ class OptimizerSettings:
         return cls(
             config.effective_learning_rate,
             config.momentum,
-            config.optimizer == "nesterov",
+            config.optimizer == NESTEROV,
             config.weight_decay,
             not config.no_bn_weight_decay,
         )

@@ -7,6 +7,7 @@ from resnet50_trainer.config.flags.declare import FlagGroup, flag, flag_group
 from resnet50_trainer.config.lr_policies import (
     DEFAULT_GAMMA,
     DEFAULT_LR_POLICY,
+    DEFAULT_MIN_LR,
     DEFAULT_POWER,
     LINEAR_LR_SCALING,
     LR_POLICIES,
@@ -28,7 +29,8 @@ from resnet50_trainer.config.values import (
 )
 
 # --optimizer: the original's Nesterov momentum, or Caffe's plain momentum (type "SGD").
-OPTIMIZERS = ("nesterov", "sgd")
+NESTEROV, PLAIN_SGD = "nesterov", "sgd"
+OPTIMIZERS = (NESTEROV, PLAIN_SGD)
 EPOCHS = Number(float, 0, 1_000_000, above_minimum=True)
 
 
@@ -48,14 +50,14 @@ class OptimisationFlags(FlagGroup):
     was 1500000)"""
     num_epochs: int = flag(type=Number(int, 1, 1_000_000), if_absent=1000)
     """epochs"""
-    optimizer: str = flag(if_absent="nesterov", choices=OPTIMIZERS)
+    optimizer: str = flag(if_absent=NESTEROV, choices=OPTIMIZERS)
     """nesterov: SGD with Nesterov momentum, as the original; sgd: plain momentum, Caffe's solver
     type SGD"""
     momentum: float = flag(type=Number(float, 0, 1, below_maximum=True), if_absent=0.9)
     """momentum"""
     weight_decay: float = flag(type=Number(float, 0), if_absent=1e-4)
     """L2 on conv and fc weights and BN scales, not on biases"""
-    recipe: str = flag(if_absent=CAFFE2_RECIPE, choices=RECIPES)
+    recipe: str = flag(if_absent=CAFFE2_RECIPE, choices=tuple(RECIPES))
     """caffe2: the original's training; modern: torchvision's ResNet-50 v2 recipe (cosine LR,
     warm-up, label smoothing, mixup, cutmix, EMA, random-resized crops, FixRes), its warm-up and EMA
     fitted to the run's epochs, batch and DB, said at start; flags given here override it"""
@@ -102,7 +104,8 @@ class LearningRateFlags(FlagGroup):
         f"{listed(readers('lr_power', needing=True))})",
     )
     min_lr: float | None = flag(
-        type=Number(float, 0), help=f"where {listed(readers('min_lr'))} end (default: 0)"
+        type=Number(float, 0),
+        help=f"where {listed(readers('min_lr'))} end (default: {DEFAULT_MIN_LR:g})",
     )
     warmup_epochs: float = flag(type=Number(float, 0, 1_000_000), if_absent=0.0)
     """linear learning-rate warm-up over this many epochs (Goyal et al. 2017), fewer than
