@@ -156,7 +156,9 @@ def unreachable(path: str) -> str | None:
             "real file or folder"
         )
     if failure == errno.ENOTDIR:
-        return f"{shown(_file_on_the_way(failing))} is a file, not a folder: correct the path"
+        on_the_way = _file_on_the_way(failing)
+        what = "a file, not a folder" if os.path.isfile(on_the_way) else "not a folder"
+        return f"{shown(on_the_way)} is {what}: correct the path"
     return f"{reason}: check the path"
 
 
@@ -181,9 +183,13 @@ def _first_failing_prefix(path: str, failure: int | None) -> str:
 
 
 def _file_on_the_way(prefix: str) -> str:
-    """The part of `prefix` (whose lookup says "not a directory") that is a file."""
-    while prefix and not os.path.isfile(prefix):
-        prefix = os.path.dirname(prefix)
+    """The part of `prefix` (whose lookup says "not a directory") that is no folder: a file, a
+    device, a FIFO."""
+    while prefix and not (os.path.exists(prefix) and not os.path.isdir(prefix)):
+        parent = os.path.dirname(prefix)
+        if parent == prefix:  # the root: nothing on the way
+            break
+        prefix = parent
     return prefix or "."
 
 

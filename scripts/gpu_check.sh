@@ -79,7 +79,8 @@ part() {
     fi
     [ "$limit" -le "$left" ] || limit=$left
     echo "== $name (at most ${limit}s, $((SECONDS))s in): $*"
-    if ! timeout "$limit" "$@"; then
+    # SIGINT, not SIGTERM: the trainer takes SIGTERM for a preemption and saves before it stops.
+    if ! timeout -s INT -k 15 "$limit" "$@"; then
         echo "failed or ran past ${limit}s (see gpu_check.log)" >"$parts/$name.failed"
     fi
 }

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from resnet50_trainer.reporting.profiling import TABLE_SUFFIX, TRACE_SUFFIX
 from resnet50_trainer.reporting.trace_report import TraceReport, read_trace
 
 # (part, figure, its name in benchmarks/ or "", what it is): the rows, in order.
@@ -159,13 +160,13 @@ def table(parts: Path) -> str:
 
 def profiles(folder: Path) -> list[str]:
     """The profiles side by side, read from their traces, then each one's own table."""
-    traces = sorted(folder.glob("*.trace.json.gz"))
+    traces = sorted(folder.glob(f"*{TRACE_SUFFIX}"))
     if not traces:
         return []
     reports: dict[str, TraceReport] = {}
     for trace in traces:
         with gzip.open(trace, "rt") as file:
-            reports[trace.name.removesuffix(".trace.json.gz")] = read_trace(json.load(file))
+            reports[trace.name.removesuffix(TRACE_SUFFIX)] = read_trace(json.load(file))
     lines = [
         "",
         "#### Where the time went: a profile of each run's steps before its timed window",
@@ -200,7 +201,7 @@ def profiles(folder: Path) -> list[str]:
             for r in reports.values()
         ]
         lines.append("| " + " | ".join([*kind, *times]) + " |")
-    for table in sorted(folder.glob("*.profile.md")):
+    for table in sorted(folder.glob(f"*{TABLE_SUFFIX}")):
         own = table.read_text().replace("# Profile of", "#### Profile of", 1)
         lines += ["", f"<!-- {table.name} -->", own.rstrip()]
     return lines

@@ -24,7 +24,7 @@ def select_gpus(
             raise UserError("--gpus names GPUs but --use_cpu trains on the CPU: drop one of them")
         return []
     if gpus:
-        # Distinct ids, checked as the flag was read (values.gpu_list); or every GPU here.
+        # As listed (a GPU twice: two processes share it, values.gpu_list); or every GPU here.
         ids = list(range(gpus_present)) if tuple(gpus) == ALL_GPUS else list(gpus)
         if not ids:
             raise UserError(

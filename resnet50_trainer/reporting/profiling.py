@@ -62,7 +62,12 @@ class StepProfiler:
         room = WARMUP_STEPS if steps_in_run is None else steps_in_run - num_steps - 1
         # The profiler starts a step early and discards it: starting the tracer takes time.
         self.starts_after = max(1, min(WARMUP_STEPS, room))
-        self.ends_after = self.starts_after + 1 + num_steps
+        # Ends with the run's last step where the run is shorter: what follows the last step
+        # (the epoch's evaluation, its checkpoint) is no step.
+        self._scheduled_end = self.starts_after + 1 + num_steps
+        self.ends_after = self._scheduled_end
+        if steps_in_run is not None:
+            self.ends_after = min(self.ends_after, steps_in_run)
         self.steps_seen = 0
         self.failure: UserError | None = None
         self._profile: profile | None = None
@@ -78,8 +83,13 @@ class StepProfiler:
             )
             self._profile.__enter__()
         elif self._profile is not None:
-            self._wait_for_gpus_at(self.ends_after)
-            self._profile.step()  # the end of a recorded step (or of the discarded one)
+            if self.steps_seen in (self.starts_after + 1, self.ends_after):
+                self._wait_for_gpus()  # the trace holds the recorded steps' kernels, theirs alone
+            if self.steps_seen < self.ends_after or self.ends_after == self._scheduled_end:
+                # The end of a recorded step (or of the discarded one); at the schedule's end,
+                # of the recording. A profile cut short by the run's end closes its last step
+                # on leaving, and opens no other.
+                self._profile.step()
         if self.steps_seen == self.ends_after:
             return self._finish()
         return False
@@ -90,16 +100,16 @@ class StepProfiler:
         if not self.num_steps:
             return False
         if self.steps_seen >= self.starts_after:
-            self._wait_for_gpus_at(self.steps_seen)
+            self._wait_for_gpus()
             return self._finish()
         self._say_nothing_recorded()
         return False
 
-    def _wait_for_gpus_at(self, last_step: int) -> None:
-        """Before the last recorded step ends: its kernels, run, are in the trace."""
-        if self.steps_seen == last_step:
-            for gpu in self.gpus:
-                torch.cuda.synchronize(gpu)
+    def _wait_for_gpus(self) -> None:
+        """Before the recording starts (the discarded step's kernels are not the recorded
+        steps') and before it ends (its kernels, run, are in the trace)."""
+        for gpu in self.gpus:
+            torch.cuda.synchronize(gpu)
 
     def _finish(self) -> bool:
         recorded = self.steps_seen - self.starts_after - 1
@@ -131,6 +141,8 @@ class StepProfiler:
         except UserError as failure:
             self.failure = failure
             return
+        if report is None:
+            return
         missing = (
             " (no GPU activity was recorded: the profiler could not trace CUDA here, as where "
             "CUPTI is missing or not permitted)"
@@ -156,21 +168,18 @@ def _activities() -> list[ProfilerActivity]:
     return activities
 
 
-def write_trace(finished: profile, trace_path: str, table_path: str) -> TraceReport:
+def write_trace(finished: profile, trace_path: str, table_path: str) -> TraceReport | None:
     """The gzipped Chrome trace at `trace_path` and its analysis at `table_path`, new files; the
-    analysis returned. UserError naming the path and the reason where either cannot be written,
-    with nothing of them left behind. The profiler's writer ignores write errors (a full disk
-    leaves a truncated file, or none), so it writes into a scratch directory, the result is read
-    back whole, and our own writes, whose errors are reported, put it in place."""
+    analysis returned (None, with a warning, where it failed: the trace stands). UserError naming
+    the path and the reason where either cannot be written, with nothing of them left behind. The
+    profiler's writer ignores write errors (a full disk leaves a truncated file, or none), so it
+    writes into a scratch directory, the result is read back whole, and our own writes, whose
+    errors are reported, put it in place."""
     try:
         with tempfile.TemporaryDirectory(prefix="resnet50-trace-") as scratch:
             exported = os.path.join(scratch, "trace.json")
             finished.export_chrome_trace(exported)
             trace = _read_back(exported, scratch)
-            report = read_trace(trace)
-            table = report.table(f"Profile of {os.path.basename(trace_path)}") + _operators(
-                finished
-            )
             with open(exported, "rb") as source:
                 write_new_file(trace_path, "the profiler trace", lambda file: _gzip(source, file))
     except OSError as error:  # the scratch directory itself
@@ -179,6 +188,17 @@ def write_trace(finished: profile, trace_path: str, table_path: str) -> TraceRep
             f"({error.strerror}): free space there, or point TMPDIR at a directory "
             "with room"
         ) from error
+    try:
+        report = read_trace(trace)
+        table = report.table(f"Profile of {os.path.basename(trace_path)}") + _operators(finished)
+    except Exception as error:  # the analysis is best effort: the trace stands
+        log.warning(
+            "The profile's analysis failed (%s: %s); its trace is written: %s",
+            type(error).__name__,
+            error,
+            shown(trace_path),
+        )
+        return None
     try:
         write_new_file(table_path, "the profile's table", lambda file: file.write(table.encode()))
     except UserError:

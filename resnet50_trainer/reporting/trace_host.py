@@ -25,6 +25,7 @@ SAVING = "saving checkpoints"
 WAITING_FOR_INPUT = "waiting for input"
 COPYING_INPUT = "copying input to the device"
 DECODING_INPUT = "decoding input on the GPU"
+COLLECTIVES = "collectives (waiting for the other processes)"
 SYNCS = "syncs (the host waiting for the GPU)"
 ALLOCATIONS = "memory allocations (cudaMalloc, cudaFree)"
 OPTIMIZER = "optimizer (host side)"
@@ -38,6 +39,7 @@ HOST_CAUSES = (
     WAITING_FOR_INPUT,
     COPYING_INPUT,
     DECODING_INPUT,
+    COLLECTIVES,
     SYNCS,
     ALLOCATIONS,
     OPTIMIZER,
@@ -117,6 +119,8 @@ def _host_cause(name: str) -> str | None:
         return COPYING_INPUT
     if name == DECODE_ON_GPU:
         return DECODING_INPUT
+    if name.startswith(("nccl:", "gloo:", "c10d::")):
+        return COLLECTIVES
     if "Synchronize" in name or name in ("cudaMemcpy", "cuMemcpy"):
         return SYNCS
     if name in ("cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaFreeHost", "cuMemAlloc_v2"):

@@ -113,7 +113,12 @@ class TraceReport:
             [("busy (kernels, copies)", self.busy / steps, self.busy / window)]
             + [(f"idle: {cause}", t / steps, t / window) for cause, t in _ranked(self.idle)],
         )
-        lines += ["", "Its kernels by what launched them (precision as their names say):", ""]
+        lines += [
+            "",
+            "Its kernels by what launched them (precision as their names say; kernels of several "
+            "streams at once make the shares add past 100%):",
+            "",
+        ]
         lines += _table(
             ("kind", "backend", "precision", "kernels a step", "ms a step", "share of busy"),
             ("{}", "{}", "{}", "{:.0f}", MS, SHARE),
@@ -183,46 +188,58 @@ def read_trace(trace: dict) -> TraceReport:
     )
     activity = [event for event in events if event.get("cat") in GPU_ACTIVITY]
     if activity:
-        _read_gpu(report, activity, launches, causes, threads)
+        bounds = (window[0][0], window[-1][1]) if steps else None
+        _read_gpu(report, activity, bounds, launches, causes, threads, training)
     return report
 
 
 def _read_gpu(
     report: TraceReport,
     activity: list[dict],
+    bounds: tuple[float, float] | None,
     launches: dict[int, Launch],
     causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]],
     threads: dict[tuple[int, int], list[Span]],
+    training: tuple[int, int],
 ) -> None:
-    """The busiest GPU's window, busy time, idle time by cause, longest gaps and kernel groups."""
+    """The busiest GPU over the recorded steps (`bounds`; without steps in the trace, its first
+    activity to its last): busy time, idle time by cause, longest gaps and kernel groups."""
     by_device: dict[object, list[dict]] = defaultdict(list)
     for event in activity:
         by_device[event.get("args", {}).get("device", event.get("pid"))].append(event)
     device, events = max(by_device.items(), key=lambda item: sum(e["dur"] for e in item[1]))
     events.sort(key=lambda event: event["ts"])
+    first, last = bounds or (events[0]["ts"], max(e["ts"] + e["dur"] for e in events))
     busy: list[tuple[float, float]] = []
-    gaps: list[tuple[float, float, Launch | None]] = []  # idle from, to, the launch that ended it
+    # Idle from, to, and the launch of what ended it (None: the steps' end).
+    gaps: list[tuple[float, float, Launch | None]] = []
     for event in events:
-        start, end = float(event["ts"]), float(event["ts"]) + float(event["dur"])
+        start = max(float(event["ts"]), first)
+        end = min(float(event["ts"]) + float(event["dur"]), last)
+        if end <= start:
+            continue  # outside the recorded steps
         if busy and start <= busy[-1][1]:
             busy[-1] = (busy[-1][0], max(busy[-1][1], end))
             continue
-        if busy:
-            gaps.append((busy[-1][1], start, launches.get(_correlation(event))))
+        idle_from = busy[-1][1] if busy else first
+        if start > idle_from:
+            gaps.append((idle_from, start, launches.get(_correlation(event))))
         busy.append((start, end))
+    if busy and busy[-1][1] < last:
+        gaps.append((busy[-1][1], last, None))
     report.device = f"GPU {device}"
-    report.gpu_window = busy[-1][1] - busy[0][0]
+    report.gpu_window = last - first
     report.busy = sum(end - start for start, end in busy)
     idle: dict[str, float] = defaultdict(float)
     named = []
     for start, end, launch in gaps:
-        split = _idle_causes(start, end, launch, causes)
+        split = _idle_causes(start, end, launch, causes, training)
         for cause, time in split.items():
             idle[cause] += time
         named.append((end - start, start, max(split, key=split.__getitem__), launch))
     report.idle = dict(idle)
     report.gaps = [
-        Gap(at - busy[0][0], length, cause, _busy_with(threads, launch, at))
+        Gap(at - first, length, cause, _busy_with(threads, launch, at))
         for length, at, cause, launch in sorted(named, key=lambda gap: -gap[0])[:LONG_GAPS]
     ]
     report.kernels = _kernel_groups(events, launches)
@@ -237,10 +254,14 @@ def _idle_causes(
     end: float,
     launch: Launch | None,
     causes: dict[tuple[int, int], dict[str, list[tuple[float, float]]]],
+    training: tuple[int, int],
 ) -> dict[str, float]:
     """An idle stretch by cause: the GPU's own where what ended it was queued before it began;
-    else what its launching thread did until the launch, and the launch's own latency after."""
-    if launch is None or launch.start <= start:
+    else what its launching thread did until the launch, and the launch's own latency after.
+    After the last activity (no launch ends it), what the training thread did."""
+    if launch is None:
+        return by_cause([(start, end)], causes.get(training, {}), HOST_OVERHEAD)
+    if launch.start <= start:
         return {BETWEEN_KERNELS: end - start}
     late_until = min(launch.start, end)
     split = by_cause([(start, late_until)], causes.get(launch.thread, {}), HOST_OVERHEAD)
@@ -254,7 +275,7 @@ def _busy_with(
     """What the launching thread was doing while the GPU waited for its launch: the innermost of
     its spans that covers most of that time; for work queued in time, the call that queued it."""
     if launch is None:
-        return "(its launch is not in the trace)"
+        return "(the steps' end)"
     if launch.start <= idle_from:
         return f"queued in time by {launch.ancestors[-1] if launch.ancestors else 'the host'}"
     length = launch.start - idle_from
@@ -309,8 +330,15 @@ def _kernel_key(event: dict, ancestors: tuple[str, ...]) -> tuple[str, str, str]
         kind = "convolution"
     else:
         kind = "other"
-    if any("cudnn" in text for text in [*lowered, name.lower()]) or "xmma" in name:
+    text = " ".join([*lowered, name.lower()])
+    if name.lower().startswith("nccl"):
+        kind = "communication"
+    if "cudnn" in text or (kind == "convolution" and ("xmma" in text or "implicit" in text)):
         backend = "cuDNN"
+    elif any(word in text for word in ("gemm", "cublas", "nvjet")):
+        backend = "cuBLAS"
+    elif "nccl" in text:
+        backend = "NCCL"
     elif "at::native" in name or name.startswith("void at::"):
         backend = "PyTorch"
     else:

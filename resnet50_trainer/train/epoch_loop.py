@@ -76,7 +76,7 @@ class Outputs:
     tensorboard: TensorBoardLog | None = None
 
 
-def profile_written(profiler: StepProfiler, config: Config, device: torch.device) -> None:
+def wait_for_profile_write(profiler: StepProfiler, config: Config, device: torch.device) -> None:
     """Every process, once the profile has ended: the others wait while the first writes it
     (seconds, a minute for a long one on a GPU), as at a checkpoint up to --first_iter_timeout,
     and all stop together if it could not be written."""
@@ -182,7 +182,7 @@ class EpochLoop:
             for batch in progress.batches(self.input.batches):
                 loss, correct, labels = self._train_step(batch)
                 if self.outputs.profiler.step():  # the profile ended with this step
-                    profile_written(self.outputs.profiler, config, self.device)
+                    wait_for_profile_write(self.outputs.profiler, config, self.device)
                 device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
                 images, bad = images + len(labels), bad + len(batch.bad_keys)
                 bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]

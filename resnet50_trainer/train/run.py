@@ -33,7 +33,7 @@ from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
 from resnet50_trainer.reporting.profiling import StepProfiler
 from resnet50_trainer.reporting.runlog import RunLog
 from resnet50_trainer.reporting.tensorboard import TensorBoardLog, event_directory
-from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs, profile_written
+from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs, wait_for_profile_write
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.train.inputs import build_test_input, build_train_input, input_settings
 
@@ -110,7 +110,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     # included) must not raise (errors.py).
     stop_watching_input_processes()
     if outputs.profiler.close():  # the run was shorter than the profile
-        profile_written(outputs.profiler, config, device)
+        wait_for_profile_write(outputs.profiler, config, device)
     digest = process_group.parameters_digest_everywhere(replica.model)
     if outputs.gpu_monitor:
         outputs.gpu_monitor.stop()

@@ -92,3 +92,9 @@ def test_overwrite_through_a_link_replaces_the_db_it_names(capsys, tmp_path, com
     assert link.is_symlink() and os.readlink(link) == real
     with open_database(real, "lmdb") as database:
         assert len(database) == 5
+
+
+def test_a_device_on_the_way_is_named_and_the_walk_ends():
+    """/dev/null/db: the walk up to the part that is no folder stopped only at a regular file, and
+    circled at the root for ever."""
+    assert unreachable("/dev/null/db") == "/dev/null is not a folder: correct the path"

@@ -8,6 +8,7 @@ import pytest
 from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
 from resnet50_trainer.reporting.trace_host import (
     ALLOCATIONS,
+    COLLECTIVES,
     COPYING_INPUT,
     EVALUATING,
     FORWARD_BACKWARD,
@@ -70,8 +71,8 @@ class Trace:
 
 def test_kernels_queued_ahead_leave_only_the_gpus_own_gaps():
     trace = Trace()
-    trace.host("ProfilerStep#1", 0, 1000, "user_annotation")
-    for index in range(4):  # all queued at the start, run back to back with 10 µs between
+    trace.host("ProfilerStep#1", 100, 530, "user_annotation")
+    for index in range(4):  # all queued before the step, run back to back with 10 µs between
         trace.kernel(
             "void at::native::add_kernel<float>", 10 + index, 100 + index * 110, 200 + index * 110
         )
@@ -87,7 +88,7 @@ def test_a_late_launch_is_blamed_on_what_its_thread_was_doing():
     """The GPU idles from 100 to 600: the next kernel's launch came at 590, after the training
     thread waited for a batch (150..400) and for the GPU (400..500); the rest is overhead."""
     trace = Trace()
-    trace.host("ProfilerStep#1", 0, 1000, "user_annotation")
+    trace.host("ProfilerStep#1", 10, 700, "user_annotation")
     trace.kernel("conv", 5, 10, 100)
     trace.host(WAIT_FOR_BATCH, 150, 400, "user_annotation")
     trace.host("cudaStreamSynchronize", 400, 500, "cuda_runtime")
@@ -127,7 +128,7 @@ def test_a_cause_nested_in_another_counts_once_by_precedence():
 
 def test_a_launch_from_the_autograd_thread_is_judged_by_that_thread():
     trace = Trace()
-    trace.host("ProfilerStep#1", 0, 1000, "user_annotation")
+    trace.host("ProfilerStep#1", 0, 500, "user_annotation")
     trace.host(WAIT_FOR_BATCH, 100, 500, "user_annotation")  # the training thread, not the launcher
     trace.kernel("a", 0, 0, 100)
     trace.host(
@@ -179,7 +180,9 @@ def test_the_table_names_each_part_and_the_longest_gaps():
     assert table.startswith("# Profile of x\n\n2 steps, ")
     assert "| idle: waiting for input | 0.40 | " in table  # ms a step
     assert "| other | other library | bfloat16 | 2 | 0.58 | 100.0% |" in table
-    assert "Its 3 longest idle stretches:" in table
+    # Each step's wait for its batch, and the launches' own latency at each step's start.
+    assert "Its 4 longest idle stretches:" in table
+    assert "| idle: host overhead (Python, launches) | 0.02 | " in table
 
 
 def test_a_trace_without_gpu_work_splits_the_training_threads_time():
@@ -224,11 +227,50 @@ def test_a_run_too_short_for_its_profile_says_so(tmp_path, caplog):
     from resnet50_trainer.reporting.profiling import StepProfiler
 
     profiler = StepProfiler(1, str(tmp_path / "run.log"), steps_in_run=2)
-    assert not profiler.step() and not profiler.step()
+    assert not profiler.step()
     with caplog.at_level("WARNING"):
-        assert profiler.close()  # every process stops at the same point
+        assert profiler.step()  # ended with the run's last step, on every process alike
+    assert not profiler.close()
     assert caplog.messages == [
         "--profile_iters 1 recorded nothing: the run took 2 steps, and a profile starts after at "
         "least one and discards its first: give the run 3 steps or more"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_window_is_the_recorded_steps_so_a_wait_before_the_first_kernel_counts():
+    """Each step waits 100 µs for its batch, then runs a 100 µs kernel: busy half the time, not
+    the two thirds that the first kernel to the last would say."""
+    trace = Trace()
+    for step in range(2):
+        base = step * 200
+        trace.host(f"ProfilerStep#{step + 1}", base, base + 200, "user_annotation")
+        trace.host(WAIT_FOR_BATCH, base, base + 100, "user_annotation")
+        trace.kernel("k", base + 100, base + 100, base + 200)
+    report = trace.read()
+    assert (report.gpu_window, report.busy) == (400, 200)
+    assert report.idle == {WAITING_FOR_INPUT: pytest.approx(200)}
+
+
+def test_collectives_and_their_kernels_are_named():
+    trace = Trace()
+    trace.host("ProfilerStep#1", 0, 300, "user_annotation")
+    trace.kernel("k", 0, 0, 100)
+    trace.host("nccl:all_reduce", 100, 200, "cpu_op", thread=AUTOGRAD)
+    trace.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 200, 200, 300, thread=AUTOGRAD)
+    trace.host("aten::addmm", 0, 1)
+    report = trace.read()
+    assert report.idle == {COLLECTIVES: pytest.approx(100)}
+    kinds = {(group.kind, group.backend) for group in report.kernels}
+    assert ("communication", "NCCL") in kinds
+
+
+def test_a_gemm_is_cublas_and_an_implicit_gemm_convolution_is_cudnn():
+    trace = Trace()
+    trace.host("ProfilerStep#1", 0, 100, "user_annotation")
+    trace.host("aten::addmm", 0, 5)
+    trace.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1, 10, 20)
+    trace.host("aten::convolution_backward", 20, 25)
+    trace.kernel("sm90_xmma_dgrad_implicit_gemm_bf16bf16_bf16f32_f32_nhwc", 21, 30, 40)
+    backends = {(group.kind, group.backend) for group in trace.read().kernels}
+    assert backends == {("other", "cuBLAS"), ("convolution", "cuDNN")}

@@ -17,9 +17,9 @@ COUNT_FROM_0 = Number(int, 0)
 COUNT_FROM_1 = Number(int, 1)
 
 
-# The profiler holds a step's events in memory until the profile ends (thousands a step on a GPU,
-# megabytes): a few steps tell where the time goes.
-PROFILED_STEPS = Number(int, 0, 1000)
+# The profiler holds a step's events in memory until the profile ends, and its analysis reads them
+# all back (thousands a step on a GPU, megabytes): a few steps tell where the time goes.
+PROFILED_STEPS = Number(int, 0, 100)
 
 
 @flag_group
