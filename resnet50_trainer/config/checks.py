@@ -16,13 +16,9 @@ from resnet50_trainer.config.flags.model import BASIC_BLOCK_LAYERS
 from resnet50_trainer.config.flags.optimisation import NESTEROV
 from resnet50_trainer.config.lr_policies import BY_NAME, DEFAULT_MIN_LR, POLICY_FLAGS, readers
 from resnet50_trainer.config.settings import Config
+from resnet50_trainer.config.shared_checks import check_crop_fits, check_read_window
 from resnet50_trainer.config.values import RESNET_STRIDE
-from resnet50_trainer.data.settings import (
-    CROP_BOUNDS,
-    RANDOM_RESIZED_CROP,
-    check_crop_fits,
-    check_read_window,
-)
+from resnet50_trainer.data.settings import CROP_BOUNDS, RANDOM_RESIZED_CROP
 from resnet50_trainer.errors import UserError
 
 

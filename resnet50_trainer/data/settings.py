@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from resnet50_trainer.errors import UserError
-
 # --crop: scale, the original's (shorter side to --scale, a random square); random_resized,
 # torchvision's RandomResizedCrop, with its defaults for --crop_area and --crop_ratio.
 SCALE_CROP = "scale"
@@ -22,21 +20,6 @@ CROP_SHARE = 0.875
 def default_scale(image_size: int) -> int:
     """--scale's default: round(image_size / 0.875), 256 for 224."""
     return round(image_size / CROP_SHARE)
-
-
-def resolve_scale(image_size: int, scale: int | None) -> int:
-    """--scale, or its default; the crop must fit in the resized image."""
-    scale = scale or default_scale(image_size)
-    check_crop_fits(image_size, scale)
-    return scale
-
-
-def check_crop_fits(image_size: int, scale: int) -> None:
-    if image_size > scale:
-        raise UserError(
-            f"--image_size {image_size} is above --scale {scale}: the crop must fit "
-            "in the resized image; raise --scale or lower --image_size"
-        )
 
 
 # --read_order: the order of each pass over the training DB (data/order.py). random: any record
@@ -55,16 +38,6 @@ DEFAULT_WINDOW_MB = 512  # 1,024 runs of 512 KB shuffled together, held in the p
 def window_mb_of(read_window_mb: int | None) -> int:
     """--read_window_mb, or its default."""
     return read_window_mb or DEFAULT_WINDOW_MB
-
-
-def check_read_window(read_order: str, read_window_mb: int | None) -> None:
-    """--read_window_mb shapes quasi-random order's windows: refused with --read_order random."""
-    if read_order == RANDOM_ORDER and read_window_mb is not None:
-        raise UserError(
-            f"--read_window_mb shapes the windows of --read_order {QUASI_RANDOM_ORDER}, and this "
-            f"run reads in --read_order {RANDOM_ORDER}: leave --read_window_mb out, or read in "
-            f"{QUASI_RANDOM_ORDER} (or {AUTO_ORDER})"
-        )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS, DataFlags
 from resnet50_trainer.config.flags.declare import add_flags
 from resnet50_trainer.config.parsing import OneLineParser
+from resnet50_trainer.config.shared_checks import check_read_window, resolve_scale
 from resnet50_trainer.config.values import (
     BATCH_SIZE,
     INPUT_WORKERS,
@@ -30,13 +31,7 @@ from resnet50_trainer.config.values import (
 from resnet50_trainer.data.formats.databases import check_database_path, detect_db_type, read_keys
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
-from resnet50_trainer.data.settings import (
-    CROPS,
-    SCALE_CROP,
-    check_read_window,
-    resolve_scale,
-    window_mb_of,
-)
+from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
 from resnet50_trainer.errors import UserError, run_command
 
 if TYPE_CHECKING:
