@@ -14,7 +14,13 @@ from resnet50_trainer.config.build import build_config, with_recipe_and_solver
 from resnet50_trainer.config.flags.parser import build_parser
 from resnet50_trainer.config.launchers import Launched, detect_launcher
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import TRAINER, leave, run_command
+from resnet50_trainer.errors import (
+    TRAINER,
+    guard_standard_streams,
+    leave,
+    log_lines,
+    run_command,
+)
 from resnet50_trainer.launch.probes import check_machine, gpus_on_this_machine
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
@@ -36,7 +42,8 @@ def command() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    guard_standard_streams(TRAINER)  # --help and a refused flag write too
+    log_lines(logging.INFO)
     args = build_parser().parse_args(argv)
     return run_command(TRAINER, lambda: _train(args, argv))
 

@@ -34,7 +34,9 @@ from resnet50_trainer.errors import (
     UserError,
     end_input_processes,
     exit_status,
+    guard_standard_streams,
     leave,
+    log_lines,
     report,
     stop_watching_input_processes,
 )
@@ -107,11 +109,7 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     """Logging (the first process speaks), the seed (the same initial weights, run after run),
     multiprocessing's temporary directory and the device of this training process."""
     _own_temporary_directory()
-    logging.basicConfig(
-        level=logging.INFO if placement.is_main else logging.WARNING,
-        format="%(message)s",
-        force=True,
-    )
+    log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
     torch.manual_seed(config.seed)
     return claim_device(config, placement.local_rank)
 
@@ -186,6 +184,7 @@ def run_spawned(
     # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),
     # or the launcher's where it spawned this process.
     parent = os.getppid()
+    guard_standard_streams(TRAINER)  # a fresh interpreter's, the fork server's or spawned
     _let_the_fork_server_go()
     interrupt_once()
     record_stop_signals()

@@ -32,7 +32,7 @@ from resnet50_trainer.data.formats.databases import check_database_path, detect_
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
-from resnet50_trainer.errors import UserError, run_command
+from resnet50_trainer.errors import UserError, guard_standard_streams, log_lines, run_command
 
 if TYPE_CHECKING:
     import torch
@@ -203,7 +203,8 @@ def _synchronize(device: torch.device) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    guard_standard_streams("resnet50-db bench")  # --help and a refused argument write too
+    log_lines(logging.INFO)
     parser = OneLineParser(prog="resnet50-db bench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ import argparse
 import logging
 
 from resnet50_trainer.config.parsing import OneLineParser, add_version_flag
-from resnet50_trainer.errors import run_command
+from resnet50_trainer.errors import guard_standard_streams, log_lines, run_command
 from resnet50_trainer.tools.db import bench, copy, create, dump, inspect
 
 SUBCOMMANDS = {"create": create, "copy": copy, "inspect": inspect, "dump": dump, "bench": bench}
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    guard_standard_streams("resnet50-db")  # --help and a refused argument write too
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log_lines(logging.INFO)
     return run_command(f"resnet50-db {args.command}", lambda: args.run(args))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
 from resnet50_trainer.config.values import Number, path_value
-from resnet50_trainer.errors import UserError, run_command
+from resnet50_trainer.errors import UserError, guard_standard_streams, run_command
 from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 
 PROG = "resnet50-export"
@@ -89,6 +89,7 @@ def output_format(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    guard_standard_streams(PROG)  # --help and a refused argument write too
     args = build_parser().parse_args(argv)
     return run_command(PROG, lambda: _export(args))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from resnet50_trainer.config.parsing import add_version_flag
 from resnet50_trainer.config.values import Number, path_value
-from resnet50_trainer.errors import run_command, shown
+from resnet50_trainer.errors import guard_standard_streams, run_command, shown
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
 DEFAULT_OUTPUT = "plot.png"
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    guard_standard_streams(PROG)  # --help and a refused argument write too
     args = build_parser().parse_args(argv)
     return run_command(PROG, lambda: _plot(args))
 
