@@ -29,8 +29,9 @@ PREEMPTED_EXIT_STATUS = 3
 # which SIGPIPE ended (128 + 13).
 OUTPUT_CLOSED_EXIT_STATUS = 128 + signal.SIGPIPE
 # What a scheduler sends before it kills a job (Slurm's scancel and preemption, Kubernetes'
-# eviction: SIGTERM; Slurm's --signal=USR1@N early warning): the run saves and stops on either.
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# eviction: SIGTERM; Slurm's --signal=USR1@N early warning), and what a terminal sends its jobs as
+# it closes (SIGHUP: a run started without nohup): the run saves and stops on any of them.
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 
 
 class UserError(Exception):
@@ -77,11 +78,11 @@ ONE_LINE_ERRORS = tuple(EXIT_STATUS)
 
 
 @contextmanager
-def preempt_signals_blocked() -> Iterator[None]:
-    """Stop signals held pending while processes are started: a child inherits the mask (across
-    exec too) and unblocks them once it has set what they do to it, so a signal to the whole
-    process group in between neither kills it nor is lost."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
+def preempt_signals_blocked(*others: signal.Signals) -> Iterator[None]:
+    """Stop signals (and `others`) held pending while processes are started: a child inherits
+    the mask (across exec too) and unblocks them once it has set what they do to it, so a signal
+    to the whole process group in between neither kills it nor is lost."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, (*PREEMPT_SIGNALS, *others))
     try:
         yield
     finally:

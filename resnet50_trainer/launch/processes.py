@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing import forkserver, resource_tracker
 
 import torch.multiprocessing as mp
@@ -109,37 +109,42 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
 
 
 def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
-    # Blocked while the children start (they unblock them once ready), and while multiprocessing
-    # starts its resource tracker and the fork server, which SIGUSR1 to the process group would
-    # otherwise kill.
-    with preempt_signals_blocked():
-        _start_resource_tracker()
-        start_method = _start_fork_server()
-        # One line from this machine: its processes mostly fail for one reason (a lost peer, a
-        # store out of reach), and the first to report it speaks for all.
-        reported = mp.get_context(start_method).Value("b", 0)
-        try:
-            context = mp.start_processes(
-                run_spawned,
-                args=(config, store_host, store_port, reported),
-                nprocs=config.processes_per_machine,
-                join=False,
-                start_method=start_method,
-            )
-        except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
-            raise RunFailed(
-                f"the fork server that starts the training processes ended as they started "
-                f"({lost or type(lost).__name__}): run the same command again"
-            ) from lost
-        forward_stop_signals(context.processes)
+    processes: list = []
     try:
+        # The stop signals and SIGINT held pending while the processes start (each unblocks them
+        # once it has set what they do to it), and while multiprocessing starts its resource
+        # tracker and the fork server: SIGUSR1 to the process group would kill them, and a Ctrl-C
+        # broke into the server's import of the training code (a traceback of up to 75 lines
+        # before "interrupted"). Here too, a Ctrl-C counts once they have started.
+        with preempt_signals_blocked(signal.SIGINT), _ctrl_c_held():
+            _start_resource_tracker()
+            start_method = _start_fork_server()
+            # One line from this machine: its processes mostly fail for one reason (a lost peer,
+            # a store out of reach), and the first to report it speaks for all. Held here until
+            # they end: collected, its semaphore is unlinked, and one still starting fails.
+            reported = mp.get_context(start_method).Value("b", 0)
+            try:
+                context = mp.start_processes(
+                    run_spawned,
+                    args=(config, store_host, store_port, reported),
+                    nprocs=config.processes_per_machine,
+                    join=False,
+                    start_method=start_method,
+                )
+            except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
+                raise RunFailed(
+                    f"the fork server that starts the training processes ended as they started "
+                    f"({lost or type(lost).__name__}): run the same command again"
+                ) from lost
+            processes = context.processes
+            forward_stop_signals(processes)
         wait_for(context)
     except KeyboardInterrupt:
-        _stop_all(context.processes)
+        _stop_all(processes)
         raise
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
-            print(error_line(TRAINER, _killed(config, failure, context.processes)), file=sys.stderr)
+            print(error_line(TRAINER, _killed(config, failure, processes)), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
         passed_on = (USAGE_EXIT_STATUS, PREEMPTED_EXIT_STATUS)
         return failure.exit_code if failure.exit_code in passed_on else 1
@@ -147,6 +152,22 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
         print(failure, file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT to this process while the body runs is raised again as it ends. Not only blocked:
+    a signal sent to the process goes to any thread that does not block it (the store's), and
+    Python raises it in the main thread at once (the launcher then stopped the fork server as it
+    started the training processes, which each said it had ended)."""
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
 
 
 def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
@@ -208,11 +229,12 @@ def _stop_fork_server() -> None:
 
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker, which the context's first lock or process
-    would start, and block the stop signals again: starting it unblocks SIGINT and SIGTERM in this
-    thread (CPython's guard against bpo-33613 ends with SIG_UNBLOCK, not the mask it found), so the
-    children would start with SIGTERM unblocked and die by one sent before they record it."""
+    would start, and block SIGINT and the stop signals again: starting it unblocks SIGINT and
+    SIGTERM in this thread (CPython's guard against bpo-33613 ends with SIG_UNBLOCK, not the mask
+    it found), so the children would start with SIGTERM unblocked and die by one sent before they
+    record it."""
     resource_tracker.ensure_running()
-    signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, *PREEMPT_SIGNALS))
 
 
 def _stop_all(processes) -> None:

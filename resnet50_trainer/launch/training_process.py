@@ -249,8 +249,9 @@ def interrupt_once() -> None:
     """Ctrl-C: KeyboardInterrupt unwinds the run, so a checkpoint being written is abandoned (its
     temporary file removed) and the last complete one stays. Only the first SIGINT interrupts:
     a second would break into the unwinding (or, past torch's handler, print a traceback). A
-    process that does not end is SIGKILLed by the launcher. Stop signals (SIGTERM, SIGUSR1) save
-    and stop instead (record_stop_signals)."""
+    process that does not end is SIGKILLed by the launcher. Stop signals (SIGTERM, SIGUSR1,
+    SIGHUP) save and stop instead (record_stop_signals). A SIGINT held while the launcher started
+    this process (launch/processes.py's _start) counts from here."""
     interrupted: list[int] = []
 
     def interrupt(signum, frame):
@@ -263,6 +264,7 @@ def interrupt_once() -> None:
             raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGINT, interrupt)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
 def _in_finaliser(frame) -> bool:

@@ -57,6 +57,16 @@ def pause_before_rename(seconds: float) -> dict:
     }
 
 
+def signal_as_imported(module: str, signal_name: str) -> dict:
+    """The environment in which each process of a run that imports `module` itself sends signal
+    `signal_name` to its process group as that import begins (tests/support/hooks/sitecustomize.py):
+    a Ctrl-C while a process imports, not at a time."""
+    return {
+        "PYTHONPATH": os.pathsep.join([REPOSITORY, HOOKS]),
+        "RESNET50_TRAINER_TEST_SIGNAL_AS_IMPORTED": f"{module}:{signal_name}",
+    }
+
+
 def config_of(*flags: str, gpus_present: int = 0, launched: Launched | None = None) -> Config:
     """The Config the command line makes of exactly these flags (and `gpus_present` GPUs), in a
     process the `launched` launcher started; a --solver file applied under them."""

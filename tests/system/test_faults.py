@@ -33,6 +33,7 @@ from tests.support.trainer_runs import (
     pause_before_rename,
     process_stat,
     run_trainer,
+    signal_as_imported,
     start_long_run,
     start_trainer,
     trainer_command,
@@ -222,6 +223,26 @@ def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_
     checkpoints = [name for name in os.listdir(tmp_path) if name.endswith(".pt")]
     assert len(checkpoints) == 1
     torch.load(tmp_path / checkpoints[0], weights_only=True)
+
+
+@pytest.mark.parametrize(
+    "processes, module",
+    [("1", "torch._refs"), ("2", "resnet50_trainer.train.run")],
+    ids=["as the launcher imports torch", "as the fork server imports the training code"],
+)
+def test_ctrl_c_as_a_process_imports_is_one_line(small_db, tmp_path, processes, module):
+    """Ctrl-C (1.5-4.5 s after the start, by hand) as the launcher imported torch, past its
+    FakeTensor module but before torch set its logging: FakeTensor's cache statistics at exit,
+    at the root logger's INFO, after "interrupted". As the fork server imported the training code:
+    its import's traceback (31-75 lines)."""
+    run = start_trainer(
+        *("--train_data", small_db, "--num_gpus", processes, "--num_workers", "1"),
+        *("--log_dir", str(tmp_path)),
+        **signal_as_imported(module, "SIGINT"),
+    )
+    _, stderr = run.communicate(timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 130, stderr
+    assert stderr == "resnet50-trainer: interrupted\n"
 
 
 @pytest.mark.parametrize("parent", ["fork server", "launcher"])

@@ -1,7 +1,8 @@
-"""A scheduler's stop signal (SIGTERM, SIGUSR1), for real on CPU: the run saves its exact position
-at a step every process agrees on, exits 3 with one line, and --auto_resume then ends with the
-weights of an uninterrupted run, bit for bit (the digest the run prints). The signal is sent at a
-known optimizer step by tests/support/hooks/sitecustomize.py, never at a time.
+"""A scheduler's stop signal (SIGTERM, SIGUSR1; SIGHUP, a closed terminal's), for real on CPU: the
+run saves its exact position at a step every process agrees on, exits 3 with one line, and
+--auto_resume then ends with the weights of an uninterrupted run, bit for bit (the digest the run
+prints). The signal is sent at a known optimizer step by tests/support/hooks/sitecustomize.py,
+never at a time.
 
 32 records, global batch 8: 4 steps an epoch, 2 epochs."""
 
@@ -102,7 +103,12 @@ def assert_preempted(done, stop_line: str) -> None:
 
 @pytest.mark.parametrize(
     "processes, name, target",
-    [(2, "SIGTERM", "group"), (2, "SIGUSR1", "self"), (1, "SIGTERM", "self")],
+    [
+        (2, "SIGTERM", "group"),
+        (2, "SIGUSR1", "self"),
+        (1, "SIGTERM", "self"),
+        (2, "SIGHUP", "group"),
+    ],
 )
 def test_signal_saves_the_step_and_auto_resume_ends_bitwise_equal(
     database, uninterrupted, tmp_path, processes, name, target

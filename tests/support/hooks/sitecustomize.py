@@ -176,3 +176,28 @@ for _env, _trigger in (
 
         _steps, _name, _index, _target = os.environ[_env].split(":")
         _trigger(_signal_at(int(_steps), _signal.Signals[_name], int(_index), _target))
+
+# "MODULE:SIGNAL": a process of the run that imports MODULE itself (not forked from one that did)
+# sends SIGNAL (a name: SIGINT) to its whole process group (a Ctrl-C in a terminal) as that import
+# begins: a signal while a process imports, not at a known time.
+IMPORT_SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AS_IMPORTED"
+
+
+class _SignalAsImported:
+    """A finder that finds nothing: it sends the signal as the import of its module begins."""
+
+    def __init__(self, module: str, signum: int):
+        self.module, self.signum = module, signum
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname == self.module:
+            sys.meta_path.remove(self)
+            os.killpg(os.getpgid(0), self.signum)
+
+
+if os.environ.get(IMPORT_SIGNAL_ENV):
+    import signal as _signal
+    import sys
+
+    _module, _name = os.environ[IMPORT_SIGNAL_ENV].split(":")
+    sys.meta_path.insert(0, _SignalAsImported(_module, _signal.Signals[_name]))
