@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
-from resnet50_trainer.data.prefetch import DevicePrefetcher
+from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
 from resnet50_trainer.errors import END_SIGNAL, PREEMPT_SIGNALS, end_input_processes_at_exit
 
@@ -90,7 +90,7 @@ def device_batches(
     device: torch.device,
     settings: InputSettings,
     train: bool,
-    waits: tuple[float, float] | None = None,
+    waits: BatchWaits | None = None,
 ) -> DevicePrefetcher:
     """Batches of the DB at `path` in `batch_sampler`'s order, decoded, cropped and on `device`.
     A batch in which every record failed stops training; evaluation counts its keys. `waits`:

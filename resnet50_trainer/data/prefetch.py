@@ -10,9 +10,11 @@ overlap: batches pass through `stage`.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,19 +23,48 @@ from torch.utils.data import DataLoader
 
 from resnet50_trainer.data.batch import Batch, require_records
 from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
-from resnet50_trainer.errors import ONE_LINE_ERRORS, PeerLost, preempt_signals_blocked
+from resnet50_trainer.errors import (
+    ONE_LINE_ERRORS,
+    PeerLost,
+    end_input_processes,
+    preempt_signals_blocked,
+)
 
 _END = object()  # of a pass's batches
+TICK_S = 1.0  # the longest tick of the clock that times a wait for a batch (_deadline)
+
+
+@dataclass(frozen=True)
+class BatchWaits:
+    """How long a training process waits for a batch from its input processes: `first_s` for a
+    loader's first, `later_s` for every later one (then PeerLost); once `stopping()` (a stop
+    signal came), `stop_after_s` more at most (then StopWhileWaiting). Seconds of this process's
+    running time, to within a tick (_deadline)."""
+
+    first_s: float
+    later_s: float
+    stopping: Callable[[], bool]
+    stop_after_s: float
+
+
+class StopWhileWaiting(Exception):
+    """A stop signal came while this process waited for a batch, and none came within
+    BatchWaits.stop_after_s: an input process is stopped or stuck (or the storage stopped
+    answering), and the run must stop without it. `waited_s`: how long the wait had lasted."""
+
+    def __init__(self, waited_s: float):
+        super().__init__(f"no batch came in {waited_s:g} s after a stop signal")
+        self.waited_s = waited_s
 
 
 class DevicePrefetcher:
     """Iterable of device Batches made from `batches` by `stage`, one batch ahead on CUDA.
 
     A batch in which every record failed stops training (require_records); evaluation
-    (`allow_empty`) gets it empty, with its bad keys, and counts them. With `waits` (seconds: the
-    first batch, every later one), a batch that takes longer raises PeerLost, where SIGALRM is
-    free to time it (_alarm_is_free). The wait for each batch and its stage are spans of a
-    profile's trace."""
+    (`allow_empty`) gets it empty, with its bad keys, and counts them. With `waits`, a batch that
+    takes longer raises PeerLost, or StopWhileWaiting after a stop signal, where SIGALRM is free
+    to time it (_alarm_is_free). The wait for each batch and its stage are spans of a profile's
+    trace."""
 
     def __init__(
         self,
@@ -41,7 +72,7 @@ class DevicePrefetcher:
         device: torch.device,
         stage: Callable[[Any], Batch],
         allow_empty: bool = False,
-        waits: tuple[float, float] | None = None,
+        waits: BatchWaits | None = None,
         stage_span: str = COPY_TO_DEVICE,
     ):
         self.batches, self.device, self.stage = batches, device, stage
@@ -65,11 +96,20 @@ class DevicePrefetcher:
             return (self._staged(batch) for batch in iterator)
         return self._overlapped(iterator)
 
-    def _waiting(self) -> contextlib.AbstractContextManager:
-        if self.waits is None or not _alarm_is_free():
-            return contextlib.nullcontext()
-        first, later = self.waits
-        return _deadline(later if self._first_taken else first)
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        waits = self.waits
+        if waits is None or not _alarm_is_free():
+            yield
+            return
+        try:
+            with _deadline(waits.later_s if self._first_taken else waits.first_s, waits):
+                yield
+        except StopWhileWaiting:
+            # One is stuck, and the run stops: ended now, together, where the loader's shutdown
+            # would wait 5 s for each in turn.
+            end_input_processes()
+            raise
 
     def _in_time(self, batches: Iterator) -> Iterator:
         while True:
@@ -132,22 +172,39 @@ def _their_own_lines(batches: Iterator) -> Iterator:
 
 
 @contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """PeerLost if the body takes longer than `seconds`. Not the DataLoader's own timeout: with
+def _deadline(seconds: float, waits: BatchWaits) -> Iterator[None]:
+    """PeerLost if the body takes longer than `seconds`; StopWhileWaiting once it has gone on
+    waits.stop_after_s after waits.stopping() turned true. Not the DataLoader's own timeout: with
     one, it blocks in a single wait of that length instead of checking every 5 s that its input
     processes live (one that exits went unnoticed until the timeout); and a stopped or stuck
-    input process lives, so without one a run of one process waited for it without end."""
+    input process lives, so without one a run of one process waited for it without end.
 
-    def expired(signum: int, frame: object) -> None:
-        raise PeerLost(
-            f"no batch came from its input (DataLoader) processes in {seconds:g} s: one is "
-            "stopped or stuck, or the storage stopped answering (--first_iter_timeout is the "
-            "limit for the first batch, --timeout for each later one)"
-        )
+    Timed in ticks of SIGALRM, TICK_S at most: the ticks due while the whole job was stopped
+    (Ctrl-Z, SIGSTOP) come as one signal when it is continued, so the wait counts the time this
+    process ran, to within a tick. Timed by the wall clock, a job stopped longer than the limit
+    failed as it was continued (fg), blaming its input processes. The ticks go on after the
+    limit: raised while a __del__ or a weakref callback runs, the error is only printed."""
+    ticks = math.ceil(seconds / TICK_S)
+    tick_s = seconds / ticks
+    counted = 0
+    stopping_at: int | None = None  # the tick at which waits.stopping() was first seen
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    # Again every second: raised while a __del__ or a weakref callback runs, it is only printed.
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    def tick(signum: int, frame: object) -> None:
+        nonlocal counted, stopping_at
+        counted += 1
+        if stopping_at is None and waits.stopping():
+            stopping_at = counted
+        if stopping_at is not None and (counted - stopping_at) * tick_s >= waits.stop_after_s:
+            raise StopWhileWaiting(counted * tick_s)
+        if counted >= ticks:
+            raise PeerLost(
+                f"no batch came from its input (DataLoader) processes in {seconds:g} s: one is "
+                "stopped or stuck, or the storage stopped answering (--first_iter_timeout is the "
+                "limit for the first batch, --timeout for each later one)"
+            )
+
+    previous = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, tick_s, tick_s)
     try:
         try:
             yield

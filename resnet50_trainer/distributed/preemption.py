@@ -29,5 +29,8 @@ def stop_signal() -> int | None:
     return _received[0] if _received else None
 
 
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name
+def stop_signal_name() -> str:
+    """The first stop signal this process received, by name, as the one-line reports say it; a
+    process that received none stops on its peers' agreement."""
+    received = stop_signal()
+    return "a stop signal to another process" if received is None else signal.Signals(received).name

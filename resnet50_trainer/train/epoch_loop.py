@@ -14,13 +14,15 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
+from resnet50_trainer.checkpoint.files import checkpoint_path
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.batch import TrainingLabelOutside
+from resnet50_trainer.data.prefetch import StopWhileWaiting
 from resnet50_trainer.data.spans import CHECKPOINT, EVALUATION
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.distributed.preemption import signal_name, stop_signal
+from resnet50_trainer.distributed.preemption import stop_signal, stop_signal_name
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
 from resnet50_trainer.errors import (
     EXIT_STATUS,
@@ -130,9 +132,14 @@ class EpochLoop:
                 self.last_saved = self.saver.save(run)
             is_main = self.placement.is_main
             with record_function(EVALUATION):
-                test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
-                refuse_labels_outside(test_accuracy, config, is_main)
-                ema_accuracy = evaluate_ema(self.replica, self.test_batches, self.device, is_main)
+                try:
+                    test_accuracy = evaluate(self.replica, self.test_batches, self.device, is_main)
+                    refuse_labels_outside(test_accuracy, config, is_main)
+                    ema_accuracy = evaluate_ema(
+                        self.replica, self.test_batches, self.device, is_main
+                    )
+                except StopWhileWaiting:  # saved above, on every process; its peers wait for it
+                    raise self._preempted(self._epoch_checkpoint()) from None
             logged = ema_accuracy if config.ema_for_test else test_accuracy
             self.rows.append(
                 epoch_row(result, self.run, self.schedule(self.run.iteration - 1), logged)
@@ -209,6 +216,9 @@ class EpochLoop:
                     self._stop_preempted()
         except TrainingLabelOutside as outside:
             raise refuse_training_label(config, outside.key, outside.label) from None
+        except StopWhileWaiting as stuck:
+            sums = self._epoch_sums(device_sums, images, bad)
+            self._stop_waiting(stuck, sums, time.perf_counter() - started)
         finally:
             progress.close()
         self._check()
@@ -318,12 +328,56 @@ class EpochLoop:
     def _stop_preempted(self) -> NoReturn:
         """Every process stops together once the signalled position is saved; the first reports
         where (errors.PREEMPTED_EXIT_STATUS)."""
-        received = stop_signal()
-        what = signal_name(received) if received else "a stop signal to another process"
+        report = self._preempted(self.last_saved)
+        stop_run(report if self.placement.is_main else None, PREEMPTED_EXIT_STATUS)
+
+    def _preempted(self, saved: str | None) -> Preempted:
         run, steps = self.run, self.input.steps_per_epoch
-        report = Preempted(
-            f"stopped by {what} at iteration {run.iteration} (epoch {run.epochs_done + 1}, "
-            f"step {run.steps_into_epoch} of {steps}), saved in {self.last_saved}: "
+        return Preempted(
+            f"stopped by {stop_signal_name()} at iteration {run.iteration} (epoch "
+            f"{run.epochs_done + 1}, step {run.steps_into_epoch} of {steps}), saved in {saved}: "
             "restart with the same flags and --auto_resume to go on from there"
         )
-        stop_run(report if self.placement.is_main else None, PREEMPTED_EXIT_STATUS)
+
+    def _stop_waiting(
+        self, stuck: StopWhileWaiting, epoch_sums: torch.Tensor, seconds: float
+    ) -> NoReturn:
+        """A stop signal came while this process waited for a batch that did not come (an input
+        process stopped or stuck). At an epoch's start that this run saved, the position is
+        saved. Else, alone, it saves the position after its last step, as at a check. With peers
+        it cannot: they are in the next step's collectives, which it never joins, past where a
+        position can be agreed (that step's forward has moved their BatchNorm statistics); it
+        stops the run alone, in one line, and the last checkpoint stays."""
+        run, config = self.run, self.config
+        if not run.steps_into_epoch and self.rows:  # every process saved that epoch's end
+            raise self._preempted(self._epoch_checkpoint())
+        if self.placement.world_size > 1 or run.iteration == 0:
+            why = "no step was done yet"
+            if run.iteration:
+                why = "its peers had begun the next step, past where a position can be agreed"
+            raise Preempted(
+                f"stopped by {stop_signal_name()} while rank {self.placement.rank} "
+                f"waited {stuck.waited_s:g} s for a batch from its input (DataLoader) processes "
+                f"(one is stopped or stuck, or the storage stopped answering): {why}, so "
+                "nothing was saved; restart with the same flags and --auto_resume to go on "
+                f"from the newest checkpoint in {config.checkpoint_dir}, if one was saved"
+            )
+        log.info(
+            "A stop signal came, and no batch from the input (DataLoader) processes in %g s "
+            "(one is stopped or stuck, or the storage stopped answering): saving the run's "
+            "position at iteration %d in %s",
+            stuck.waited_s,
+            run.iteration,
+            config.checkpoint_dir,
+        )
+        if run.steps_into_epoch:
+            self._save_mid_epoch(epoch_sums, seconds)
+        else:  # an epoch's start, where a resume began
+            self.last_saved = self.saver.save(run)
+        self._stop_preempted()
+
+    def _epoch_checkpoint(self) -> str:
+        """The checkpoint of the last epoch's end, on every process (the saver names it on the
+        first alone)."""
+        config = self.config
+        return checkpoint_path(config.checkpoint_dir, config.save_model_name, self.run.epochs_done)

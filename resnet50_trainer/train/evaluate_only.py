@@ -14,7 +14,8 @@ from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import schema
 from resnet50_trainer.checkpoint.claim import check_checkpoint
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.distributed.preemption import signal_name, stop_signal
+from resnet50_trainer.data.prefetch import StopWhileWaiting
+from resnet50_trainer.distributed.preemption import stop_signal, stop_signal_name
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import on_first_process
 from resnet50_trainer.errors import Preempted, UserError
@@ -61,18 +62,24 @@ def evaluate_checkpoint(config: Config, placement: Placement, device: torch.devi
 
 
 def _until_a_stop_signal(batches: Iterable, config: Config) -> Iterator:
-    """The batches, until this process has received a stop signal: then Preempted. Each process
-    stops on its own signal (a scheduler signals them all); one left scoring finds its peers
-    gone at the all-reduce of the counts and says so."""
-    for batch in batches:
-        received = stop_signal()
-        if received is not None:
-            raise Preempted(
-                f"stopped by {signal_name(received)} before the evaluation of "
-                f"{config.load_model_path} ended: nothing was written; run the same command "
-                "again to score it"
-            )
-        yield batch
+    """The batches, until this process has received a stop signal: then Preempted, at the next
+    batch, or as it waits for one that does not come (prefetch.py's StopWhileWaiting). Each
+    process stops on its own signal (a scheduler signals them all); one left scoring finds its
+    peers gone at the all-reduce of the counts and says so."""
+    try:
+        for batch in batches:
+            if stop_signal() is not None:
+                break
+            yield batch
+        else:
+            return
+    except StopWhileWaiting:
+        pass
+    raise Preempted(
+        f"stopped by {stop_signal_name()} before the evaluation of "
+        f"{config.load_model_path} ended: nothing was written; run the same command again to "
+        "score it"
+    )
 
 
 def _read_checkpoint(config: Config) -> dict:

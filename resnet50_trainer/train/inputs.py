@@ -16,7 +16,7 @@ from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import device_batches
 from resnet50_trainer.data.label_mix import poor_mix_warning
 from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler, evaluation_batches
-from resnet50_trainer.data.prefetch import DevicePrefetcher
+from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher
 from resnet50_trainer.data.settings import (
     DEFAULT_CROP_AREA,
     DEFAULT_CROP_RATIO,
@@ -30,10 +30,16 @@ from resnet50_trainer.data.settings import (
 )
 from resnet50_trainer.data.synthetic import SyntheticBatches
 from resnet50_trainer.distributed import process_group
+from resnet50_trainer.distributed.preemption import stop_signal
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.errors import UserError, shown
 
 log = logging.getLogger(__name__)
+# How long a process of a run of several still waits for a batch once a stop signal has come: its
+# peers are then in the next step's collectives, past where a position can be agreed, so it stops
+# the run alone (epoch_loop.py). Well inside a scheduler's grace (Slurm's KillWait, Kubernetes'
+# terminationGracePeriodSeconds: 30 s by default). A run of one process stops at once, saved.
+STOP_WAIT_S = 5.0
 
 
 @dataclass
@@ -62,12 +68,20 @@ def input_settings(config: Config, train: bool) -> InputSettings:
     )
 
 
-def batch_waits(config: Config) -> tuple[float, float] | None:
+def batch_waits(config: Config, placement: Placement) -> BatchWaits | None:
     """How long a training process waits for a batch from its input processes: as long as for
     its first step's collectives, then as long as for any later one (a run of several processes
-    stopped there anyway, on the peer that waited). None without input processes: a read that
-    hangs in the training process itself cannot be interrupted."""
-    return (config.first_iter_timeout, config.timeout) if config.num_workers > 0 else None
+    stopped there anyway, on the peer that waited); after a stop signal, STOP_WAIT_S in a run of
+    several processes, none in a run of one. None without input processes: a read that hangs in
+    the training process itself cannot be interrupted."""
+    if config.num_workers == 0:
+        return None
+    return BatchWaits(
+        config.first_iter_timeout,
+        config.timeout,
+        stopping=lambda: stop_signal() is not None,
+        stop_after_s=0.0 if placement.world_size == 1 else STOP_WAIT_S,
+    )
 
 
 def build_train_input(config: Config, placement: Placement, device: torch.device) -> TrainInput:
@@ -96,7 +110,7 @@ def build_train_input(config: Config, placement: Placement, device: torch.device
         device,
         settings,
         train=True,
-        waits=batch_waits(config),
+        waits=batch_waits(config, placement),
     )
     return TrainInput(batches, sampler, steps, order)
 
@@ -162,7 +176,7 @@ def build_test_input(
         device,
         input_settings(config, train=False),
         train=False,
-        waits=batch_waits(config),
+        waits=batch_waits(config, placement),
     )
 
 

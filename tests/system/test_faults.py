@@ -30,6 +30,7 @@ from tests.support.trainer_runs import (
     children,
     command_line,
     log_rows,
+    one_error_line,
     pause_before_rename,
     process_stat,
     run_trainer,
@@ -146,7 +147,7 @@ def test_a_stopped_input_process_keeps_no_run_going(small_db, tmp_path):
     which waits for it, never exited, after the run's line (red-team, 2 of 2)."""
     run = start_long_run(small_db, tmp_path, *TIMEOUT, "--num_gpus", "2", "--num_workers", "1")
     victim = training_processes(run.pid)[1]
-    status, stderr = ended_with_stopped(run, children(victim), then_kill=victim)
+    status, stderr = ended_with_stopped(run, children(victim), then=(victim, signal.SIGKILL))
     assert status == 1, stderr
     assert "rank 0 stopped: " in stderr and "Traceback" not in stderr, stderr
 
@@ -165,16 +166,17 @@ def test_a_stopped_input_process_ends_a_run_of_one_process_after_timeout(small_d
 
 
 def ended_with_stopped(
-    run: subprocess.Popen, stopped: list[int], then_kill: int | None = None
+    run: subprocess.Popen, stopped: list[int], then: tuple[int, int] | None = None
 ) -> tuple[int, str]:
     """The run's status and stderr once it ends with `stopped` (input processes) stopped by
-    SIGSTOP, and `then_kill` killed after them; all of them killed in the end."""
+    SIGSTOP, and `then` (pid, signal) sent after (a negative pid: its process group); all of them
+    killed in the end."""
     assert stopped
     try:
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
-        if then_kill is not None:
-            os.kill(then_kill, signal.SIGKILL)
+        if then is not None:
+            os.kill(*then)
         with contextlib.suppress(subprocess.TimeoutExpired):
             run.wait(TIMEOUT_S + 30)  # not communicate(): the stopped ones hold its stderr open
     finally:
@@ -184,6 +186,34 @@ def ended_with_stopped(
                 os.kill(pid, signal.SIGKILL)
     status, stderr, _ = finish(run, 30)
     return status, stderr
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_stop_signal_while_an_input_process_is_stopped_ends_the_run(
+    small_db, tmp_path, processes
+):
+    """SIGTERM to the run's group while the last rank's input process is stopped (SIGSTOP, as one
+    stuck in a read), with no limit on a batch's wait: the stop is agreed between steps, which the
+    waiting rank never reached, and the run never ended. Alone, it saves its last step; with a
+    peer, which waits in the next step's collectives, it ends the run in one line, the last
+    checkpoint kept. Exit 3 either way: the job requeues and --auto_resume goes on."""
+    run = start_long_run(
+        small_db, tmp_path, "--timeout", "inf", "--num_gpus", processes, "--num_workers", "1"
+    )
+    victim = training_processes(run.pid)[-1] if processes == "2" else run.pid
+    status, stderr = ended_with_stopped(run, children(victim), then=(-run.pid, signal.SIGTERM))
+    assert status == 3, stderr
+    line = one_error_line(stderr)
+    if processes == "1":
+        saved = re.search(
+            r"stopped by SIGTERM at iteration \d+ .*, saved in (\S+_step\d+\.pt): ", line
+        )
+        assert saved, stderr
+        torch.load(saved[1], weights_only=True)
+    else:
+        assert "stopped by SIGTERM while rank 1 waited" in line, stderr
+        assert "nothing was saved; restart with the same flags and --auto_resume" in line, stderr
+        torch.load(tmp_path / "resnet50_model_1.pt", weights_only=True)
 
 
 def test_an_input_process_killed_after_the_last_step_changes_nothing(small_db, tmp_path):

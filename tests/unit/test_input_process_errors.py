@@ -18,9 +18,11 @@ import multiprocessing.context
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing import resource_sharer
 
 import pytest
@@ -35,7 +37,7 @@ from resnet50_trainer.data.input_pipeline import (
     quiet_when_the_receiver_is_gone,
     start_input_process,
 )
-from resnet50_trainer.data.prefetch import DevicePrefetcher
+from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher, StopWhileWaiting
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import PeerLost, end_input_processes
 from resnet50_trainer.launch.training_process import _one_line_if_lost
@@ -177,7 +179,14 @@ class SlowItems(torch.utils.data.Dataset):
         return index
 
 
-def slow_batches(delays: list[float], waits: tuple[float, float]) -> DevicePrefetcher:
+def slow_batches(
+    delays: list[float],
+    waits: tuple[float, float],
+    stopping: Callable[[], bool] = lambda: False,
+    stop_after_s: float = 0.0,
+) -> DevicePrefetcher:
+    """Batches of item i after delays[i] s each, waited for (first, later) seconds, and
+    `stop_after_s` once `stopping()` (a stop signal came)."""
     loader = torch.utils.data.DataLoader(
         SlowItems(delays),
         batch_size=None,
@@ -185,7 +194,8 @@ def slow_batches(delays: list[float], waits: tuple[float, float]) -> DevicePrefe
         persistent_workers=True,
         multiprocessing_context="fork",
     )
-    return DevicePrefetcher(loader, torch.device("cpu"), as_batch, allow_empty=True, waits=waits)
+    limits = BatchWaits(*waits, stopping=stopping, stop_after_s=stop_after_s)
+    return DevicePrefetcher(loader, torch.device("cpu"), as_batch, allow_empty=True, waits=limits)
 
 
 def as_batch(index: int) -> Batch:
@@ -245,6 +255,57 @@ def test_a_stopped_input_process_ends_the_next_pass_as_it_starts():
             indices(batches)
     finally:
         os.kill(stopped, signal.SIGCONT)  # the loader then ends it as ever
+
+
+def test_a_job_stopped_and_continued_by_its_shell_goes_on():
+    """Ctrl-Z, then fg: the whole job (this process and its input process) stopped for longer
+    than the wait for a batch, by another process, while this one waits. Timed by the wall
+    clock, the wait failed as the job was continued (PeerLost, blaming the input processes)."""
+    batches = slow_batches([1.5], waits=(4.0, 4.0))
+    shell = subprocess.Popen(
+        [sys.executable, "-c", STOP_AND_CONTINUE, str(os.getpid()), "0.5", "6"],
+    )
+    try:
+        assert indices(batches) == [0]
+    finally:
+        assert shell.wait(30) == 0
+
+
+# A shell's Ctrl-Z and fg: argv PID, DELAY, STOPPED: after DELAY s, SIGSTOP to PID and its
+# children (this one aside), SIGCONT to them STOPPED s later.
+STOP_AND_CONTINUE = """
+import os, signal, sys, time
+pid, delay, stopped = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+time.sleep(delay)
+with open(f"/proc/{pid}/task/{pid}/children") as file:
+    job = [pid, *(int(child) for child in file.read().split() if int(child) != os.getpid())]
+try:
+    for member in job:
+        os.kill(member, signal.SIGSTOP)
+    time.sleep(stopped)
+finally:
+    for member in reversed(job):
+        os.kill(member, signal.SIGCONT)
+"""
+
+
+@pytest.mark.parametrize("stop_after_s", [0.0, 1.0])
+def test_a_stop_signal_ends_a_wait_for_a_stopped_input_process(stop_after_s):
+    """With no limit to speak of (--timeout inf), a training process waited for a stopped (or
+    stuck) input process without end, a stop signal or not."""
+    others = set(children(os.getpid()))
+    signalled: list[bool] = []
+    batches = slow_batches([0.0, 0.0], (600.0, 600.0), lambda: bool(signalled), stop_after_s)
+    assert indices(batches) == [0, 1]
+    (stopped,) = set(children(os.getpid())) - others
+    os.kill(stopped, signal.SIGSTOP)  # the next pass waits for it to answer
+    signalled.append(True)
+    try:
+        with pytest.raises(StopWhileWaiting) as stopped_waiting:
+            indices(batches)
+        assert stopped_waiting.value.waited_s > stop_after_s  # the ticks counted
+    finally:
+        os.kill(stopped, signal.SIGCONT)
 
 
 def test_a_stopped_input_process_is_ended_cleanly():
