@@ -292,7 +292,8 @@ finally:
 @pytest.mark.parametrize("stop_after_s", [0.0, 1.0])
 def test_a_stop_signal_ends_a_wait_for_a_stopped_input_process(stop_after_s):
     """With no limit to speak of (--timeout inf), a training process waited for a stopped (or
-    stuck) input process without end, a stop signal or not."""
+    stuck) input process without end, a stop signal or not. The input processes are ended as it
+    stops waiting, all at once (the loader's shutdown waited 5 s for each in turn)."""
     others = set(children(os.getpid()))
     signalled: list[bool] = []
     batches = slow_batches([0.0, 0.0], (600.0, 600.0), lambda: bool(signalled), stop_after_s)
@@ -300,12 +301,16 @@ def test_a_stop_signal_ends_a_wait_for_a_stopped_input_process(stop_after_s):
     (stopped,) = set(children(os.getpid())) - others
     os.kill(stopped, signal.SIGSTOP)  # the next pass waits for it to answer
     signalled.append(True)
+    torch_s_handler = signal.getsignal(signal.SIGCHLD)  # end_input_processes sets it aside
     try:
         with pytest.raises(StopWhileWaiting) as stopped_waiting:
             indices(batches)
         assert stopped_waiting.value.waited_s > stop_after_s  # the ticks counted
+        assert stopped not in children(os.getpid())
     finally:
-        os.kill(stopped, signal.SIGCONT)
+        signal.signal(signal.SIGCHLD, torch_s_handler)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
 
 
 def test_a_stopped_input_process_is_ended_cleanly():
