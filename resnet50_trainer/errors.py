@@ -313,16 +313,22 @@ def _ignore(signum: int, frame: object) -> None:
     pass
 
 
+def input_processes() -> list:
+    """This process's input processes: its daemonic children (multiprocessing.Process)."""
+    import multiprocessing  # torch-free, and only where they are looked for
+
+    return [child for child in multiprocessing.active_children() if child.daemon]
+
+
 def end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
     SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, all at once, and
     SIGKILL after END_GRACE_S; torch's SIGCHLD handler, which would report them as lost input
     processes, is set aside first. At exit (end_input_processes_at_exit), or sooner."""
-    import multiprocessing  # torch-free, and only on the way out
-    import time
+    import time  # only on the way out
 
     stop_watching_input_processes()
-    daemons = [child for child in multiprocessing.active_children() if child.daemon]
+    daemons = input_processes()
     for child in daemons:
         if child.pid is not None:
             try:

@@ -69,9 +69,14 @@ def ignore_stop_signals(worker_id: int) -> None:
     """An input process ignores a scheduler's stop signal, sent to the whole process group: its
     training process saves the run's position and then ends it with END_SIGNAL (errors.py), on
     which it exits as if its work were done, its exit finalizers run (DevicePrefetcher starts it
-    with the stop signals blocked, so none kills it before this runs)."""
+    with the stop signals blocked, so none kills it before this runs). Ctrl-Z too, where its
+    training process, which it inherits the handler of, pauses at a step its peers agree on
+    (distributed/pausing.py) and stops it then: stopped now, it would starve its training process
+    until then."""
     for signum in PREEMPT_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGTSTP) not in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTSTP, signal.SIG_IGN)
     signal.signal(END_SIGNAL, _end_now)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPT_SIGNALS)
 

@@ -66,16 +66,17 @@ def shorten_timeout(config: Config) -> None:
 
 
 @contextmanager
-def long_wait(config: Config) -> Iterator[None]:
-    """Collectives issued inside wait up to --first_iter_timeout: the checkpoint barrier, where the
-    others wait while the first process writes (hundreds of MB, on slow storage perhaps). With NCCL
-    a collective past its limit is aborted by the watchdog, which kills the process (SIGABRT)."""
-    _set_timeout(datetime.timedelta(seconds=config.first_iter_timeout))
+def long_wait(config: Config, limit_s: float | None = None) -> Iterator[None]:
+    """Collectives issued inside wait up to `limit_s`, --first_iter_timeout where None: the
+    checkpoint barrier, where the others wait while the first process writes (hundreds of MB, on
+    slow storage perhaps); a pause (distributed/pausing.py), as long as it lasts. With NCCL a
+    collective past its limit is aborted by the watchdog, which kills the process (SIGABRT)."""
+    group_s = datetime.timedelta(seconds=config.first_iter_timeout)
+    _set_timeout(group_s if limit_s is None else datetime.timedelta(seconds=limit_s))
     try:
         yield
     finally:
-        if _short_timeout:
-            _set_timeout(_short_timeout[0])
+        _set_timeout(_short_timeout[0] if _short_timeout else group_s)
 
 
 def _set_timeout(timeout: datetime.timedelta) -> None:

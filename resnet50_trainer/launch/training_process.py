@@ -24,6 +24,7 @@ from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group
 from resnet50_trainer.distributed.devices import claim_device
+from resnet50_trainer.distributed.pausing import record_pause_requests
 from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.errors import (
     FAILURE_EXIT_STATUS,
@@ -107,9 +108,12 @@ def _train(config: Config, placement: process_group.Placement, device: torch.dev
 
 def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     """Logging (the first process speaks), the seed (the same initial weights, run after run),
-    multiprocessing's temporary directory and the device of this training process."""
+    multiprocessing's temporary directory, Ctrl-Z where the run has peers
+    (distributed/pausing.py) and the device of this training process."""
     _own_temporary_directory()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
+    if placement.world_size > 1:
+        record_pause_requests()
     torch.manual_seed(config.seed)
     return claim_device(config, placement.local_rank)
 

@@ -33,24 +33,30 @@ class DivergenceWatch:
         bad_here = torch.where(loss.detach().isfinite(), NO_BAD_LOSS, iteration)
         torch.minimum(self.first_bad_loss, bad_here, out=self.first_bad_loss)
 
-    def check(self, stop_signalled: bool = False) -> tuple[int | None, bool, bool]:
+    def check(
+        self, stop_signalled: bool = False, pause_asked: bool = False
+    ) -> tuple[int | None, bool, bool, bool]:
         """(the first global iteration whose loss was not finite on any process, or None; whether
-        every weight is finite; whether a stop signal reached any process, `stop_signalled` here).
-        One small all-reduce and one read."""
+        every weight is finite; whether a stop signal reached any process, `stop_signalled` here;
+        whether Ctrl-Z did, `pause_asked` here). One small all-reduce and one read."""
         verdict = torch.stack(
             [
                 self.first_bad_loss.to(self.device),
                 self.weights_finite().to(self.device, torch.int64),
-                torch.full((), 0 if stop_signalled else 1, dtype=torch.int64, device=self.device),
+                *(
+                    torch.full((), 0 if asked else 1, dtype=torch.int64, device=self.device)
+                    for asked in (stop_signalled, pause_asked)
+                ),
             ]
         )
         with process_group.waiting_for_peers("the divergence check"):
             dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
-            first_bad_loss, weights_finite, none_signalled = verdict.tolist()  # NCCL: waits here
+            first_bad_loss, weights_finite, none_signalled, none_paused = verdict.tolist()
         return (
             None if first_bad_loss == NO_BAD_LOSS else first_bad_loss,
             bool(weights_finite),
             not none_signalled,
+            not none_paused,
         )
 
     def weights_finite(self) -> torch.Tensor:

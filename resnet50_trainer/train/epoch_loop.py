@@ -22,6 +22,7 @@ from resnet50_trainer.data.batch import TrainingLabelOutside
 from resnet50_trainer.data.prefetch import StopWhileWaiting
 from resnet50_trainer.data.spans import CHECKPOINT, EVALUATION
 from resnet50_trainer.distributed import process_group
+from resnet50_trainer.distributed.pausing import pause_asked, pause_together
 from resnet50_trainer.distributed.preemption import stop_signal, stop_signal_name
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
 from resnet50_trainer.errors import (
@@ -273,8 +274,12 @@ class EpochLoop:
         """A loss or weight that is no longer finite stops the run on every process, before
         anything is saved; the first process names the iteration. Otherwise notes whether a stop
         signal reached any process (stop_signalled)."""
-        first_bad_loss, weights_finite, signalled = self.watch.check(stop_signal() is not None)
+        first_bad_loss, weights_finite, signalled, paused = self.watch.check(
+            stop_signal() is not None, pause_asked()
+        )
         if first_bad_loss is None and weights_finite:
+            if paused:
+                pause_together(self.config, self.device)
             newly, self.stop_signalled = signalled and not self.stop_signalled, signalled
             if newly and self.placement.is_main:
                 log.info(

@@ -128,7 +128,7 @@ def test_a_float16_step_the_scaler_skips_is_no_divergence(process_group):
     watch.record(loss, 1)
     assert precision.scaler.get_scale() < 2.0**127  # the step was skipped
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert watch.check() == (None, True, False)
+    assert watch.check() == (None, True, False, False)
     watch.record(torch.tensor(float("nan")), 2)
     watch.record(torch.tensor(float("inf")), 3)
-    assert watch.check() == (2, True, False)  # the first non-finite loss is named
+    assert watch.check() == (2, True, False, False)  # the first non-finite loss is named

@@ -25,6 +25,8 @@ from tests.support.dbfactory import (
     write_image_db,
 )
 from tests.support.trainer_runs import (
+    HOOKS,
+    REPOSITORY,
     RUN_TIMEOUT_S,
     SMALL_RUN,
     children,
@@ -270,6 +272,56 @@ def test_ctrl_c_as_a_process_imports_is_one_line(small_db, tmp_path, processes, 
     _, stderr = run.communicate(timeout=RUN_TIMEOUT_S)
     assert run.returncode == 130, stderr
     assert stderr == "resnet50-trainer: interrupted\n"
+
+
+def test_ctrl_z_then_fg_after_longer_than_timeout_goes_on(small_db, tmp_path):
+    """Ctrl-Z to a run of two processes, here reaching rank 0 mid-epoch (after its 5th step) a
+    moment before the rest of the job, then fg after longer than --timeout. Stopped at once, rank
+    0 left its peer inside the next step's collective, whose limit counted the time stopped: the
+    run ended as it was continued, naming a lost peer (by hand, 2 of 3 tries where the whole job
+    got it at once). The processes pause together at the next check now. The run is a shell's
+    job: a process group of its own in this session (in a session of its own, an orphaned
+    group, the kernel discards SIGTSTP)."""
+    run = subprocess.Popen(
+        trainer_command(
+            *("--train_data", small_db, "--num_epochs", "1000", "--log_dir", str(tmp_path)),
+            *(*TIMEOUT, "--num_gpus", "2", "--num_workers", "1"),
+        ),
+        env=trainer_env(
+            PYTHONPATH=os.pathsep.join([REPOSITORY, HOOKS]),
+            RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS="5:SIGTSTP:0:self",
+        ),
+        text=True,
+        stderr=subprocess.PIPE,
+        preexec_fn=os.setpgrp,
+    )
+    try:
+        wait_for(lambda: len(training_processes(run.pid)) == 2, RUN_TIMEOUT_S, "2 processes")
+        rank_0 = training_processes(run.pid)[0]
+        wait_for(lambda: process_stat(rank_0)[0] == "T", RUN_TIMEOUT_S, "rank 0 to stop")
+        time.sleep(1)  # rank 1 waits on it meanwhile
+        os.killpg(run.pid, signal.SIGTSTP)
+        time.sleep(TIMEOUT_S + 3)
+        paused_at = epochs_saved(tmp_path)
+        os.killpg(run.pid, signal.SIGCONT)
+        wait_for(
+            lambda: epochs_saved(tmp_path) >= paused_at + 2 or run.poll() is not None,
+            RUN_TIMEOUT_S,
+            "two more epochs",
+        )
+        assert run.poll() is None, run.communicate()[1]
+        os.killpg(run.pid, signal.SIGTERM)
+        status, stderr, _ = finish(run, 60)
+        assert status == 3, stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+
+
+def epochs_saved(directory) -> int:
+    """The epoch of the newest epoch's checkpoint in `directory` (0: none yet)."""
+    names = (re.fullmatch(r"resnet50_model_(\d+)\.pt", name) for name in os.listdir(directory))
+    return max((int(name[1]) for name in names if name), default=0)
 
 
 @pytest.mark.parametrize("parent", ["fork server", "launcher"])

@@ -115,9 +115,9 @@ if os.environ.get(LABEL_SCAN_ENV):
     preflight.TRAINING_LABEL_SCAN_S = float(os.environ[LABEL_SCAN_ENV])
 
 # "STEPS:SIGNAL:INDEX:TARGET": this machine's training process of that INDEX (0: the only one, or
-# the first started) sends SIGNAL (a name: SIGTERM, SIGUSR1) after its STEPS-th optimizer step
-# to TARGET: "self", "group" (its whole process group, as Slurm does) or "launcher" (the process
-# that started it). A signal at a known step, not at a known time.
+# the first started) sends SIGNAL (a name: SIGTERM, SIGUSR1, SIGTSTP) after its STEPS-th optimizer
+# step to TARGET: "self", "group" (its whole process group, as Slurm does) or "launcher" (the
+# process that started it). A signal at a known step, not at a known time.
 SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_STEPS"
 # The same, after the STEPS-th batch the model scores in evaluation mode (--test_only's steps).
 TEST_SIGNAL_ENV = "RESNET50_TRAINER_TEST_SIGNAL_AFTER_TEST_BATCHES"
