@@ -112,7 +112,7 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     (distributed/pausing.py) and the device of this training process."""
     _own_temporary_directory()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
-    if placement.world_size > 1:
+    if placement.world_size > 1 and not config.test_only:  # --test_only has no check to pause at
         record_pause_requests()
     torch.manual_seed(config.seed)
     return claim_device(config, placement.local_rank)
