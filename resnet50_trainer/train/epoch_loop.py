@@ -31,6 +31,7 @@ from resnet50_trainer.errors import (
     Diverged,
     Preempted,
     exit_status,
+    shown,
 )
 from resnet50_trainer.model.optim import set_learning_rate
 from resnet50_trainer.model.replica import Learner
@@ -286,8 +287,8 @@ class EpochLoop:
                     "A stop signal came: saving the run's position at iteration %d in %s; should "
                     "the save be cut short, the last complete checkpoint (%s) stays intact",
                     self.run.iteration,
-                    self.config.checkpoint_dir,
-                    self.last_saved or "none yet",
+                    shown(self.config.checkpoint_dir),
+                    shown(self.last_saved) if self.last_saved else "none yet",
                 )
             return
         report = (
@@ -340,7 +341,8 @@ class EpochLoop:
         run, steps = self.run, self.input.steps_per_epoch
         return Preempted(
             f"stopped by {stop_signal_name()} at iteration {run.iteration} (epoch "
-            f"{run.epochs_done + 1}, step {run.steps_into_epoch} of {steps}), saved in {saved}: "
+            f"{run.epochs_done + 1}, step {run.steps_into_epoch} of {steps}), saved in "
+            f"{shown(saved) if saved else 'no checkpoint'}: "
             "restart with the same flags and --auto_resume to go on from there"
         )
 
@@ -365,7 +367,7 @@ class EpochLoop:
                 f"waited {stuck.waited_s:g} s for a batch from its input (DataLoader) processes "
                 f"(one is stopped or stuck, or the storage stopped answering): {why}, so "
                 "nothing was saved; restart with the same flags and --auto_resume to go on "
-                f"from the newest checkpoint in {config.checkpoint_dir}, if one was saved"
+                f"from the newest checkpoint in {shown(config.checkpoint_dir)}, if one was saved"
             )
         log.info(
             "A stop signal came, and no batch from the input (DataLoader) processes in %g s "
@@ -373,7 +375,7 @@ class EpochLoop:
             "position at iteration %d in %s",
             stuck.waited_s,
             run.iteration,
-            config.checkpoint_dir,
+            shown(config.checkpoint_dir),
         )
         if run.steps_into_epoch:
             self._save_mid_epoch(epoch_sums, seconds)
