@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
-from resnet50_trainer.checkpoint.files import checkpoint_path
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
@@ -23,28 +21,25 @@ from resnet50_trainer.data.prefetch import StopWhileWaiting
 from resnet50_trainer.data.spans import CHECKPOINT, EVALUATION
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.pausing import pause_asked, pause_together
-from resnet50_trainer.distributed.preemption import stop_signal, stop_signal_name
+from resnet50_trainer.distributed.preemption import stop_signal
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
 from resnet50_trainer.errors import (
     EXIT_STATUS,
     PREEMPTED_EXIT_STATUS,
     Diverged,
-    Preempted,
     exit_status,
     shown,
 )
 from resnet50_trainer.model.optim import set_learning_rate
 from resnet50_trainer.model.replica import Learner
-from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
-from resnet50_trainer.reporting.profiling import StepProfiler
-from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED, EpochProgress
-from resnet50_trainer.reporting.runlog import EpochRow, RunLog
-from resnet50_trainer.reporting.tensorboard import TensorBoardLog
+from resnet50_trainer.reporting.progress import EpochProgress
+from resnet50_trainer.reporting.runlog import EpochRow
 from resnet50_trainer.train.bad_records import bad_records_verdict
 from resnet50_trainer.train.batch_mixing import BatchMixing
 from resnet50_trainer.train.divergence import DivergenceWatch, divergence_report
 from resnet50_trainer.train.epoch_report import (
     EpochResult,
+    EpochTotals,
     epoch_row,
     peak_memory,
     test_accuracy_text,
@@ -57,35 +52,16 @@ from resnet50_trainer.train.evaluation import (
 )
 from resnet50_trainer.train.inputs import TrainInput
 from resnet50_trainer.train.labels import refuse_training_label
+from resnet50_trainer.train.outputs import Outputs
 from resnet50_trainer.train.step import forward_backward
+from resnet50_trainer.train.stop_lines import epoch_checkpoint, preempted, unsaved_while_waiting
 
 log = logging.getLogger(__name__)
-# Every process learns of a stop signal in the divergence check's all-reduce, which the loop
-# already reads every --print_every iterations: it runs at least this often too, so a signalled
-# run stops within this many steps (seconds on a GPU, inside Slurm's and Kubernetes' 30 s grace)
-# at the same step everywhere. A read each step would stall a GPU's queue every step; one in 20
-# drains it once in 20 steps, and on the CPU it is a small all-reduce.
+# Every process learns of a stop signal in the divergence check's all-reduce (read every
+# --print_every steps anyway), run at least this often too: a signalled run stops within this
+# many steps (seconds on a GPU, inside Slurm's and Kubernetes' 30 s grace) at the same step
+# everywhere. A read each step would stall a GPU's queue every step; one in 20, once in 20.
 STOP_CHECK_EVERY_ITERS = 20
-
-
-@dataclass
-class Outputs:
-    """Where the first process reports the run: the run log (None on the others), the GPUs'
-    utilisation on the progress bar, the profiler (every process counts its steps), and
-    --tensorboard's event files (None without it, and on the others)."""
-
-    runlog: RunLog | None
-    gpu_monitor: GpuMonitor | None
-    profiler: StepProfiler
-    tensorboard: TensorBoardLog | None = None
-
-
-def wait_for_profile_write(profiler: StepProfiler, config: Config, device: torch.device) -> None:
-    """Every process, once the profile has ended: the others wait while the first writes it
-    (seconds, a minute for a long one on a GPU), as at a checkpoint up to --first_iter_timeout,
-    and all stop together if it could not be written."""
-    with process_group.long_wait(config):
-        stop_together(profiler.failure, device, "the first process's writing of the profile")
 
 
 class EpochLoop:
@@ -141,7 +117,8 @@ class EpochLoop:
                         self.replica, self.test_batches, self.device, is_main
                     )
                 except StopWhileWaiting:  # saved above, on every process; its peers wait for it
-                    raise self._preempted(self._epoch_checkpoint()) from None
+                    checkpoint = epoch_checkpoint(config, run)
+                    raise preempted(run, self.input.steps_per_epoch, checkpoint) from None
             logged = ema_accuracy if config.ema_for_test else test_accuracy
             self.rows.append(
                 epoch_row(result, self.run, self.schedule(self.run.iteration - 1), logged)
@@ -170,13 +147,7 @@ class EpochLoop:
         self.input.epoch_plan.set_epoch(run.epochs_done, run.steps_into_epoch)
         run.read_order = self.input.epoch_plan.epoch_order_shape
         self.replica.train_module.train()
-        # Read from the device once, at the end: a per-step .item() would stall the GPU's queue.
-        device_sums = torch.zeros(
-            2,
-            dtype=torch.float64,  # loss x images, correct
-            device=self.replica.output_device,
-        )
-        images = bad = 0
+        totals = EpochTotals(self.replica.output_device)
         progress = EpochProgress(
             config,
             self.placement.is_main,
@@ -186,15 +157,14 @@ class EpochLoop:
             self.outputs.gpu_monitor,
         )
         started = time.perf_counter() - run.resumed_seconds
-        bad_keys: list = []
         try:
             for batch in progress.batches(self.input.batches):
                 loss, correct, labels = self._train_step(batch)
-                if self.outputs.profiler.step():  # the profile ended with this step
-                    wait_for_profile_write(self.outputs.profiler, config, self.device)
-                device_sums += torch.stack([loss.detach().double() * len(labels), correct.double()])
-                images, bad = images + len(labels), bad + len(batch.bad_keys)
-                bad_keys += batch.bad_keys[: BAD_KEYS_NAMED - len(bad_keys)]
+                if not self.timeout_shortened:  # after the first step a silent peer ends it sooner
+                    process_group.shorten_timeout(config)
+                    self.timeout_shortened = True
+                self.outputs.profile_step()
+                totals.add(loss, correct, len(labels), batch.bad_keys)
                 printed = progress.step(
                     run.steps_into_epoch - 1, loss, correct, len(labels), batch.bad_keys
                 )
@@ -205,33 +175,36 @@ class EpochLoop:
                         self.schedule(run.iteration - 1),
                         progress.input_wait_share,
                     )
-                checkpoint_due = self._checkpoint_due()
-                # Where the loop reads the device anyway, and before any save: never NaN weights.
-                if checkpoint_due or self._check_due():
-                    self._check()
-                mid_epoch = run.steps_into_epoch < steps
-                if checkpoint_due or (self.stop_signalled and mid_epoch):
-                    self._save_mid_epoch(
-                        self._epoch_sums(device_sums, images, bad), time.perf_counter() - started
-                    )
-                if self.stop_signalled and mid_epoch:
-                    self._stop_preempted()
+                self._after_step(totals, started)
         except TrainingLabelOutside as outside:
             raise refuse_training_label(config, outside.key, outside.label) from None
         except StopWhileWaiting as stuck:
-            sums = self._epoch_sums(device_sums, images, bad)
-            self._stop_waiting(stuck, sums, time.perf_counter() - started)
+            self._stop_waiting(stuck, self._epoch_sums(totals), time.perf_counter() - started)
         finally:
             progress.close()
         self._check()
-        totals = self._epoch_sums(device_sums, images, bad)
+        sums = self._epoch_sums(totals)
         with process_group.waiting_for_peers("the all-reduce of the epoch's totals"):
-            dist.all_reduce(totals)
-            loss_sum, correct, images, bad = totals.tolist()  # the last step, peers too
+            dist.all_reduce(sums)
+            loss_sum, correct, images, bad = sums.tolist()  # the last step, peers too
         seconds = time.perf_counter() - started
         return EpochResult(
-            loss_sum / images, correct / images, int(images), seconds, int(bad), bad_keys
+            loss_sum / images, correct / images, int(images), seconds, int(bad), totals.bad_keys
         )
+
+    def _after_step(self, totals: EpochTotals, started: float) -> None:
+        """What follows a step, in the order that keeps the run sound: the check of the loss and
+        weights (which also agrees on stop signals) where a checkpoint is due or the loop reads the
+        device anyway, before any save, so that no weights that are no longer finite are saved;
+        then the save, where due or where a stop was agreed; then the stop, its position saved."""
+        mid_epoch = self.run.steps_into_epoch < self.input.steps_per_epoch
+        checkpoint_due = self._checkpoint_due()
+        if checkpoint_due or self._check_due():
+            self._check()
+        if checkpoint_due or (self.stop_signalled and mid_epoch):
+            self._save_mid_epoch(self._epoch_sums(totals), time.perf_counter() - started)
+        if self.stop_signalled and mid_epoch:
+            self._stop_preempted()
 
     def _train_step(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step, in --iter_size passes; (loss, correct, labels), still on the device."""
@@ -260,9 +233,6 @@ class EpochLoop:
         if replica.ema is not None:
             replica.ema.update(replica.model, run.iteration)
         self.watch.record(loss, run.iteration)
-        if not self.timeout_shortened:  # after the first step, a silent peer ends the run sooner
-            process_group.shorten_timeout(self.config)
-            self.timeout_shortened = True
         return loss, correct, labels
 
     def _check_due(self) -> bool:
@@ -300,16 +270,11 @@ class EpochLoop:
         )
         stop_run(report, EXIT_STATUS[Diverged])
 
-    def _epoch_sums(self, device_sums: torch.Tensor, images: int, bad: int) -> torch.Tensor:
-        """This process's sums of the epoch so far: loss x images, correct, images, bad records.
-        The first process also carries what a mid-epoch checkpoint had counted (globally)."""
-        # Collectives run on this process's own device (the first of a model-parallel pair).
-        sums = torch.cat(
-            [
-                device_sums.to(self.device),
-                torch.tensor([images, bad], dtype=torch.float64, device=self.device),
-            ]
-        )
+    def _epoch_sums(self, totals: EpochTotals) -> torch.Tensor:
+        """This process's sums of the epoch so far, on its own device, where collectives run (the
+        first of a model-parallel pair). The first process also carries what a mid-epoch
+        checkpoint had counted (globally)."""
+        sums = totals.sums(self.device)
         if self.run.resumed_sums is not None and self.placement.is_main:
             sums += self.run.resumed_sums.to(sums)
         return sums
@@ -334,41 +299,22 @@ class EpochLoop:
     def _stop_preempted(self) -> NoReturn:
         """Every process stops together once the signalled position is saved; the first reports
         where (errors.PREEMPTED_EXIT_STATUS)."""
-        report = self._preempted(self.last_saved)
+        report = preempted(self.run, self.input.steps_per_epoch, self.last_saved)
         stop_run(report if self.placement.is_main else None, PREEMPTED_EXIT_STATUS)
-
-    def _preempted(self, saved: str | None) -> Preempted:
-        run, steps = self.run, self.input.steps_per_epoch
-        return Preempted(
-            f"stopped by {stop_signal_name()} at iteration {run.iteration} (epoch "
-            f"{run.epochs_done + 1}, step {run.steps_into_epoch} of {steps}), saved in "
-            f"{shown(saved) if saved else 'no checkpoint'}: "
-            "restart with the same flags and --auto_resume to go on from there"
-        )
 
     def _stop_waiting(
         self, stuck: StopWhileWaiting, epoch_sums: torch.Tensor, seconds: float
     ) -> NoReturn:
         """A stop signal came while this process waited for a batch that did not come (an input
         process stopped or stuck). At an epoch's start that this run saved, the position is
-        saved. Else, alone, it saves the position after its last step, as at a check. With peers
-        it cannot: they are in the next step's collectives, which it never joins, past where a
-        position can be agreed (that step's forward has moved their BatchNorm statistics); it
-        stops the run alone, in one line, and the last checkpoint stays."""
+        saved. Else, alone, it saves the position after its last step, as at a check; with peers
+        it cannot (stop_lines.unsaved_while_waiting), and the last checkpoint stays."""
         run, config = self.run, self.config
         if not run.steps_into_epoch and self.rows:  # every process saved that epoch's end
-            raise self._preempted(self._epoch_checkpoint())
-        if self.placement.world_size > 1 or run.iteration == 0:
-            why = "no step was done yet"
-            if run.iteration:
-                why = "its peers had begun the next step, past where a position can be agreed"
-            raise Preempted(
-                f"stopped by {stop_signal_name()} while rank {self.placement.rank} "
-                f"waited {stuck.waited_s:g} s for a batch from its input (DataLoader) processes "
-                f"(one is stopped or stuck, or the storage stopped answering): {why}, so "
-                "nothing was saved; restart with the same flags and --auto_resume to go on "
-                f"from the newest checkpoint in {shown(config.checkpoint_dir)}, if one was saved"
-            )
+            raise preempted(run, self.input.steps_per_epoch, epoch_checkpoint(config, run))
+        unsaved = unsaved_while_waiting(stuck, self.placement, run, config)
+        if unsaved:
+            raise unsaved
         log.info(
             "A stop signal came, and no batch from the input (DataLoader) processes in %g s "
             "(one is stopped or stuck, or the storage stopped answering): saving the run's "
@@ -382,9 +328,3 @@ class EpochLoop:
         else:  # an epoch's start, where a resume began
             self.last_saved = self.saver.save(run)
         self._stop_preempted()
-
-    def _epoch_checkpoint(self) -> str:
-        """The checkpoint of the last epoch's end, on every process (the saver names it on the
-        first alone)."""
-        config = self.config
-        return checkpoint_path(config.checkpoint_dir, config.save_model_name, self.run.epochs_done)

@@ -1,5 +1,6 @@
-"""What an epoch reports: its result, its row of the run log (and the log's write failure as a
-verdict, so every process stops together), and the words of the console's epoch line."""
+"""What an epoch reports: its totals as it goes, its result, its row of the run log (and the log's
+write failure as a verdict, so every process stops together), and the words of the console's epoch
+line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED
 from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, EpochRow, RunLog
 from resnet50_trainer.train.evaluation import TestAccuracy
 
@@ -21,6 +23,27 @@ class EpochResult:
     seconds: float
     bad_records: int  # global
     bad_keys: list  # this process's first BAD_KEYS_NAMED
+
+
+class EpochTotals:
+    """An epoch's totals on this process as it goes: its loss x images and correct predictions on
+    the device (read once, at the end: a read each step would stall the GPU's queue), its images
+    and bad records, and the first BAD_KEYS_NAMED bad keys, to name."""
+
+    def __init__(self, device: torch.device):
+        self.on_device = torch.zeros(2, dtype=torch.float64, device=device)
+        self.images = self.bad = 0
+        self.bad_keys: list = []
+
+    def add(self, loss: torch.Tensor, correct: torch.Tensor, images: int, bad_keys: list) -> None:
+        self.on_device += torch.stack([loss.detach().double() * images, correct.double()])
+        self.images, self.bad = self.images + images, self.bad + len(bad_keys)
+        self.bad_keys += bad_keys[: BAD_KEYS_NAMED - len(self.bad_keys)]
+
+    def sums(self, device: torch.device) -> torch.Tensor:
+        """Loss x images, correct, images, bad records, on `device`."""
+        counts = torch.tensor([self.images, self.bad], dtype=torch.float64, device=device)
+        return torch.cat([self.on_device.to(device), counts])
 
 
 def epoch_row(

@@ -18,24 +18,20 @@ from resnet50_trainer.checkpoint.saver import CheckpointSaver
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.settings import RANDOM_ORDER, ReadOrder, describe_order
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.distributed.devices import replica_devices
 from resnet50_trainer.distributed.process_group import Placement
 from resnet50_trainer.distributed.stopping import (
     StoppedByFirst,
     on_first_process,
     wait_for_first_process_to_exit,
 )
-from resnet50_trainer.errors import UserError, shown, stop_watching_input_processes
+from resnet50_trainer.errors import shown, stop_watching_input_processes
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.precision import describe_precision
 from resnet50_trainer.model.replica import Learner, build_replica
-from resnet50_trainer.reporting.gpu_monitor import GpuMonitor
-from resnet50_trainer.reporting.profiling import StepProfiler
-from resnet50_trainer.reporting.runlog import RunLog
-from resnet50_trainer.reporting.tensorboard import TensorBoardLog, event_directory
-from resnet50_trainer.train.epoch_loop import EpochLoop, Outputs, wait_for_profile_write
+from resnet50_trainer.train.epoch_loop import EpochLoop
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.train.inputs import build_test_input, build_train_input, input_settings
+from resnet50_trainer.train.outputs import Outputs
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +93,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
         log.info("Nothing to train: the checkpoint has completed all %d epochs", config.num_epochs)
         return
     steps_left = schedule.iterations_per_epoch * config.num_epochs - run.iteration
-    outputs = _open_outputs(
-        config, placement, device, started, lineage, run.iteration, steps_left=steps_left
-    )
+    outputs = Outputs.open(config, placement, device, started, lineage, run.iteration, steps_left)
     learner = Learner(placement, device, replica, schedule)
     _log_start(config, placement, learner, outputs, train_input.order)
     saver = CheckpointSaver(config, learner, lineage)
@@ -109,66 +103,13 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     # No batch is wanted now: an input process that dies from here on (its loader's shutdown
     # included) must not raise (errors.py).
     stop_watching_input_processes()
-    if outputs.profiler.close():  # the run was shorter than the profile
-        wait_for_profile_write(outputs.profiler, config, device)
+    outputs.close()
     digest = process_group.parameters_digest_everywhere(replica.model)
-    if outputs.gpu_monitor:
-        outputs.gpu_monitor.stop()
-    if outputs.tensorboard:
-        outputs.tensorboard.close()
     if outputs.runlog:
-        outputs.runlog.close()
         _summarise(loop, outputs.runlog.path, time.time() - started)
         log.info(
             "Parameters identical on all %d processes (sha256 %s)", placement.world_size, digest
         )
-
-
-def _open_outputs(
-    config: Config,
-    placement: Placement,
-    device: torch.device,
-    started: float,
-    lineage: str,
-    iteration: int,
-    *,
-    steps_left: int,
-) -> Outputs:
-    """The first process's new run log and --tensorboard's writer (if either cannot be made, all
-    stop), its trace beside it and the GPU monitor; every process counts its steps for the
-    profiler (of the `steps_left` in the run). `lineage`, `iteration`: the run's, where
-    TensorBoard's curves go on from."""
-
-    def open_logs() -> tuple[RunLog, TensorBoardLog | None]:
-        runlog = RunLog(config, started)
-        if not config.tensorboard:
-            return runlog, None
-        try:
-            return runlog, TensorBoardLog(event_directory(config, lineage), iteration)
-        except UserError:
-            runlog.discard()  # a refused run leaves no log of a header alone
-            raise
-
-    runlog, tensorboard = on_first_process(
-        open_logs, placement, device, "the first process's report on its writes"
-    ) or (None, None)
-    return Outputs(
-        runlog,
-        GpuMonitor(list(dict.fromkeys(config.gpus))).start() if runlog else None,
-        StepProfiler(
-            config.profile_iters,
-            runlog.path if runlog else None,
-            _replica_devices(config, placement, device),
-            steps_left,
-        ),
-        tensorboard,
-    )
-
-
-def _replica_devices(
-    config: Config, placement: Placement, device: torch.device
-) -> tuple[torch.device, ...]:
-    return replica_devices(config, placement.local_rank) if config.model_parallel else (device,)
 
 
 def _log_start(
