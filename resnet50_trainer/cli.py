@@ -21,7 +21,7 @@ from resnet50_trainer.errors import (
     log_lines,
     run_command,
 )
-from resnet50_trainer.launch.probes import check_machine, gpus_on_this_machine
+from resnet50_trainer.launch.probes import check_machine, check_torch_loads, gpus_on_this_machine
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
 
@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    check_torch_loads()
     launched = detect_launcher(os.environ)
     args, lines = with_recipe_and_solver(args, argv, launched)
     config = config_from_args(args, 0 if args.use_cpu else gpus_on_this_machine(), launched)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn, TextIO, cast
 
+from resnet50_trainer.limits import remove_shared_memory_of, shortage_in
+
 TRAINER = "resnet50-trainer"  # the trainer's name in its one-line reports
 FAILURE_EXIT_STATUS = 1
 USAGE_EXIT_STATUS = 2
@@ -238,8 +240,8 @@ def report(prog: str, error: Exception) -> int:
 
 def run_command(prog: str, body: Callable[[], int | None]) -> int:
     """Every command's main: run `body` and return its exit status (None is 0), or end on one of
-    ONE_LINE_ERRORS or Ctrl-C in one line. Its standard streams guarded (guard_standard_streams),
-    named `prog`."""
+    ONE_LINE_ERRORS, a limit of the machine (limits.py: exit 1) or Ctrl-C in one line. Its
+    standard streams guarded (guard_standard_streams), named `prog`."""
     guard_standard_streams(prog)
     if current_folder_gone():
         # Its paths are absolute (config.values.path_value refuses a relative one then), and
@@ -252,6 +254,12 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
         return INTERRUPTED_EXIT_STATUS
     except ONE_LINE_ERRORS as error:
         return report(prog, error)
+    except (OSError, RuntimeError, MemoryError) as error:
+        shortage = shortage_in(error)
+        if shortage is None:
+            raise
+        print(error_line(prog, shortage), file=sys.stderr)
+        return FAILURE_EXIT_STATUS
     return status or 0
 
 
@@ -324,8 +332,10 @@ def end_input_processes() -> None:
     """Input processes (the daemonic children) ignore stop signals: multiprocessing's exit would
     SIGTERM them and then wait forever. Their parent ends them with END_SIGNAL, all at once, and
     SIGKILL after END_GRACE_S; torch's SIGCHLD handler, which would report them as lost input
-    processes, is set aside first. At exit (end_input_processes_at_exit), or sooner."""
-    import time  # only on the way out
+    processes, is set aside first. What they left in /dev/shm is removed once they have ended
+    (an allocation that failed there keeps its name). At exit (end_input_processes_at_exit), or
+    sooner."""
+    import time
 
     stop_watching_input_processes()
     daemons = input_processes()
@@ -343,6 +353,7 @@ def end_input_processes() -> None:
         if child.is_alive():
             child.kill()
             child.join()
+    remove_shared_memory_of(child.pid for child in daemons if child.pid is not None)
 
 
 def log_lines(level: int, force: bool = False) -> None:

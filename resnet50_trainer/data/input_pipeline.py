@@ -3,6 +3,7 @@ the prefetcher that hands the training process device Batches."""
 
 from __future__ import annotations
 
+import multiprocessing.queues
 import signal
 import sys
 import traceback
@@ -10,7 +11,8 @@ from collections.abc import Sequence
 from multiprocessing import resource_sharer
 
 import torch
-from torch.utils.data import DataLoader
+from torch._utils import ExceptionWrapper
+from torch.utils.data import DataLoader, get_worker_info
 
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
@@ -48,6 +50,27 @@ def make_loader(
 def start_input_process(worker_id: int) -> None:
     ignore_stop_signals(worker_id)
     sys.excepthook = quiet_when_the_receiver_is_gone(sys.excepthook)
+    # A class's attribute, looked up as the queue's feeder thread starts: this process's queues.
+    setattr(multiprocessing.queues.Queue, "_on_queue_feeder_error", _batch_not_handed_over)  # noqa: B010
+
+
+def _batch_not_handed_over(queue, error: Exception, sent: object) -> None:
+    """multiprocessing's hook for what its queue's feeder thread could not send: a batch whose
+    labels could not be put in shared memory (/dev/shm full) or whose file descriptor could not
+    be passed (the limit on open files). Sent instead as that batch's error, which the DataLoader
+    raises in the training process as any error of an input process (with the limit named,
+    limits.py); multiprocessing would print a traceback and drop the batch, and the training
+    process wait for it until its timeout (20 minutes for a first batch)."""
+    if isinstance(sent, tuple) and len(sent) == 2 and not isinstance(sent[1], ExceptionWrapper):
+        worker = get_worker_info()
+        where = f"in DataLoader worker process {worker.id if worker else '?'}, handing a batch over"
+        queue.put((sent[0], ExceptionWrapper((type(error), error, error.__traceback__), where)))
+        return
+    _REPORT_UNSENT(error, sent)
+
+
+# multiprocessing's own (private: typeshed lacks it)
+_REPORT_UNSENT = multiprocessing.queues.Queue._on_queue_feeder_error  # type: ignore[attr-defined]
 
 
 def quiet_when_the_receiver_is_gone(report):

@@ -13,6 +13,7 @@ import contextlib
 import math
 import signal
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from resnet50_trainer.data.batch import Batch, require_records
 from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
@@ -87,7 +89,7 @@ class DevicePrefetcher:
         # Input processes start here (see ignore_stop_signals); a later pass waits here for theirs
         # to begin (a loader's persistent input processes each answer).
         with preempt_signals_blocked(), self._waiting():
-            started = iter(self.batches)
+            started = _started(self.batches)
         iterator = _their_own_lines(started)
         if self.waits is not None:
             iterator = self._in_time(iterator)
@@ -155,6 +157,21 @@ def _each_wait_marked(batches: Iterator) -> Iterator:
         if batch is _END:
             return
         yield batch
+
+
+def _started(loader: DataLoader) -> Iterator:
+    """iter(loader); where its start fails part way (an input process or a queue not made: a
+    limit of the machine, limits.py), the half-made iterator is marked shut down, or its __del__
+    would fail on what its __init__ never made, a traceback printed after the run's line. Input
+    processes it did start are ended with the others (errors.end_input_processes)."""
+    try:
+        return iter(loader)
+    except BaseException as error:
+        for frame, _ in traceback.walk_tb(error.__traceback__):
+            made = frame.f_locals.get("self")
+            if isinstance(made, _MultiProcessingDataLoaderIter):
+                made._shutdown = True
+        raise
 
 
 def _their_own_lines(batches: Iterator) -> Iterator:

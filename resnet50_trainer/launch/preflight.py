@@ -25,6 +25,7 @@ from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
 from resnet50_trainer.errors import RecordError, UserError, denied, shown, unreachable
+from resnet50_trainer.launch.needs import check_limits
 from resnet50_trainer.train.labels import (
     scan_training_labels,
     test_label_refusal,
@@ -51,6 +52,7 @@ def check_inputs(config: Config, writes_checkpoints: bool = True) -> CheckpointL
     nothing: it needs no writable directory and takes no lock."""
     check_checkpoint_name(config.save_model_name)
     grad_compression.check_supported(config)
+    check_limits(config)
     if not config.test_only and not config.synthetic:
         _check_holds_images(config)
         _check_training_labels(config, TRAINING_LABEL_SCAN_S)

@@ -19,6 +19,7 @@ from typing import NoReturn
 
 import torch
 
+from resnet50_trainer import limits
 from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
@@ -54,7 +55,7 @@ def run_process(local_index: int, config: Config, store_host: str, store_port: i
     """The body of one training process: placement, device, process group, training."""
     placement = process_group.placement_for(config, local_index)
     device = _set_up(config, placement)
-    with _one_line_if_lost(config, placement):
+    with _one_line_if_stopped(config, placement):
         joining.join_process_group(config, placement, store_host, store_port)
         _train(config, placement, device)
 
@@ -65,7 +66,7 @@ def run_launched(launched: Launched, config: Config) -> None:
         launched.rank, launched.world_size, launched.local_rank, launched.local_world_size
     )
     device = _set_up(config, placement)
-    with _one_line_if_lost(config, placement):
+    with _one_line_if_stopped(config, placement):
         meeting = joining.join_under_launcher(config, launched)  # held for the run
         try:
             _train(config, placement, device)
@@ -119,9 +120,10 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
 
 
 @contextmanager
-def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Iterator[None]:
-    """A lost peer (typed where this process waited on it) or lost input processes end the run with
-    one line; any other error keeps its traceback. The process group is left either way."""
+def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> Iterator[None]:
+    """A lost peer (typed where this process waited on it), lost input processes or a limit of the
+    machine (limits.py) end the run with one line; any other error keeps its traceback. The
+    process group is left either way."""
     try:
         try:
             yield
@@ -133,11 +135,13 @@ def _one_line_if_lost(config: Config, placement: process_group.Placement) -> Ite
         raise RunFailed(
             f"rank {placement.rank} stopped: {failure}; {cannot_go_on(config)}"
         ) from failure
-    except (RuntimeError, OSError, EOFError) as error:
-        lost = process_group.input_processes_lost(error)
-        if lost is None:
+    except (RuntimeError, OSError, EOFError, MemoryError) as error:
+        stopped = limits.shortage_in(error) or process_group.input_processes_lost(error)
+        if stopped is None:
             raise
-        raise RunFailed(f"rank {placement.rank} stopped: {lost}; {cannot_go_on(config)}") from error
+        raise RunFailed(
+            f"rank {placement.rank} stopped: {stopped}; {cannot_go_on(config)}"
+        ) from error
     finally:
         process_group.leave_process_group()
 

@@ -16,6 +16,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.context
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from multiprocessing import resource_sharer
 
 import pytest
 import torch
+from torch._utils import ExceptionWrapper
 
 from resnet50_trainer.data.batch import Batch
 from resnet50_trainer.data.cpu_decode import CpuDecode
@@ -40,10 +42,11 @@ from resnet50_trainer.data.input_pipeline import (
 from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher, StopWhileWaiting
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.errors import PeerLost, end_input_processes
-from resnet50_trainer.launch.training_process import _one_line_if_lost
+from resnet50_trainer.launch.training_process import _one_line_if_stopped
+from resnet50_trainer.limits import shortage_in
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
-from tests.support.trainer_runs import SMALL_RUN, children, config_of, wait_for
+from tests.support.trainer_runs import SMALL_RUN, children, config_of, run_python, wait_for
 
 
 def test_input_processes_are_forked_whatever_multiprocessing_s_default(tmp_path, monkeypatch):
@@ -114,7 +117,7 @@ def test_an_input_process_that_ends_after_the_training_body_raises_nothing(tmp_p
     (input_process,) = batches._workers  # type: ignore[attr-defined]
     try:
         with contextlib.suppress(ConnectionResetError):
-            with _one_line_if_lost(config, process_group.Placement(0, 1, 0, 1)):
+            with _one_line_if_stopped(config, process_group.Placement(0, 1, 0, 1)):
                 if ending == "an error":
                     raise ConnectionResetError("not the input process's doing")
         assert input_process.pid is not None
@@ -334,3 +337,66 @@ def an_input_process_that_waits(started) -> None:
     start_input_process(0)
     started.set()
     time.sleep(60)
+
+
+def hand_over_past_the_open_file_limit(queue, received) -> None:
+    """An input process whose limit on open files is reached as it hands over a tensor: sharing
+    its storage needs one more file descriptor."""
+    start_input_process(0)
+    opened = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (opened, hard))
+    queue.put((7, torch.arange(3)))
+    received.wait(30)
+
+
+def test_a_batch_an_input_process_cannot_hand_over_arrives_as_its_error():
+    """multiprocessing's queue printed the error and dropped the batch, and the training process
+    waited for it until its timeout (a run of --num_workers 2 under ulimit -n 36: 20 minutes)."""
+    context = multiprocessing.get_context("fork")
+    queue, received = context.Queue(), context.Event()
+    sender = context.Process(target=hand_over_past_the_open_file_limit, args=(queue, received))
+    sender.start()
+    try:
+        index, sent = queue.get(timeout=30)
+    finally:
+        received.set()
+        sender.join(30)
+    assert index == 7 and isinstance(sent, ExceptionWrapper)
+    with pytest.raises((OSError, RuntimeError)) as raised:  # its storage's object, or descriptor
+        sent.reraise()
+    assert shortage_in(raised.value) == (
+        f"the limit on open files (ulimit -n) of {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} "
+        "was reached: raise it (ulimit -n 4096; docker run --ulimit nofile=4096)"
+    )
+
+
+LOADER_PAST_THE_OPEN_FILE_LIMIT = """
+import gc, os, resource, sys, torch
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.input_pipeline import device_batches
+from resnet50_trainer.limits import shortage_in
+from resnet50_trainer.train.inputs import input_settings
+from tests.support.trainer_runs import SMALL_RUN, config_of
+db = sys.argv[1]
+settings = input_settings(config_of(*SMALL_RUN, "--train_data", db, "--num_workers", "2"), False)
+keys = read_keys(db, "lmdb")
+batches = device_batches(db, "lmdb", keys, [[0, 1]], torch.device("cpu"), settings, False)
+opened = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+resource.setrlimit(resource.RLIMIT_NOFILE, (opened, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    iter(batches)
+except OSError as error:
+    print(shortage_in(error))
+gc.collect()
+"""
+
+
+def test_input_processes_that_cannot_start_leave_no_traceback(tmp_path):
+    """The DataLoader's iterator, its start failed part way (its first queue not made), raised
+    again in its __del__ on what it never made: 'Exception ignored in ... __del__', a traceback
+    after the run's line."""
+    db = write_image_db(str(tmp_path / "db"), 4, 2)
+    done = run_python(LOADER_PAST_THE_OPEN_FILE_LIMIT, db)
+    assert done.stdout.startswith("the limit on open files (ulimit -n) of"), done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr

@@ -33,6 +33,7 @@ from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LEVELDB, LMDB
 from resnet50_trainer.data.formats.keys import KeyStore
 from resnet50_trainer.errors import UserError, check_reachable, denied, shown, unreachable
+from resnet50_trainer.limits import shortage_in
 
 _DB_NAMES = {LMDB: "LMDB", LEVELDB: "LevelDB"}
 _ARTICLES = {LMDB: "an", LEVELDB: "a"}
@@ -239,6 +240,17 @@ def _record_tree_checked(snapshot: str) -> None:
     os.environ[_CHECKED_TREES_VARIABLE] = " ".join(checked[-_CHECKED_TREES_KEPT:])
 
 
+def _cannot_open(kind: str, path: str, error: Exception) -> UserError:
+    """The one line for a DB its library could not open: a limit of the machine where that is
+    why (LMDB maps the whole file: an address-space limit too small), else the DB's state."""
+    shortage = shortage_in(error)
+    if shortage is not None:
+        return UserError(f"cannot open {kind} {shown(path)}: {shortage}")
+    return UserError(
+        f"cannot open {kind} {shown(path)} ({error}); check that it is complete and not being written"
+    )
+
+
 _Value = TypeVar("_Value", bytes, memoryview)  # a transaction's values: copies or views
 
 
@@ -259,10 +271,7 @@ class LmdbDatabase(Database):
                 raise UserError(
                     f"cannot open LMDB {shown(path)}: {denied('read', data_file)}"
                 ) from exc
-            raise UserError(
-                f"cannot open LMDB {shown(path)} ({exc}); check that it is complete and not "
-                "being written"
-            ) from exc
+            raise _cannot_open("LMDB", path, exc) from exc
         self._needed = 0  # the bytes of data.mdb that the transactions begun so far read
         try:
             with self._beginning() as environment:
@@ -612,10 +621,7 @@ class LevelDbDatabase(Database):
             said = self._said(exc)
             if said.endswith(_NO_ROOM):  # LevelDB's own writes as it opens the snapshot
                 raise _snapshot_refused(path, said.rsplit(": ", 1)[-1]) from exc
-            raise UserError(
-                f"cannot open LevelDB {shown(path)} ({exc}); check that it is complete "
-                "and not being written"
-            ) from exc
+            raise _cannot_open("LevelDB", path, exc) from exc
         # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
         # which skips atexit, but they run multiprocessing's exit finalizers first.
         self._finalizer = multiprocessing.util.Finalize(

@@ -38,6 +38,7 @@ from resnet50_trainer.data.formats.databases import (
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import check_keys_fit, open_writer
 from resnet50_trainer.errors import RecordError, UserError, check_reachable, shown
+from resnet50_trainer.limits import shortage_in
 from resnet50_trainer.tools.db.sources import (
     CreateOptions,
     ImageTask,
@@ -368,11 +369,15 @@ def _write_records(
 
 @contextmanager
 def _writing(options: CreateOptions, build_path: str):
-    """The new database's writer; a full disk or a vanished directory is a UserError."""
+    """The new database's writer; a full disk or a vanished directory is a UserError. A limit of
+    the machine met meanwhile (/dev/shm full as the input processes start) is not the disk's: it
+    goes on, to be named as such (errors.run_command)."""
     try:
         with open_writer(build_path, options.db_type, options.batch_size) as writer:
             yield writer
     except (OSError, lmdb.Error, plyvel.Error) as exc:
+        if shortage_in(exc) is not None:
+            raise
         # LMDB reports a full disk as an I/O error: the free space tells the two apart.
         raise UserError(
             f"cannot write the database beside {options.db_path} "

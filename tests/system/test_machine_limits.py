@@ -1,0 +1,332 @@
+"""The limits a container or a job sets, met for real: a small or full /dev/shm (a tmpfs bound over
+it in a mount namespace of the run's own, as a container has one), a pids cgroup, and rlimits set
+in the child (open files, threads, address space). Each ends in one line naming the limit and its
+fix: before the start where the run's needs can be reckoned (launch/needs.py, exit 2), where it
+happens otherwise (limits.py). Skipped with the reason where this machine cannot make the limit
+(not root, no cgroup)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.dbfactory import (
+    datum_record,
+    make_jpeg,
+    random_pixels,
+    write_db,
+    write_image_db,
+)
+from tests.support.trainer_runs import (
+    RUN_TIMEOUT_S,
+    fill_up,
+    model_state,
+    one_error_line,
+    run_python,
+    trainer_command,
+    trainer_env,
+    wait_for,
+)
+
+CGROUPS = Path("/sys/fs/cgroup")
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="a mount namespace and cgroups of a test's own need root and unshare(1)",
+)
+pytestmark = as_root
+
+
+@pytest.fixture(scope="module")
+def small_db(module_tmp_path):
+    return write_image_db(str(module_tmp_path / "db"), 32, 4)  # 4 steps an epoch
+
+
+def on_dev_shm(directory) -> list[str]:
+    """The command line prefix that runs a command with `directory` as its /dev/shm: a mount
+    namespace of its own, as a container's, where a tmpfs the test made is bound over it."""
+    bind = 'mount --bind "$0" /dev/shm && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind, str(directory)]
+
+
+def run(command: list[str], preexec_fn=None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command,
+        env=trainer_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        preexec_fn=preexec_fn,
+    )
+
+
+def with_rlimit(limit: int, value: int):
+    def set_limit() -> None:
+        resource.setrlimit(limit, (value, value))
+
+    return set_limit
+
+
+@contextlib.contextmanager
+def cgroup(controller: str, **settings: str) -> Iterator[Path]:
+    """A cgroup of this test's own under `controller` (v1, or v2 where the controller is there),
+    with `settings` written to its files; removed once its processes have gone."""
+    if (CGROUPS / controller / "cgroup.procs").exists():
+        group = CGROUPS / controller / f"resnet50_test_{os.getpid()}"
+    elif controller in (CGROUPS / "cgroup.subtree_control").read_text().split():
+        group = CGROUPS / f"resnet50_test_{os.getpid()}"
+    else:
+        pytest.skip(f"no cgroup {controller} controller here")
+    group.mkdir()
+    try:
+        for name, value in settings.items():
+            (group / name).write_text(value)
+        yield group
+    finally:
+        wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 30, "its processes")
+        group.rmdir()
+
+
+def joining(group: Path):
+    def join() -> None:
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    return join
+
+
+# Shared memory (/dev/shm): rows 1, 2 and 22 of issue 44.
+
+
+def test_a_small_dev_shm_refuses_the_run_before_it_starts(small_db, tmpfs, tmp_path):
+    shm = tmpfs("shm", "64k")
+    flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path / "out"))
+    done = run([*on_dev_shm(shm), *trainer_command(*flags)])
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: shared memory is short: /dev/shm, where input processes hand "
+        r"their batches over, holds 64 KiB, 64 KiB of it free, and this run needs about [\d.]+ "
+        r"KiB there: give it more room \(docker run --shm-size 2g; on Kubernetes an emptyDir of "
+        r"medium Memory mounted on /dev/shm\) or use fewer --num_workers \(0 uses none\)",
+        one_error_line(done.stderr),
+    )
+    assert os.listdir(shm) == []
+
+
+# A pass that holds every batch it gets: once /dev/shm is full, nothing is freed there, and the
+# next batch an input process makes cannot be (in a steady run the freed batches make room).
+SHM_FILLED_MID_PASS = """
+import os, sys, torch
+from resnet50_trainer.data.formats.databases import read_keys
+from resnet50_trainer.data.input_pipeline import device_batches
+from resnet50_trainer.errors import end_input_processes
+from resnet50_trainer.limits import shortage_in
+from resnet50_trainer.train.inputs import input_settings
+from tests.support.trainer_runs import SMALL_RUN, config_of, fill_up
+db = sys.argv[1]
+settings = input_settings(config_of(*SMALL_RUN, "--train_data", db, "--num_workers", "2"), False)
+order = [[(step * 8 + i) % 32 for i in range(8)] for step in range(100)]
+keys = read_keys(db, "lmdb")
+batches = iter(device_batches(db, "lmdb", keys, order, torch.device("cpu"), settings, False))
+held = [next(batches)]
+fill_up("/dev/shm")
+try:
+    while True:
+        held.append(next(batches))
+except Exception as error:
+    print(shortage_in(error))
+end_input_processes()
+print(sorted(set(os.listdir("/dev/shm")) - {"filler"}))
+"""
+
+
+def test_dev_shm_filled_mid_pass_is_named_and_nothing_is_left_there(small_db, tmpfs):
+    shm = tmpfs("shm", "4m")
+    done = run([*on_dev_shm(shm), sys.executable, "-c", SHM_FILLED_MID_PASS, small_db])
+    said, left = done.stdout.splitlines()
+    assert re.fullmatch(
+        r"shared memory ran out: /dev/shm, where input processes hand their batches over, holds 4 "
+        r"MiB \([\d.]+ [KM]?i?B free\): give it more room .+",
+        said,
+    ), done.stdout + done.stderr
+    assert left == "[]"  # what a failed allocation leaves there, removed
+
+
+def test_the_open_file_limit_lowered_mid_run_ends_it_in_one_line(small_db, tmp_path):
+    """Lowered below the files the run has open (prlimit(2), as a job's limit is changed), every
+    file it opens from then on is refused: the next batch's shared memory first."""
+    flags = ("--train_data", small_db, "--num_workers", "2", "--num_epochs", "1000")
+    command = trainer_command(*flags, "--log_dir", str(tmp_path))
+    started = subprocess.Popen(command, env=trainer_env(), text=True, stderr=subprocess.PIPE)
+    first = tmp_path / "resnet50_model_1.pt"
+    try:
+        wait_for(first.exists, 180, "the first checkpoint")
+        hard = resource.prlimit(started.pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(started.pid, resource.RLIMIT_NOFILE, (8, hard))
+        _, stderr = started.communicate(timeout=120)
+    finally:
+        if started.poll() is None:
+            started.kill()
+            started.communicate()
+    assert started.returncode == 1, stderr
+    assert one_error_line(stderr).startswith(
+        "resnet50-trainer: error: rank 0 stopped: the limit on open files (ulimit -n) of 8 was "
+        "reached: raise it (ulimit -n 4096; docker run --ulimit nofile=4096); the run cannot go on"
+    ), stderr
+    assert "Exception ignored" not in stderr
+    assert model_state(first)
+
+
+@pytest.mark.parametrize("subcommand", ["create", "bench"])
+def test_resnet50_db_names_a_full_dev_shm(subcommand, tmpfs, tmp_path, small_db):
+    shm = tmpfs("shm", "64k")
+    fill_up(shm)
+    images = tmp_path / "images" / "a"
+    images.mkdir(parents=True)
+    for number in range(4):
+        (images / f"{number}.jpg").write_bytes(make_jpeg(40, 48, seed=number))
+    arguments = {
+        "create": [str(images.parent), str(tmp_path / "new_db")],
+        "bench": [small_db, "--batches", "1", "--batch_size", "4", "--image_size", "32"],
+    }[subcommand]
+    tool = [sys.executable, "-m", "resnet50_trainer.tools.db", subcommand, *arguments]
+    done = run([*on_dev_shm(shm), *tool, "--num_workers", "2"])
+    assert done.returncode == 1, done.stderr
+    assert one_error_line(done.stderr).startswith(
+        f"resnet50-db {subcommand}: error: shared memory ran out: /dev/shm, where input processes "
+        "hand their batches over, holds 64 KiB (0 B free): give it more room"
+    )
+    assert not (tmp_path / "new_db").exists()
+
+
+# Open files: row 2.
+
+
+def test_an_open_file_limit_below_the_run_s_need_refuses_it(small_db, tmp_path):
+    flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
+    done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_NOFILE, 32))
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: the limit on open files \(ulimit -n\) of 32 is below the about "
+        r"\d+ a training process opens: raise it \(ulimit -n 4096; docker run --ulimit "
+        r"nofile=4096\)",
+        one_error_line(done.stderr),
+    )
+
+
+# Threads and processes: row 5.
+
+
+def test_a_pids_cgroup_too_small_for_the_run_refuses_it(small_db, tmp_path):
+    with cgroup("pids", **{"pids.max": "12"}) as group:
+        flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
+        done = run(trainer_command(*flags), joining(group))
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: the limit on threads and processes \(12 of pids.max, its "
+        r"cgroup's, \d+ in use\) is below the about \d+ more this run starts: raise it .+",
+        one_error_line(done.stderr),
+    )
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv(1)")
+def test_a_user_s_process_limit_too_small_for_the_run_refuses_it(small_db, tmp_path):
+    """ulimit -u binds users other than root: the run as nobody, allowed to read this checkout
+    and its Python (CAP_DAC_READ_SEARCH), not to pass the limit (no CAP_SYS_RESOURCE)."""
+    tmp_path.chmod(0o777)
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    as_nobody += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
+    done = run([*as_nobody, *trainer_command(*flags)], with_rlimit(resource.RLIMIT_NPROC, 12))
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: the limit on threads and processes \(12 of ulimit -u, this "
+        r"user's, \d+ in use\) is below the about \d+ more this run starts: raise it .+",
+        one_error_line(done.stderr),
+    )
+
+
+THREAD_PAST_THE_LIMIT = """
+import sys, threading
+from resnet50_trainer.limits import shortage_in
+open(sys.argv[1] + "/cgroup.procs", "w").write("0")
+open(sys.argv[1] + "/pids.max", "w").write("1")
+try:
+    threading.Thread(target=print).start()
+except RuntimeError as error:
+    print(shortage_in(error))
+"""
+
+
+def test_a_thread_that_cannot_start_is_named_as_a_limit():
+    with cgroup("pids") as group:
+        done = run_python(THREAD_PAST_THE_LIMIT, str(group))
+    assert done.stdout.strip() == (
+        "the limit on threads and processes (1 of pids.max, its cgroup's, 1 in use) was reached: "
+        "raise it (ulimit -u; docker run --pids-limit; Kubernetes' podPidsLimit)"
+    ), done.stderr
+
+
+# Address space: row 4.
+
+MAPPED_BY_TORCH = "import torch\nprint(open('/proc/self/statm').read().split()[0])"
+
+
+@pytest.fixture(scope="module")
+def torch_mapped() -> int:
+    """The bytes of address space a process has once torch is imported."""
+    done = run_python(MAPPED_BY_TORCH)
+    return int(done.stdout) * resource.getpagesize()
+
+
+@pytest.mark.parametrize("past_torch", [-256 << 20, 256 << 20])
+def test_an_address_space_limit_below_the_run_s_need_refuses_it(
+    small_db, tmp_path, torch_mapped, past_torch
+):
+    limit = torch_mapped + past_torch
+    flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
+    done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_AS, limit))
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    space = r"the address-space limit \(ulimit -v\) of [\d.]+ GiB"
+    if past_torch < 0:
+        assert re.fullmatch(
+            rf"resnet50-trainer: error: torch cannot be loaded within {space}.+", line
+        )
+    else:
+        assert re.fullmatch(
+            rf"resnet50-trainer: error: {space} is below the about [\d.]+ GiB a training process "
+            r"maps: raise it or remove it \(ulimit -v unlimited\)",
+            line,
+        )
+
+
+LMDB_PAST_THE_LIMIT = """
+import resource, sys
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.errors import UserError
+mapped = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (16 << 20), resource.RLIM_INFINITY))
+try:
+    open_database(sys.argv[1], "lmdb")
+except UserError as error:
+    print(error)
+"""
+
+
+def test_an_lmdb_that_cannot_be_mapped_names_the_limit_not_the_db(tmp_path):
+    pixels = [datum_record(0, pixels=random_pixels(200, 200, seed=seed)) for seed in range(300)]
+    big = write_db(str(tmp_path / "big"), "lmdb", [(b"%08d" % i, p) for i, p in enumerate(pixels)])
+    done = run_python(LMDB_PAST_THE_LIMIT, big)  # 36 MB to map, 16 MiB of room
+    assert re.fullmatch(
+        rf"cannot open LMDB {big}: the address-space limit \(ulimit -v\) of [\d.]+ [MG]iB was "
+        r"reached: raise it or remove it \(ulimit -v unlimited\)",
+        done.stdout.strip(),
+    ), done.stdout + done.stderr
