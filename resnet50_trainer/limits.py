@@ -13,6 +13,7 @@ import glob
 import os
 import re
 import resource
+import signal
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
@@ -34,6 +35,13 @@ MEMORY_FIX = (
 )
 # A v1 memory cgroup without a limit shows the largest page-aligned number it stores.
 _NO_V1_LIMIT = 1 << 62
+# What a training process adds to its oom_score_adj (first_for_the_oom_killer): half the scale,
+# more than the launcher or the fork server (torch imported, ~0.7 GB resident) can weigh in any
+# limit a run fits in; the kernel's maximum.
+OOM_SCORE_RAISE = 500
+OOM_SCORE_ADJ_MAX = 1000
+# The signals of a crash in native code (as the kernel sends them, or abort()).
+_CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 # The capabilities that exempt a process from RLIMIT_NPROC: CAP_SYS_ADMIN and CAP_SYS_RESOURCE.
 _NPROC_EXEMPT = (1 << 21) | (1 << 24)
 
@@ -168,6 +176,59 @@ def memory_limit() -> int | None:
     return min(limits, default=None)
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup (or,
+    where that cannot be read, on this machine); None where neither can be read. A count that
+    grows while a process dies by SIGKILL names its killer."""
+    for directory in _cgroup_and_ancestors("memory")[:1]:
+        for name in ("memory.events", "memory.oom_control"):  # cgroup v2, v1
+            count = _field(os.path.join(directory, name), "oom_kill")
+            if count is not None:
+                return count
+    return _field("/proc/vmstat", "oom_kill")
+
+
+def oom_killed_since(count: int | None) -> bool:
+    """Whether the OOM killer has killed since oom_kills() was `count`."""
+    now = oom_kills()
+    return count is not None and now is not None and now > count
+
+
+def first_for_the_oom_killer() -> None:
+    """Raise this process's oom_score_adj by OOM_SCORE_RAISE (as any process may), for it and the
+    processes it starts: when memory runs out, the kernel kills it before the launcher, the fork
+    server or the watcher (launch/watcher.py) that would name its death, whichever is larger. Left
+    as it is where /proc does not let it be written."""
+    path = "/proc/self/oom_score_adj"
+    current = _read(path)
+    if current is None:
+        return
+    with contextlib.suppress(OSError), open(path, "w") as file:
+        file.write(str(min(OOM_SCORE_ADJ_MAX, int(current) + OOM_SCORE_RAISE)))
+
+
+def death_in_words(signum: int, oom_kills_before: int | None) -> str:
+    """How a process killed by `signum` died, and the fix where a limit was the cause: the OOM
+    killer's SIGKILL (its count grew since `oom_kills_before`), or a crash in native code, which
+    an address-space limit too small for the run makes likely."""
+    name = signal.Signals(signum).name
+    if signum == signal.SIGKILL and oom_killed_since(oom_kills_before):
+        return (
+            f"was killed (SIGKILL) by the kernel's OOM killer, memory having run out "
+            f"({memory_in_words()}): {MEMORY_FIX}"
+        )
+    if signum not in _CRASHES:
+        return f"was killed by {name}"
+    limit = address_space_limit()
+    why = (
+        f"; the address-space limit (ulimit -v) of {in_units(limit)} may be why: "
+        f"{ADDRESS_SPACE_FIX}"
+        if limit is not None
+        else ""
+    )
+    return f"crashed in native code ({name}){why}"
+
+
 def remove_shared_memory_of(pids: Iterable[int]) -> None:
     """Remove what torch left in /dev/shm for processes `pids`, which have ended: an object whose
     allocation failed (/dev/shm full) keeps its name there; the others were unlinked as made."""
@@ -290,3 +351,9 @@ def _read(path: str) -> str | None:
             return file.read().strip()
     except OSError:
         return None
+
+
+def _field(path: str, name: str) -> int | None:
+    """The number after `name` on its line of a "name value" file (memory.events, /proc/vmstat)."""
+    found = re.search(rf"^{name} (\d+)$", _read(path) or "", re.MULTILINE)
+    return int(found.group(1)) if found else None

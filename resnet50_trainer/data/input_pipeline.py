@@ -3,6 +3,7 @@ the prefetcher that hands the training process device Batches."""
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing.queues
 import signal
 import sys
@@ -50,6 +51,7 @@ def make_loader(
 def start_input_process(worker_id: int) -> None:
     ignore_stop_signals(worker_id)
     sys.excepthook = quiet_when_the_receiver_is_gone(sys.excepthook)
+    faulthandler.disable()  # its training process's, into that one's watcher (launch/watcher.py)
     # A class's attribute, looked up as the queue's feeder thread starts: this process's queues.
     setattr(multiprocessing.queues.Queue, "_on_queue_feeder_error", _batch_not_handed_over)  # noqa: B010
 

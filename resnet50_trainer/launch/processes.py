@@ -14,6 +14,7 @@ from multiprocessing import forkserver, resource_tracker
 
 import torch.multiprocessing as mp
 
+from resnet50_trainer import limits
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
@@ -37,6 +38,7 @@ from resnet50_trainer.launch.training_process import (
     run_process,
     run_spawned,
 )
+from resnet50_trainer.launch.watcher import watched
 
 log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and
@@ -100,7 +102,8 @@ def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
     if config.processes_per_machine == 1:
-        run_process(0, config, store_host, store_port)
+        with watched(config):  # no launcher of its own to name its death
+            run_process(0, config, store_host, store_port)
         return 0
     try:
         return _start_and_wait(config, store_host, store_port)
@@ -110,6 +113,7 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
 
 def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
     processes: list = []
+    oom_kills = limits.oom_kills()
     try:
         # The stop signals and SIGINT held pending while the processes start (each unblocks them
         # once it has set what they do to it), and while multiprocessing starts its resource
@@ -144,7 +148,8 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
         raise
     except mp.ProcessExitedException as failure:
         if failure.signal_name:  # no last words from a killed process: name it here
-            print(error_line(TRAINER, _killed(config, failure, processes)), file=sys.stderr)
+            killed = _killed(config, failure, processes, oom_kills)
+            print(error_line(TRAINER, killed), file=sys.stderr)
         # Otherwise the failed process already printed its one-line reason (or its traceback).
         passed_on = (USAGE_EXIT_STATUS, PREEMPTED_EXIT_STATUS)
         return failure.exit_code if failure.exit_code in passed_on else 1
@@ -170,14 +175,18 @@ def _ctrl_c_held() -> Iterator[None]:
             signal.raise_signal(signal.SIGINT)
 
 
-def _killed(config: Config, failure: mp.ProcessExitedException, processes) -> str:
-    """The line for a training process that ended by a signal. With NCCL a lost or silent peer
+def _killed(
+    config: Config, failure: mp.ProcessExitedException, processes, oom_kills: int | None
+) -> str:
+    """The line for a training process that ended by a signal: the kernel's OOM killer's (its
+    count grew since it was `oom_kills`), a crash, or another's. With NCCL a lost or silent peer
     never raises in Python: NCCL's watchdog aborts the waiting process (SIGABRT) once --timeout
     has run out, so SIGABRT there is a lost peer, named where it was one of this machine's."""
     rank = process_group.placement_for(config, failure.error_index).rank
     who = f"training process of rank {rank} (pid {failure.error_pid})"
     if failure.signal_name != "SIGABRT" or config.use_cpu:
-        return f"{who} was killed by {failure.signal_name}; the run stopped: {how_to_go_on(config)}"
+        died = limits.death_in_words(signal.Signals(-failure.exit_code), oom_kills)
+        return f"{who} {died}; the run stopped: {how_to_go_on(config)}"
     gone = [
         process_group.placement_for(config, index).rank
         for index, process in enumerate(processes)

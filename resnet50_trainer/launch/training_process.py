@@ -110,8 +110,10 @@ def _train(config: Config, placement: process_group.Placement, device: torch.dev
 def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     """Logging (the first process speaks), the seed (the same initial weights, run after run),
     multiprocessing's temporary directory, Ctrl-Z where the run has peers
-    (distributed/pausing.py) and the device of this training process."""
+    (distributed/pausing.py) and the device of this training process; the kernel's OOM killer
+    takes it (or its input processes) first: whoever started it lives to say so."""
     _own_temporary_directory()
+    limits.first_for_the_oom_killer()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
     if placement.world_size > 1 and not config.test_only:  # --test_only has no check to pause at
         record_pause_requests()
@@ -124,6 +126,7 @@ def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> 
     """A lost peer (typed where this process waited on it), lost input processes or a limit of the
     machine (limits.py) end the run with one line; any other error keeps its traceback. The
     process group is left either way."""
+    oom_kills = limits.oom_kills()
     try:
         try:
             yield
@@ -136,7 +139,7 @@ def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> 
             f"rank {placement.rank} stopped: {failure}; {cannot_go_on(config)}"
         ) from failure
     except (RuntimeError, OSError, EOFError, MemoryError) as error:
-        stopped = limits.shortage_in(error) or process_group.input_processes_lost(error)
+        stopped = _what_stopped(error, oom_kills)
         if stopped is None:
             raise
         raise RunFailed(
@@ -144,6 +147,18 @@ def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> 
         ) from error
     finally:
         process_group.leave_process_group()
+
+
+def _what_stopped(error: BaseException, oom_kills: int | None) -> str | None:
+    """A limit of the machine that `error` ran into, or its input processes lost (by the kernel's
+    OOM killer where its count grew since it was `oom_kills`); None for anything else."""
+    shortage = limits.shortage_in(error)
+    if shortage is not None:
+        return shortage
+    lost = process_group.input_processes_lost(error)
+    if lost is not None and limits.oom_killed_since(oom_kills):
+        return f"{lost}: it {limits.death_in_words(signal.SIGKILL, oom_kills)}"
+    return lost
 
 
 def cannot_go_on(config: Config) -> str:

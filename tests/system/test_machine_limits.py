@@ -1,9 +1,9 @@
 """The limits a container or a job sets, met for real: a small or full /dev/shm (a tmpfs bound over
-it in a mount namespace of the run's own, as a container has one), a pids cgroup, and rlimits set
-in the child (open files, threads, address space). Each ends in one line naming the limit and its
-fix: before the start where the run's needs can be reckoned (launch/needs.py, exit 2), where it
-happens otherwise (limits.py). Skipped with the reason where this machine cannot make the limit
-(not root, no cgroup)."""
+it in a mount namespace of the run's own, as a container has one), a memory cgroup that the
+kernel's OOM killer enforces, a pids cgroup, and rlimits set in the child (open files, threads,
+address space). Each ends in one line naming the limit and its fix: before the start where the
+run's needs can be reckoned (launch/needs.py, exit 2), where it happens otherwise (limits.py).
+Skipped with the reason where this machine cannot make the limit (not root, no cgroup)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from tests.support.dbfactory import (
     write_image_db,
 )
 from tests.support.trainer_runs import (
+    HOOKS,
+    REPOSITORY,
     RUN_TIMEOUT_S,
     fill_up,
     model_state,
@@ -330,3 +332,73 @@ def test_an_lmdb_that_cannot_be_mapped_names_the_limit_not_the_db(tmp_path):
         r"reached: raise it or remove it \(ulimit -v unlimited\)",
         done.stdout.strip(),
     ), done.stdout + done.stderr
+
+
+# Memory and crashes: rows 3 and 4. The fault at a known step (tests/support/hooks/sitecustomize.py)
+# after the first epoch's checkpoint; the limit, the OOM killer and the crash are the kernel's.
+
+FIRST_EPOCH_STEPS = 4
+
+
+def faulty_run(small_db, out, fault: str, *flags: str, preexec_fn=None):
+    command = trainer_command("--train_data", small_db, "--num_epochs", "2", "--log_dir", str(out))
+    return run(
+        [*command, *flags],
+        preexec_fn,
+        PYTHONPATH=os.pathsep.join([REPOSITORY, HOOKS]),
+        RESNET50_TRAINER_TEST_FAULT_AFTER_STEPS=f"{FIRST_EPOCH_STEPS + 1}:{fault}:0",
+    )
+
+
+def oom_line(who: str, limit: str, out) -> str:
+    """The pattern of the line that names an OOM kill of `who` (a pattern) under `limit`."""
+    said = re.escape(
+        f"was killed (SIGKILL) by the kernel's OOM killer, memory having run out (the memory "
+        f"limit of its cgroup, {limit}): lower --batch_size or --num_workers, or give the run "
+        "more memory (docker run --memory, Slurm's --mem, Kubernetes' resources.limits.memory); "
+        f"the run stopped: resume it with --load_model_path {out}"
+    )
+    return f"resnet50-trainer: error: {who} {said}"
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_training_process_the_oom_killer_ends_is_named_and_its_checkpoint_kept(
+    small_db, tmp_path, processes
+):
+    limit = 1536 << 20 if processes == 1 else 3 << 30
+    limit_setting = {"memory.limit_in_bytes": str(limit)}
+    if not (CGROUPS / "memory" / "cgroup.procs").exists():
+        limit_setting = {"memory.max": str(limit), "memory.swap.max": "0"}
+    with cgroup("memory", **limit_setting) as group:
+        done = faulty_run(
+            small_db, tmp_path, "grow", "--num_gpus", str(processes), preexec_fn=joining(group)
+        )
+    lines = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert "Traceback" not in done.stderr, done.stderr
+    if processes == 1:  # the one process killed; its watcher speaks
+        assert done.returncode == -9, done.stderr
+        (line,) = lines
+        assert re.fullmatch(
+            oom_line(r"the training process \(pid \d+\)", "1.5 GiB", tmp_path), line
+        )
+    else:  # its launcher speaks; the other process may name the peer it lost too
+        assert done.returncode == 1, done.stderr
+        who = r"training process of rank 0 \(pid \d+\)"
+        assert re.fullmatch(oom_line(who, "3 GiB", tmp_path), lines[-1]), done.stderr
+    assert model_state(tmp_path / "resnet50_model_1.pt")
+
+
+def test_a_crash_in_native_code_of_a_run_of_one_process_is_named_with_the_limit(small_db, tmp_path):
+    limit = 64 << 30
+    done = faulty_run(
+        small_db, tmp_path, "crash", preexec_fn=with_rlimit(resource.RLIMIT_AS, limit)
+    )
+    assert done.returncode == -11, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: the training process \(pid \d+\) crashed in native code "
+        r"\(SIGSEGV\); the address-space limit \(ulimit -v\) of 64 GiB may be why: raise it or "
+        rf"remove it \(ulimit -v unlimited\); the run stopped: resume it with --load_model_path "
+        rf"{tmp_path}",
+        one_error_line(done.stderr),
+    )
+    assert "Fatal Python error" not in done.stderr

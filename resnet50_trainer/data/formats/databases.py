@@ -247,7 +247,8 @@ def _cannot_open(kind: str, path: str, error: Exception) -> UserError:
     if shortage is not None:
         return UserError(f"cannot open {kind} {shown(path)}: {shortage}")
     return UserError(
-        f"cannot open {kind} {shown(path)} ({error}); check that it is complete and not being written"
+        f"cannot open {kind} {shown(path)} ({error}); check that it is complete and not being "
+        "written"
     )
 
 

@@ -201,3 +201,28 @@ if os.environ.get(IMPORT_SIGNAL_ENV):
 
     _module, _name = os.environ[IMPORT_SIGNAL_ENV].split(":")
     sys.meta_path.insert(0, _SignalAsImported(_module, _signal.Signals[_name]))
+
+# "STEPS:FAULT:INDEX": this machine's training process of that INDEX, after its STEPS-th optimizer
+# step, meets a fault of its machine: "crash" (native code reads address 0: SIGSEGV) or "grow" (it
+# takes memory, 64 MiB at a time, until the kernel's OOM killer ends it).
+FAULT_ENV = "RESNET50_TRAINER_TEST_FAULT_AFTER_STEPS"
+
+
+def _fault_at(steps: int, fault: str, index: int):
+    def meet(step: int) -> None:
+        if step != steps or _training_process_index() != index:
+            return
+        if fault == "crash":
+            import ctypes
+
+            ctypes.string_at(0)
+        held = []
+        while True:
+            held.append(b"\1" * (64 << 20))  # written, so its pages are taken
+
+    return meet
+
+
+if os.environ.get(FAULT_ENV):
+    _steps, _fault, _index = os.environ[FAULT_ENV].split(":")
+    _after_each_optimizer_step(_fault_at(int(_steps), _fault, int(_index)))
