@@ -40,11 +40,12 @@ OPEN_FILES_PER_PEER = 2
 THREADS = 8
 TASKS_PER_INPUT_PROCESS = 4
 LAUNCHER_TASKS = 8
-# Address space a training process adds to what torch's import mapped: the model, its gradients
-# and momentum, allocator arenas; each thread's stack and arena; the activations of ResNet-50 in
-# float32 on the CPU, per pixel of each image of a batch (deeper ResNets more, in proportion).
-ADDRESS_SPACE = 768 << 20
-ADDRESS_SPACE_PER_THREAD = 32 << 20
+# Address space a training process adds to what the launcher has mapped as it checks (torch, not
+# yet torchvision and the training code): those, the model, its gradients and momentum; each
+# thread's stack and allocator arena; the activations of ResNet-50 in float32 on the CPU, per
+# pixel of each image of a batch (deeper ResNets more, in proportion).
+ADDRESS_SPACE = 1 << 30
+ADDRESS_SPACE_PER_THREAD = 48 << 20
 ACTIVATION_BYTES_PER_PIXEL = 1800
 ACTIVATIONS_MEASURED_DEPTH = 50
 
