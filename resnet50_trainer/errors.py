@@ -254,7 +254,7 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
         return INTERRUPTED_EXIT_STATUS
     except ONE_LINE_ERRORS as error:
         return report(prog, error)
-    except (OSError, RuntimeError, MemoryError) as error:
+    except (OSError, RuntimeError, MemoryError, ImportError) as error:
         shortage = shortage_in(error)
         if shortage is None:
             raise

@@ -17,6 +17,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 # Where shm_open puts its objects (glibc): torch's shared tensors and multiprocessing's semaphores.
 SHARED_MEMORY = "/dev/shm"
@@ -28,7 +29,6 @@ SHARED_MEMORY_FIX = (
 )
 OPEN_FILES_FIX = "raise it (ulimit -n 4096; docker run --ulimit nofile=4096)"
 TASKS_FIX = "raise it (ulimit -u; docker run --pids-limit; Kubernetes' podPidsLimit)"
-ADDRESS_SPACE_FIX = "raise it or remove it (ulimit -v unlimited)"
 MEMORY_FIX = (
     "lower --batch_size or --num_workers, or give the run more memory (docker run --memory, "
     "Slurm's --mem, Kubernetes' resources.limits.memory)"
@@ -110,17 +110,17 @@ def tasks_shortage(needed: int | None = None) -> str:
 
 
 def memory_shortage() -> str:
-    """Memory ran out: the address-space limit's, where one is set, or the cgroup's or machine's."""
-    limit = address_space_limit()
-    if limit is None:
+    """Memory ran out: a limit on what a process maps, where one is set, or the cgroup's or the
+    machine's memory."""
+    mapping = tightest_mapping_limit()
+    if mapping is None:
         return f"memory ran out ({memory_in_words()}): {MEMORY_FIX}"
-    return address_space_shortage(limit)
+    return mapping_shortage(mapping)
 
 
-def address_space_shortage(limit: int, needed: int | None = None) -> str:
-    limit_words = f"the address-space limit (ulimit -v) of {in_units(limit)}"
+def mapping_shortage(mapping: Mapping, needed: int | None = None) -> str:
     maps = None if needed is None else f"the about {in_units(needed)} a training process maps"
-    return _met(limit_words, maps, ADDRESS_SPACE_FIX)
+    return _met(str(mapping), maps, mapping.fix)
 
 
 def _met(limit: str, needed: str | None, fix: str) -> str:
@@ -142,10 +142,43 @@ def shared_memory_room() -> tuple[int, int]:
     return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
 
 
-def address_space_limit() -> int | None:
-    """This process's RLIMIT_AS (ulimit -v) in bytes, None where unlimited."""
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    return None if limit == resource.RLIM_INFINITY else limit
+class Mapping(NamedTuple):
+    """A limit on the memory this process maps, and what it maps of that kind now."""
+
+    name: str  # "address-space"
+    flag: str  # "ulimit -v"
+    resource: int  # resource.RLIMIT_AS
+    limit: int
+    mapped: int
+
+    def __str__(self) -> str:
+        return f"the {self.name} limit ({self.flag}) of {in_units(self.limit)}"
+
+    @property
+    def fix(self) -> str:
+        return f"raise it or remove it ({self.flag} unlimited)"
+
+
+def mapping_limits() -> list[Mapping]:
+    """The limits set on what this process maps: RLIMIT_AS (ulimit -v: all of it) and RLIMIT_DATA
+    (ulimit -d: its private writable part, the heap, anonymous maps, libraries' data)."""
+    status = _read("/proc/self/status") or ""
+    found = []
+    for name, flag, limit, field in (
+        ("address-space", "ulimit -v", resource.RLIMIT_AS, "VmSize"),
+        ("data-size", "ulimit -d", resource.RLIMIT_DATA, "VmData"),
+    ):
+        soft = resource.getrlimit(limit)[0]
+        mapped = re.search(rf"^{field}:\s*(\d+) kB$", status, re.MULTILINE)
+        if soft != resource.RLIM_INFINITY:
+            size = int(mapped.group(1)) << 10 if mapped else 0
+            found.append(Mapping(name, flag, limit, soft, size))
+    return found
+
+
+def tightest_mapping_limit() -> Mapping | None:
+    """Of the limits on what this process maps, the one with the least room left."""
+    return min(mapping_limits(), key=lambda mapping: mapping.limit - mapping.mapped, default=None)
 
 
 def task_limits() -> list[tuple[str, int, int]]:
@@ -219,13 +252,8 @@ def death_in_words(signum: int, oom_kills_before: int | None) -> str:
         )
     if signum not in _CRASHES:
         return f"was killed by {name}"
-    limit = address_space_limit()
-    why = (
-        f"; the address-space limit (ulimit -v) of {in_units(limit)} may be why: "
-        f"{ADDRESS_SPACE_FIX}"
-        if limit is not None
-        else ""
-    )
+    mapping = tightest_mapping_limit()
+    why = f"; {mapping} may be why: {mapping.fix}" if mapping is not None else ""
     return f"crashed in native code ({name}){why}"
 
 
@@ -284,9 +312,11 @@ def _out_of_memory(error: BaseException, text: str, code: int | None) -> bool:
     if "CUDA" in text:
         return False
     said = re.search(r"can't allocate memory|std::bad_alloc", text)
-    # oneDNN words an allocation it could not map only as a primitive it could not create.
-    mapped = address_space_limit() is not None and "could not create a primitive" in text
-    return isinstance(error, MemoryError) or code == errno.ENOMEM or bool(said) or mapped
+    # Where a limit on what a process maps is set, oneDNN words a map refused only as a primitive
+    # it could not create, and the dynamic loader as a library it could not map.
+    refused = re.search(r"could not create a primitive|failed to map segment", text) is not None
+    refused = refused and bool(mapping_limits())
+    return isinstance(error, MemoryError) or code == errno.ENOMEM or bool(said) or refused
 
 
 def _nproc_enforced() -> bool:

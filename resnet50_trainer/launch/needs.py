@@ -1,9 +1,9 @@
 """What a run needs of this machine's limits, from its settings: room in /dev/shm for the batches
-input processes hand over, open files, threads and processes, address space. Checked in the
+input processes hand over, open files, threads and processes, memory mapped. Checked in the
 launching process before any training process starts, where a limit too small for the run ends
 it in one line (exit 2); what shows only later is named where it happens (limits.py). Each need
 is an estimate set above what runs used (docs/many-machines.md, Limits of the machine, has the
-measurements); the address space starts from this process's own, torch imported."""
+measurements); what a process maps is reckoned from this one's, torch imported."""
 
 from __future__ import annotations
 
@@ -40,12 +40,15 @@ OPEN_FILES_PER_PEER = 2
 THREADS = 8
 TASKS_PER_INPUT_PROCESS = 4
 LAUNCHER_TASKS = 8
-# Address space a training process adds to what the launcher has mapped as it checks (torch, not
+# What a training process maps besides what the launcher has mapped as it checks (torch, not
 # yet torchvision and the training code): those, the model, its gradients and momentum; each
 # thread's stack and allocator arena; the activations of ResNet-50 in float32 on the CPU, per
-# pixel of each image of a batch (deeper ResNets more, in proportion).
+# pixel of each image of a batch (deeper ResNets more, in proportion). Of it, the private and
+# writable part (RLIMIT_DATA) leaves out libraries' code and arenas reserved but not written.
 ADDRESS_SPACE = 1 << 30
 ADDRESS_SPACE_PER_THREAD = 48 << 20
+DATA = 768 << 20
+DATA_PER_THREAD = 8 << 20
 ACTIVATION_BYTES_PER_PIXEL = 1800
 ACTIVATIONS_MEASURED_DEPTH = 50
 
@@ -55,7 +58,9 @@ class Needs:
     shared_memory: int  # bytes of /dev/shm, all this machine's training processes together
     open_files: int  # in each training process (its input processes inherit them)
     tasks: int  # threads and processes, all this machine's training processes together
-    address_space: int  # bytes, each training process
+    # Bytes each training process maps beyond what the launcher has as it checks: all of it
+    # (resource.RLIMIT_AS) and its private writable part (resource.RLIMIT_DATA).
+    maps: dict[int, int]
 
 
 def check_limits(config: Config) -> None:
@@ -68,9 +73,10 @@ def check_limits(config: Config) -> None:
     for _, limit, in_use in limits.task_limits():
         if in_use + needs.tasks > limit:
             raise UserError(limits.tasks_shortage(needs.tasks))
-    address_space = limits.address_space_limit()
-    if address_space is not None and needs.address_space > address_space:
-        raise UserError(limits.address_space_shortage(address_space, needs.address_space))
+    for mapping in limits.mapping_limits():
+        needed = mapping.mapped + needs.maps[mapping.resource]
+        if needed > mapping.limit:
+            raise UserError(limits.mapping_shortage(mapping, needed))
 
 
 def needs_of(config: Config) -> Needs:
@@ -87,6 +93,7 @@ def needs_of(config: Config) -> Needs:
         shared_memory = in_flight * largest_batch + semaphores * PAGE
     launcher = processes > 1
     threads = THREADS + torch.get_num_threads() + input_processes
+    activations = _activations(config)
     return Needs(
         shared_memory=processes * shared_memory
         + launcher * (LAUNCHER_SEMAPHORES + SEMAPHORES_PER_TRAINING_PROCESS * processes) * PAGE,
@@ -96,10 +103,10 @@ def needs_of(config: Config) -> Needs:
         + OPEN_FILES_PER_PEER * config.world_size,
         tasks=processes * (threads + TASKS_PER_INPUT_PROCESS * input_processes)
         + launcher * LAUNCHER_TASKS,
-        address_space=_mapped_now()
-        + ADDRESS_SPACE
-        + ADDRESS_SPACE_PER_THREAD * threads
-        + _activations(config),
+        maps={
+            resource.RLIMIT_AS: ADDRESS_SPACE + ADDRESS_SPACE_PER_THREAD * threads + activations,
+            resource.RLIMIT_DATA: DATA + DATA_PER_THREAD * threads + activations,
+        },
     )
 
 
@@ -121,9 +128,3 @@ def _activations(config: Config) -> int:
     depth = max(1.0, config.num_layers / ACTIVATIONS_MEASURED_DEPTH)
     pixels = config.device_batch_size * config.image_size * config.image_size
     return int(pixels * ACTIVATION_BYTES_PER_PIXEL * depth)
-
-
-def _mapped_now() -> int:
-    """This process's address space now (VmSize): torch and its libraries mapped."""
-    with open("/proc/self/statm") as file:
-        return int(file.read().split()[0]) * PAGE

@@ -11,7 +11,7 @@ import sys
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.transport import check_transport
 from resnet50_trainer.errors import UserError, check_reachable, shown
-from resnet50_trainer.limits import ADDRESS_SPACE_FIX, address_space_limit, in_units
+from resnet50_trainer.limits import tightest_mapping_limit
 
 
 def check_machine(config: Config) -> None:
@@ -21,19 +21,17 @@ def check_machine(config: Config) -> None:
 
 
 def check_torch_loads() -> None:
-    """Under an address-space limit (ulimit -v) torch may not even load: its libraries are mapped
-    as it is imported, and one that cannot be ends the process in a C++ abort, where no line can
-    be said. So where such a limit is set, torch is first imported in a child process (seconds);
-    what the run needs besides is checked once it is loaded (launch/needs.py)."""
-    limit = address_space_limit()
-    if limit is None or "torch" in sys.modules:
+    """Under a limit on what a process maps (ulimit -v, ulimit -d) torch may not even load: its
+    libraries are mapped as it is imported, and one that cannot be may end the process in a C++
+    abort, where no line can be said. So where such a limit is set, a command imports torch in a
+    child process first (seconds); what a run needs besides is checked once it is loaded
+    (launch/needs.py)."""
+    mapping = tightest_mapping_limit()
+    if mapping is None or "torch" in sys.modules:
         return
     tried = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
     if tried.returncode:
-        raise UserError(
-            f"torch cannot be loaded within the address-space limit (ulimit -v) of "
-            f"{in_units(limit)}: {ADDRESS_SPACE_FIX}"
-        )
+        raise UserError(f"torch cannot be loaded within {mapping}: {mapping.fix}")
 
 
 def gpus_on_this_machine() -> int:

@@ -276,38 +276,59 @@ def test_a_thread_that_cannot_start_is_named_as_a_limit():
     ), done.stderr
 
 
-# Address space: row 4.
+# What a process maps: its address space (ulimit -v) and its private writable part (ulimit -d).
+# Row 4.
 
-MAPPED_BY_TORCH = "import torch\nprint(open('/proc/self/statm').read().split()[0])"
+MAPPED_BY_TORCH = """
+import re, torch
+status = open("/proc/self/status").read()
+for field in ("VmSize", "VmData"):
+    print(re.search(rf"^{field}:\\s*(\\d+) kB", status, re.M).group(1))
+"""
+MAPPINGS = {"ulimit -v": resource.RLIMIT_AS, "ulimit -d": resource.RLIMIT_DATA}
 
 
 @pytest.fixture(scope="module")
-def torch_mapped() -> int:
-    """The bytes of address space a process has once torch is imported."""
-    done = run_python(MAPPED_BY_TORCH)
-    return int(done.stdout) * resource.getpagesize()
+def torch_mapped() -> dict[str, int]:
+    """The bytes a process has mapped, of each kind a limit holds, once torch is imported."""
+    sizes = run_python(MAPPED_BY_TORCH).stdout.split()
+    return {flag: int(size) << 10 for flag, size in zip(MAPPINGS, sizes)}
 
 
 @pytest.mark.parametrize("past_torch", [-256 << 20, 256 << 20])
-def test_an_address_space_limit_below_the_run_s_need_refuses_it(
-    small_db, tmp_path, torch_mapped, past_torch
+@pytest.mark.parametrize("flag", list(MAPPINGS))
+def test_a_limit_on_what_a_process_maps_below_the_run_s_need_refuses_it(
+    small_db, tmp_path, torch_mapped, flag, past_torch
 ):
-    limit = torch_mapped + past_torch
+    limit = torch_mapped[flag] + past_torch
     flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
-    done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_AS, limit))
+    done = run(trainer_command(*flags), with_rlimit(MAPPINGS[flag], limit))
     assert done.returncode == 2, done.stderr
     line = one_error_line(done.stderr)
-    space = r"the address-space limit \(ulimit -v\) of [\d.]+ GiB"
+    named = rf"the (address-space|data-size) limit \({flag}\) of [\d.]+ [MG]iB"
+    fix = rf"raise it or remove it \({flag} unlimited\)"
     if past_torch < 0:
-        assert re.fullmatch(
-            rf"resnet50-trainer: error: torch cannot be loaded within {space}.+", line
-        )
+        said = rf"torch cannot be loaded within {named}: {fix}"
     else:
-        assert re.fullmatch(
-            rf"resnet50-trainer: error: {space} is below the about [\d.]+ GiB a training process "
-            r"maps: raise it or remove it \(ulimit -v unlimited\)",
-            line,
-        )
+        said = rf"{named} is below the about [\d.]+ GiB a training process maps: {fix}"
+    assert re.fullmatch(f"resnet50-trainer: error: {said}", line), line
+
+
+TORCH_TOOLS = ["resnet50_trainer.tools.db bench", "resnet50_trainer.tools.export"]
+
+
+@pytest.mark.parametrize("tool", TORCH_TOOLS)
+def test_the_tools_that_load_torch_name_a_limit_it_cannot_load_within(tool, torch_mapped, small_db):
+    arguments = [small_db, "--batches", "1"] if tool.endswith("bench") else ["x.pt", "-o", "x.onnx"]
+    limit = torch_mapped["ulimit -v"] - (256 << 20)
+    command = [sys.executable, "-m", *tool.split(), *arguments]
+    done = run(command, with_rlimit(resource.RLIMIT_AS, limit))
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-(db bench|export): error: torch cannot be loaded within the address-space "
+        r"limit \(ulimit -v\) of [\d.]+ GiB: raise it or remove it \(ulimit -v unlimited\)",
+        one_error_line(done.stderr),
+    )
 
 
 LMDB_PAST_THE_LIMIT = """

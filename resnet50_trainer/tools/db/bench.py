@@ -33,6 +33,7 @@ from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
 from resnet50_trainer.errors import UserError, guard_standard_streams, log_lines, run_command
+from resnet50_trainer.launch.probes import check_torch_loads
 
 if TYPE_CHECKING:
     import torch
@@ -119,6 +120,7 @@ def bench(
     timed. benchmarks/cold_reads.py passes one that drops the DB from the page cache, and, for
     processes timed together, waits for the others."""
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
+    check_torch_loads()
     from resnet50_trainer.data.input_pipeline import device_batches
     from resnet50_trainer.data.label_mix import poor_mix_warning
     from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
 from resnet50_trainer.config.values import Number, path_value
 from resnet50_trainer.errors import UserError, guard_standard_streams, run_command
+from resnet50_trainer.launch.probes import check_torch_loads
 from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 
 PROG = "resnet50-export"
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _export(args: argparse.Namespace) -> None:
     chosen = output_format(args)
+    check_torch_loads()
     from resnet50_trainer.tools.export.export import export  # torch: once the flags hold
 
     export(args, chosen)
