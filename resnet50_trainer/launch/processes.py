@@ -101,12 +101,15 @@ def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
 
 
 def _run_processes(config: Config, store_host: str, store_port: int) -> int:
+    """This machine's training processes run, and this one watched (launch/watcher.py): it has no
+    launcher of its own to name its death."""
     if config.processes_per_machine == 1:
-        with watched(config):  # no launcher of its own to name its death
+        with watched(config, "the training process"):
             run_process(0, config, store_host, store_port)
         return 0
     try:
-        return _start_and_wait(config, store_host, store_port)
+        with watched(config, "the launcher"):
+            return _start_and_wait(config, store_host, store_port)
     finally:
         _stop_fork_server()
 
@@ -136,9 +139,12 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
                     start_method=start_method,
                 )
             except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
+                ended = f"ended as they started ({lost or type(lost).__name__})"
+                if limits.oom_killed_since(oom_kills):
+                    ended = limits.death_in_words(signal.SIGKILL, oom_kills)
                 raise RunFailed(
-                    f"the fork server that starts the training processes ended as they started "
-                    f"({lost or type(lost).__name__}): run the same command again"
+                    f"the fork server that starts the training processes {ended}; run the same "
+                    "command again"
                 ) from lost
             processes = context.processes
             forward_stop_signals(processes)

@@ -1,12 +1,14 @@
-"""A run of one process has no launcher to see it die: killed by the kernel's OOM killer, or
-crashed in native code (SIGSEGV, SIGBUS, SIGABRT...), it ended without a line (the shell's exit
-status 137 alone). A small process forked from it watches it instead and says how it died, in
-one line, once it is gone: a crash as Python's faulthandler writes it into the watcher's pipe,
-the OOM killer by its count (limits.oom_kills). A run that ends by itself ends its watcher first;
-one killed by anything else leaves it nothing to say.
+"""The process a command started has no launcher of its own to see it die: killed by the
+kernel's OOM killer, or crashed in native code (SIGSEGV, SIGBUS, SIGABRT...), a run of one process
+ended without a line (the shell's exit status 137 alone), and so did the launcher of several,
+killed as its fork server started. A small process forked from it watches it instead and says how
+it died, in one line, once it is gone: a crash as Python's faulthandler writes it into the
+watcher's pipe, the OOM killer by its count (limits.oom_kills). A process that ends by itself
+ends its watcher first; one killed by anything else leaves it nothing to say.
 
-Forked before the run raises its oom_score_adj (limits.first_for_the_oom_killer) and before it
-grows, the watcher is never the OOM killer's choice over the run."""
+Forked from what it watches, it holds no memory of its own; and forked before a training process
+raises its oom_score_adj (limits.first_for_the_oom_killer) and grows, it is never the OOM
+killer's choice over that process."""
 
 from __future__ import annotations
 
@@ -38,8 +40,9 @@ _POLL_S = 0.2  # where pidfd_open is missing (Linux before 5.3): how often the r
 
 
 @contextmanager
-def watched(config: Config) -> Iterator[None]:
-    """The body of a run of one process, with a watcher to name its death."""
+def watched(config: Config, who: str) -> Iterator[None]:
+    """The body of this process's part of the run, with a watcher to name its death as `who`'s
+    ("the launcher")."""
     oom_kills = limits.oom_kills()
     reading, writing = os.pipe()
     run = os.getpid()
@@ -51,7 +54,7 @@ def watched(config: Config) -> Iterator[None]:
             for signum in _IGNORED:
                 signal.signal(signum, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            _watch(run, reading, oom_kills, config)
+            _watch(run, who, reading, oom_kills, config)
         finally:
             os._exit(0)
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -78,14 +81,14 @@ def _let_go_of_files_but(kept: int) -> None:
                 os.close(descriptor)
 
 
-def _watch(run: int, messages: int, oom_kills: int | None, config: Config) -> NoReturn:
+def _watch(run: int, who: str, messages: int, oom_kills: int | None, config: Config) -> NoReturn:
     said = _until_gone(run, messages)
     signum = next((number for name, number in _FATAL.items() if name.encode() in said), None)
     if signum is None and limits.oom_killed_since(oom_kills):
         signum = signal.SIGKILL
     if signum is not None:
         died = limits.death_in_words(signum, oom_kills)
-        line = f"the training process (pid {run}) {died}; the run stopped: {_resume(config)}"
+        line = f"{who} (pid {run}) {died}; the run stopped: {_resume(config)}"
         os.write(2, (error_line(TRAINER, line) + "\n").encode())
     os._exit(0)
 

@@ -382,15 +382,19 @@ def oom_line(who: str, limit: str, out) -> str:
     return f"resnet50-trainer: error: {who} {said}"
 
 
+def memory_cgroup(limit: int) -> contextlib.AbstractContextManager[Path]:
+    """A memory cgroup of this test's own whose processes may have `limit` bytes, swap none."""
+    if (CGROUPS / "memory" / "cgroup.procs").exists():
+        return cgroup("memory", **{"memory.limit_in_bytes": str(limit)})
+    return cgroup("memory", **{"memory.max": str(limit), "memory.swap.max": "0"})
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_training_process_the_oom_killer_ends_is_named_and_its_checkpoint_kept(
     small_db, tmp_path, processes
 ):
     limit = 1536 << 20 if processes == 1 else 3 << 30
-    limit_setting = {"memory.limit_in_bytes": str(limit)}
-    if not (CGROUPS / "memory" / "cgroup.procs").exists():
-        limit_setting = {"memory.max": str(limit), "memory.swap.max": "0"}
-    with cgroup("memory", **limit_setting) as group:
+    with memory_cgroup(limit) as group:
         done = faulty_run(
             small_db, tmp_path, "grow", "--num_gpus", str(processes), preexec_fn=joining(group)
         )
@@ -423,3 +427,17 @@ def test_a_crash_in_native_code_of_a_run_of_one_process_is_named_with_the_limit(
         one_error_line(done.stderr),
     )
     assert "Fatal Python error" not in done.stderr
+
+
+def test_a_launcher_the_oom_killer_ends_as_it_starts_its_processes_is_named(small_db, tmp_path):
+    """500 MiB: torch loads in the launcher, but the fork server and 2 training processes do not
+    fit, and the kernel ends whichever is largest as they start: the launcher (which ended with
+    137 and no line, 3 of 3), the fork server or a training process."""
+    flags = ("--train_data", small_db, "--num_gpus", "2", "--log_dir", str(tmp_path))
+    with memory_cgroup(500 << 20) as group:
+        done = run(trainer_command(*flags), joining(group))
+    assert done.returncode in (1, -9), done.stderr
+    assert (
+        "by the kernel's OOM killer, memory having run out (the memory limit of its cgroup, "
+        "500 MiB): lower --batch_size or --num_workers"
+    ) in one_error_line(done.stderr)
