@@ -284,26 +284,27 @@ def _errno_in(text: str) -> int | None:
     return None
 
 
-def _frames(error: BaseException) -> list[str]:
-    return [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
+def _frames(error: BaseException) -> traceback.StackSummary:
+    return traceback.extract_tb(error.__traceback__)
 
 
 def _from_shared_memory(error: BaseException, text: str) -> bool:
     """torch's shared tensors ("shared memory", their /torch_* objects) or a multiprocessing
     semaphore (SemLock), whether raised here or in an input process (then named in the text)."""
-    here = _code_of("multiprocessing.synchronize") in _frames(error)
+    semaphores = _code_of("multiprocessing.synchronize")
+    here = any(frame.filename == semaphores for frame in _frames(error))
     return here or bool(re.search(r"shared memory|/torch_|SemLock", text))
 
 
 def _from_fork(error: BaseException) -> bool:
+    """Raised by a fork (os.fork, subprocess's and multiprocessing's fork_exec), by its line."""
     frames = _frames(error)
-    forks = (_code_of("multiprocessing.popen_fork"), _code_of("subprocess"))
-    return bool(frames) and frames[-1] in forks
+    return bool(frames) and "fork" in (frames[-1].line or "")
 
 
 def _code_of(module: str) -> str | None:
-    """A module's file, where it is imported (an error raised in it was, and the commands
-    import none of these before they need them)."""
+    """A module's file, where it is imported (an error raised in it was, and the commands do not
+    import it before they need it)."""
     return getattr(sys.modules.get(module), "__file__", None)
 
 

@@ -255,25 +255,28 @@ def test_a_user_s_process_limit_too_small_for_the_run_refuses_it(small_db, tmp_p
     )
 
 
-THREAD_PAST_THE_LIMIT = """
-import sys, threading
+PAST_THE_LIMIT_ON_TASKS = """
+import multiprocessing, sys, threading
 from resnet50_trainer.limits import shortage_in
 open(sys.argv[1] + "/cgroup.procs", "w").write("0")
 open(sys.argv[1] + "/pids.max", "w").write("1")
-try:
-    threading.Thread(target=print).start()
-except RuntimeError as error:
-    print(shortage_in(error))
+server = multiprocessing.get_context("forkserver")  # as the launcher of several starts its own
+for start in (threading.Thread(target=print).start, server.Process(target=print).start):
+    try:
+        start()
+    except (RuntimeError, OSError) as error:
+        print(shortage_in(error))
 """
 
 
-def test_a_thread_that_cannot_start_is_named_as_a_limit():
+def test_a_thread_or_a_process_that_cannot_start_is_named_as_a_limit():
     with cgroup("pids") as group:
-        done = run_python(THREAD_PAST_THE_LIMIT, str(group))
-    assert done.stdout.strip() == (
+        done = run_python(PAST_THE_LIMIT_ON_TASKS, str(group))
+    said = (
         "the limit on threads and processes (1 of pids.max, its cgroup's, 1 in use) was reached: "
         "raise it (ulimit -u; docker run --pids-limit; Kubernetes' podPidsLimit)"
-    ), done.stderr
+    )
+    assert done.stdout.splitlines() == [said, said], done.stderr
 
 
 # What a process maps: its address space (ulimit -v) and its private writable part (ulimit -d).
