@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import math
 import os
 import re
 import resource
@@ -28,6 +29,7 @@ SHARED_MEMORY_FIX = (
     "mounted on /dev/shm) or use fewer --num_workers (0 uses none)"
 )
 OPEN_FILES_FIX = "raise it (ulimit -n 4096; docker run --ulimit nofile=4096)"
+FILE_SIZE_FIX = "raise it or remove it (ulimit -f unlimited)"
 TASKS_FIX = "raise it (ulimit -u; docker run --pids-limit; Kubernetes' podPidsLimit)"
 MEMORY_FIX = (
     "lower --batch_size or --num_workers, or give the run more memory (docker run --memory, "
@@ -44,6 +46,13 @@ OOM_SCORE_ADJ_MAX = 1000
 _CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 # The capabilities that exempt a process from RLIMIT_NPROC: CAP_SYS_ADMIN and CAP_SYS_RESOURCE.
 _NPROC_EXEMPT = (1 << 21) | (1 << 24)
+
+
+def soft_limit(limit: int) -> float:
+    """This process's soft limit of resource `limit` (resource.RLIMIT_NOFILE...), inf where none
+    (resource gives RLIM_INFINITY, which is -1)."""
+    soft = resource.getrlimit(limit)[0]
+    return math.inf if soft == resource.RLIM_INFINITY else soft
 
 
 def in_units(size: float) -> str:
@@ -66,6 +75,8 @@ def shortage_in(error: BaseException) -> str | None:
             return shared_memory_shortage()
         if code == errno.EMFILE or "received 0 items of ancdata" in text:
             return open_files_shortage()
+        if code == errno.EFBIG and soft_limit(resource.RLIMIT_FSIZE) < math.inf:
+            return file_size_shortage()  # not a file system's own largest file
         if code == errno.ENFILE:
             return (
                 "this machine's table of open files is full (fs.file-max): raise it (sysctl "
@@ -96,6 +107,16 @@ def open_files_shortage(needed: int | None = None) -> str:
         f"the limit on open files (ulimit -n) of {limit}",
         None if needed is None else f"the about {needed} a training process opens",
         OPEN_FILES_FIX,
+    )
+
+
+def file_size_shortage(needed: int | None = None) -> str:
+    """RLIMIT_FSIZE (ulimit -f) met, or (`needed` bytes, before the start) below a checkpoint."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return _met(
+        f"the limit on file size (ulimit -f) of {in_units(limit)}",
+        None if needed is None else f"the about {in_units(needed)} a checkpoint of this run takes",
+        FILE_SIZE_FIX,
     )
 
 
@@ -278,7 +299,7 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 def _errno_in(text: str) -> int | None:
     """The errno an error carries only in its words: torch's "... (28)", or the strerror of an
     OSError rebuilt from an input process's traceback (its errno lost on the way)."""
-    for code in (errno.ENOSPC, errno.ENFILE, errno.EMFILE, errno.EAGAIN, errno.ENOMEM):
+    for code in (errno.ENOSPC, errno.EFBIG, errno.ENFILE, errno.EMFILE, errno.EAGAIN, errno.ENOMEM):
         if os.strerror(code) in text:
             return code
     return None

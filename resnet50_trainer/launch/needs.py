@@ -15,6 +15,7 @@ import torch
 from resnet50_trainer import limits
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
+from resnet50_trainer.model.resnet import model_shapes
 
 PAGE = resource.getpagesize()
 # Batches a training process may hold from its input processes at once: PREFETCH_FACTOR asked of
@@ -51,6 +52,8 @@ DATA = 768 << 20
 DATA_PER_THREAD = 8 << 20
 ACTIVATION_BYTES_PER_PIXEL = 1800
 ACTIVATIONS_MEASURED_DEPTH = 50
+FLOAT32 = 4
+CHECKPOINT_OVERHEAD = 1 << 20  # the settings, the run's position and totals, pickle's framing
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Needs:
     # Bytes each training process maps beyond what the launcher has as it checks: all of it
     # (resource.RLIMIT_AS) and its private writable part (resource.RLIMIT_DATA).
     maps: dict[int, int]
+    file_size: int  # bytes of the largest file it writes, a checkpoint; none with --test_only
 
 
 def check_limits(config: Config) -> None:
@@ -68,7 +72,7 @@ def check_limits(config: Config) -> None:
     needs = needs_of(config)
     if needs.shared_memory > limits.shared_memory_room()[1]:
         raise UserError(limits.shared_memory_shortage(needs.shared_memory))
-    if needs.open_files > resource.getrlimit(resource.RLIMIT_NOFILE)[0]:
+    if needs.open_files > limits.soft_limit(resource.RLIMIT_NOFILE):
         raise UserError(limits.open_files_shortage(needs.open_files))
     for _, limit, in_use in limits.task_limits():
         if in_use + needs.tasks > limit:
@@ -77,6 +81,8 @@ def check_limits(config: Config) -> None:
         needed = mapping.mapped + needs.maps[mapping.resource]
         if needed > mapping.limit:
             raise UserError(limits.mapping_shortage(mapping, needed))
+    if needs.file_size > limits.soft_limit(resource.RLIMIT_FSIZE):
+        raise UserError(limits.file_size_shortage(needs.file_size))
 
 
 def needs_of(config: Config) -> Needs:
@@ -107,6 +113,7 @@ def needs_of(config: Config) -> Needs:
             resource.RLIMIT_AS: ADDRESS_SPACE + ADDRESS_SPACE_PER_THREAD * threads + activations,
             resource.RLIMIT_DATA: DATA + DATA_PER_THREAD * threads + activations,
         },
+        file_size=0 if config.test_only else _checkpoint_bytes(config),
     )
 
 
@@ -122,6 +129,15 @@ def _batch_bytes(config: Config, image_size: int) -> int:
     """A batch in shared memory: its uint8 images and its labels, each rounded up to pages."""
     images = config.device_batch_size * image_size * image_size * config.num_channels
     return -(-images // PAGE) * PAGE + PAGE
+
+
+def _checkpoint_bytes(config: Config) -> int:
+    """A checkpoint's size: the weights and buffers, the momentum, the EMA's copy, in float32."""
+    model = model_shapes(config)
+    weights = sum(parameter.numel() for parameter in model.parameters())
+    buffers = sum(buffer.numel() for buffer in model.buffers())
+    copies = 2 if config.ema_decay else 1
+    return FLOAT32 * (copies * (weights + buffers) + weights) + CHECKPOINT_OVERHEAD
 
 
 def _activations(config: Config) -> int:

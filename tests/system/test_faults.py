@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -380,33 +381,15 @@ def ended(pid: int) -> bool:
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """(directory, limit_files): a 130 MB tmpfs, room for one ResNet-18 checkpoint (~90 MB) but not
-    two, so the next write fills it (ENOSPC). Where mounting is not permitted, RLIMIT_FSIZE of
-    60 MB on the resumed run makes its checkpoint write fail instead (EFBIG)."""
-    directory = tmp_path / "small_disk"
-    directory.mkdir()
-    mounted = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=130m", "tmpfs", str(directory)],
-            capture_output=True,
-        ).returncode
-        == 0
-    )
-    yield directory, not mounted
-    if mounted:
-        subprocess.run(["umount", str(directory)], check=True)
-
-
-def limit_file_size() -> None:
-    import resource
-
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-    resource.setrlimit(resource.RLIMIT_FSIZE, (60 << 20, 60 << 20))
+def small_disk(tmpfs) -> Path:
+    """A 130 MB tmpfs, room for one ResNet-18 checkpoint (~90 MB) but not two, so the next write
+    fills it (ENOSPC). Not RLIMIT_FSIZE where mounting is not permitted: a run refuses a file-size
+    limit below its checkpoint before it starts (tests/system/test_machine_limits.py)."""
+    return Path(tmpfs("small_disk", "130m"))
 
 
 def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, small_disk):
-    directory, limit_files = small_disk
+    directory = small_disk
     first = run_trainer("--train_data", small_db, "--num_epochs", "1", "--log_dir", str(directory))
     assert first.returncode == 0, first.stderr
     previous = (directory / "resnet50_model_1.pt").read_bytes()
@@ -426,7 +409,6 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_previous_one(small_db, s
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
-        preexec_fn=limit_file_size if limit_files else None,
     )
     assert second.returncode == 2, second.stderr
     errors = [line for line in second.stderr.splitlines() if "error:" in line]

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.dbfactory import (
     datum_record,
+    encode_image,
     make_jpeg,
     random_pixels,
     write_db,
@@ -221,6 +222,40 @@ def test_an_open_file_limit_below_the_run_s_need_refuses_it(small_db, tmp_path):
         r"nofile=4096\)",
         one_error_line(done.stderr),
     )
+
+
+# File size (ulimit -f; red-team).
+
+
+def test_a_file_size_limit_below_a_checkpoint_refuses_the_run(small_db, tmp_path):
+    flags = ("--train_data", small_db, "--log_dir", str(tmp_path))
+    done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_FSIZE, 60 << 20))
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        r"resnet50-trainer: error: the limit on file size \(ulimit -f\) of 60 MiB is below the "
+        r"about [\d.]+ MiB a checkpoint of this run takes: raise it or remove it \(ulimit -f "
+        r"unlimited\)",
+        one_error_line(done.stderr),
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_resnet50_db_create_names_a_file_size_limit_the_db_outgrows(tmp_path):
+    images = tmp_path / "images" / "a"
+    images.mkdir(parents=True)
+    for number in range(4):  # 50 KB or so each
+        noise = encode_image(random_pixels(128, 128, seed=number))
+        (images / f"{number}.jpg").write_bytes(noise)
+    create = [sys.executable, "-m", "resnet50_trainer.tools.db", "create", str(images.parent)]
+    target = tmp_path / "db"
+    limit = with_rlimit(resource.RLIMIT_FSIZE, 16 << 10)
+    done = run([*create, str(target), "--db_type", "leveldb"], limit)
+    assert done.returncode == 1, done.stderr
+    assert one_error_line(done.stderr) == (
+        "resnet50-db create: error: the limit on file size (ulimit -f) of 16 KiB was reached: "
+        "raise it or remove it (ulimit -f unlimited)"
+    )
+    assert not target.exists()
 
 
 # Threads and processes: row 5.
