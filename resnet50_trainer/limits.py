@@ -17,7 +17,7 @@ import resource
 import signal
 import sys
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 # Where shm_open puts its objects (glibc): torch's shared tensors and multiprocessing's semaphores.
@@ -64,6 +64,26 @@ def in_units(size: float) -> str:
     raise AssertionError("unreachable")
 
 
+# The limits of a process the start checks besides those on what it maps, in words: what each
+# limits, its ulimit flag, how a value reads, what of it the run needs, and the fix.
+_RLIMITS: dict[int, tuple[str, str, Callable[[float], str], str, str]] = {
+    resource.RLIMIT_NOFILE: (
+        "open files",
+        "ulimit -n",
+        str,
+        "a training process opens",
+        OPEN_FILES_FIX,
+    ),
+    resource.RLIMIT_FSIZE: (
+        "file size",
+        "ulimit -f",
+        in_units,
+        "a checkpoint of this run takes",
+        FILE_SIZE_FIX,
+    ),
+}
+
+
 def shortage_in(error: BaseException) -> str | None:
     """The clause naming the limit `error` (or an error it came from) ran into, with the limit's
     size now and its fix; None where `error` is of another kind."""
@@ -74,9 +94,9 @@ def shortage_in(error: BaseException) -> str | None:
         if code == errno.ENOSPC and _from_shared_memory(cause, text):
             return shared_memory_shortage()
         if code == errno.EMFILE or "received 0 items of ancdata" in text:
-            return open_files_shortage()
+            return rlimit_shortage(resource.RLIMIT_NOFILE)
         if code == errno.EFBIG and soft_limit(resource.RLIMIT_FSIZE) < math.inf:
-            return file_size_shortage()  # not a file system's own largest file
+            return rlimit_shortage(resource.RLIMIT_FSIZE)  # not a file system's largest file
         if code == errno.ENFILE:
             return (
                 "this machine's table of open files is full (fs.file-max): raise it (sysctl "
@@ -101,23 +121,12 @@ def shared_memory_shortage(needed: int | None = None) -> str:
     )
 
 
-def open_files_shortage(needed: int | None = None) -> str:
-    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return _met(
-        f"the limit on open files (ulimit -n) of {limit}",
-        None if needed is None else f"the about {needed} a training process opens",
-        OPEN_FILES_FIX,
-    )
-
-
-def file_size_shortage(needed: int | None = None) -> str:
-    """RLIMIT_FSIZE (ulimit -f) met, or (`needed` bytes, before the start) below a checkpoint."""
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    return _met(
-        f"the limit on file size (ulimit -f) of {in_units(limit)}",
-        None if needed is None else f"the about {in_units(needed)} a checkpoint of this run takes",
-        FILE_SIZE_FIX,
-    )
+def rlimit_shortage(limit: int, needed: int | None = None) -> str:
+    """A process's limit `limit` (resource.RLIMIT_NOFILE, RLIMIT_FSIZE) met, or (`needed`, before
+    the start) below what the run needs of it."""
+    what, flag, shown, needing, fix = _RLIMITS[limit]
+    words = f"the limit on {what} ({flag}) of {shown(resource.getrlimit(limit)[0])}"
+    return _met(words, None if needed is None else f"the about {shown(needed)} {needing}", fix)
 
 
 def tasks_shortage(needed: int | None = None) -> str:

@@ -72,8 +72,6 @@ def check_limits(config: Config) -> None:
     needs = needs_of(config)
     if needs.shared_memory > limits.shared_memory_room()[1]:
         raise UserError(limits.shared_memory_shortage(needs.shared_memory))
-    if needs.open_files > limits.soft_limit(resource.RLIMIT_NOFILE):
-        raise UserError(limits.open_files_shortage(needs.open_files))
     for _, limit, in_use in limits.task_limits():
         if in_use + needs.tasks > limit:
             raise UserError(limits.tasks_shortage(needs.tasks))
@@ -81,8 +79,12 @@ def check_limits(config: Config) -> None:
         needed = mapping.mapped + needs.maps[mapping.resource]
         if needed > mapping.limit:
             raise UserError(limits.mapping_shortage(mapping, needed))
-    if needs.file_size > limits.soft_limit(resource.RLIMIT_FSIZE):
-        raise UserError(limits.file_size_shortage(needs.file_size))
+    for limit, needed in (
+        (resource.RLIMIT_NOFILE, needs.open_files),
+        (resource.RLIMIT_FSIZE, needs.file_size),
+    ):
+        if needed > limits.soft_limit(limit):
+            raise UserError(limits.rlimit_shortage(limit, needed))
 
 
 def needs_of(config: Config) -> Needs:

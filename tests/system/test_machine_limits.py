@@ -71,6 +71,12 @@ def run(command: list[str], preexec_fn=None, **env: str) -> subprocess.Completed
     )
 
 
+def refused(done: subprocess.CompletedProcess, said: str) -> None:
+    """The command ended before it started anything, exit 2, in one line matching `said`."""
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(said, one_error_line(done.stderr)), done.stderr
+
+
 def with_rlimit(limit: int, value: int):
     def set_limit() -> None:
         resource.setrlimit(limit, (value, value))
@@ -112,13 +118,15 @@ def test_a_small_dev_shm_refuses_the_run_before_it_starts(small_db, tmpfs, tmp_p
     shm = tmpfs("shm", "64k")
     flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path / "out"))
     done = run([*on_dev_shm(shm), *trainer_command(*flags)])
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-trainer: error: shared memory is short: /dev/shm, where input processes hand "
-        r"their batches over, holds 64 KiB, 64 KiB of it free, and this run needs about [\d.]+ "
-        r"KiB there: give it more room \(docker run --shm-size 2g; on Kubernetes an emptyDir of "
-        r"medium Memory mounted on /dev/shm\) or use fewer --num_workers \(0 uses none\)",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-trainer: error: shared memory is short: /dev/shm, where input processes "
+            r"hand their batches over, holds 64 KiB, 64 KiB of it free, and this run needs about "
+            r"[\d.]+ KiB there: give it more room \(docker run --shm-size 2g; on Kubernetes an "
+            r"emptyDir of medium Memory mounted on /dev/shm\) or use fewer --num_workers \(0 uses "
+            r"none\)"
+        ),
     )
     assert os.listdir(shm) == []
 
@@ -215,12 +223,13 @@ def test_resnet50_db_names_a_full_dev_shm(subcommand, tmpfs, tmp_path, small_db)
 def test_an_open_file_limit_below_the_run_s_need_refuses_it(small_db, tmp_path):
     flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
     done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_NOFILE, 32))
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-trainer: error: the limit on open files \(ulimit -n\) of 32 is below the about "
-        r"\d+ a training process opens: raise it \(ulimit -n 4096; docker run --ulimit "
-        r"nofile=4096\)",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-trainer: error: the limit on open files \(ulimit -n\) of 32 is below the "
+            r"about \d+ a training process opens: raise it \(ulimit -n 4096; docker run --ulimit "
+            r"nofile=4096\)"
+        ),
     )
 
 
@@ -230,12 +239,13 @@ def test_an_open_file_limit_below_the_run_s_need_refuses_it(small_db, tmp_path):
 def test_a_file_size_limit_below_a_checkpoint_refuses_the_run(small_db, tmp_path):
     flags = ("--train_data", small_db, "--log_dir", str(tmp_path))
     done = run(trainer_command(*flags), with_rlimit(resource.RLIMIT_FSIZE, 60 << 20))
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-trainer: error: the limit on file size \(ulimit -f\) of 60 MiB is below the "
-        r"about [\d.]+ MiB a checkpoint of this run takes: raise it or remove it \(ulimit -f "
-        r"unlimited\)",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-trainer: error: the limit on file size \(ulimit -f\) of 60 MiB is below the "
+            r"about [\d.]+ MiB a checkpoint of this run takes: raise it or remove it \(ulimit -f "
+            r"unlimited\)"
+        ),
     )
     assert os.listdir(tmp_path) == []
 
@@ -265,11 +275,12 @@ def test_a_pids_cgroup_too_small_for_the_run_refuses_it(small_db, tmp_path):
     with cgroup("pids", **{"pids.max": "12"}) as group:
         flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
         done = run(trainer_command(*flags), joining(group))
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-trainer: error: the limit on threads and processes \(12 of pids.max, its "
-        r"cgroup's, \d+ in use\) is below the about \d+ more this run starts: raise it .+",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-trainer: error: the limit on threads and processes \(12 of pids.max, its "
+            r"cgroup's, \d+ in use\) is below the about \d+ more this run starts: raise it .+"
+        ),
     )
 
 
@@ -282,11 +293,12 @@ def test_a_user_s_process_limit_too_small_for_the_run_refuses_it(small_db, tmp_p
     as_nobody += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
     flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path))
     done = run([*as_nobody, *trainer_command(*flags)], with_rlimit(resource.RLIMIT_NPROC, 12))
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-trainer: error: the limit on threads and processes \(12 of ulimit -u, this "
-        r"user's, \d+ in use\) is below the about \d+ more this run starts: raise it .+",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-trainer: error: the limit on threads and processes \(12 of ulimit -u, this "
+            r"user's, \d+ in use\) is below the about \d+ more this run starts: raise it .+"
+        ),
     )
 
 
@@ -361,11 +373,12 @@ def test_the_tools_that_load_torch_name_a_limit_it_cannot_load_within(tool, torc
     limit = torch_mapped["ulimit -v"] - (256 << 20)
     command = [sys.executable, "-m", *tool.split(), *arguments]
     done = run(command, with_rlimit(resource.RLIMIT_AS, limit))
-    assert done.returncode == 2, done.stderr
-    assert re.fullmatch(
-        r"resnet50-(db bench|export): error: torch cannot be loaded within the address-space "
-        r"limit \(ulimit -v\) of [\d.]+ GiB: raise it or remove it \(ulimit -v unlimited\)",
-        one_error_line(done.stderr),
+    refused(
+        done,
+        (
+            r"resnet50-(db bench|export): error: torch cannot be loaded within the address-space "
+            r"limit \(ulimit -v\) of [\d.]+ GiB: raise it or remove it \(ulimit -v unlimited\)"
+        ),
     )
 
 
