@@ -93,6 +93,9 @@ def shortage_in(error: BaseException) -> str | None:
         code = code if isinstance(code, int) else _errno_in(text)
         if code == errno.ENOSPC and _from_shared_memory(cause, text):
             return shared_memory_shortage()
+        unusable = shared_memory_unusable()
+        if code in (errno.EROFS, errno.EACCES) and unusable and _from_shared_memory(cause, text):
+            return unusable
         if code == errno.EMFILE or "received 0 items of ancdata" in text:
             return rlimit_shortage(resource.RLIMIT_NOFILE)
         if code == errno.EFBIG and soft_limit(resource.RLIMIT_FSIZE) < math.inf:
@@ -118,6 +121,26 @@ def shared_memory_shortage(needed: int | None = None) -> str:
     return (
         f"shared memory is short: {room}, {in_units(free)} of it free, and this run needs about "
         f"{in_units(needed)} there: {SHARED_MEMORY_FIX}"
+    )
+
+
+def shared_memory_unusable() -> str | None:
+    """Why this process cannot make shared memory at all (/dev/shm missing, read-only, not
+    writable by its user), in one clause with the fix; None where it can."""
+    why: str | None = None
+    try:
+        if os.statvfs(SHARED_MEMORY).f_flag & os.ST_RDONLY:
+            why = "is mounted read-only"
+        elif not os.access(SHARED_MEMORY, os.W_OK):
+            why = "cannot be written"
+    except OSError as error:
+        why = f"cannot be used ({error.strerror})"
+    if why is None:
+        return None
+    return (
+        f"shared memory cannot be made: {SHARED_MEMORY}, where input processes hand their batches "
+        f"over, {why}: mount a tmpfs there that this user can write (docker run --shm-size 2g; on "
+        "Kubernetes an emptyDir of medium Memory) or use --num_workers 0"
     )
 
 

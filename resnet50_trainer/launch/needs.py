@@ -70,6 +70,9 @@ class Needs:
 def check_limits(config: Config) -> None:
     """UserError naming the first of this machine's limits below what the run needs."""
     needs = needs_of(config)
+    unusable = limits.shared_memory_unusable()
+    if needs.shared_memory and unusable:
+        raise UserError(unusable)
     if needs.shared_memory > limits.shared_memory_room()[1]:
         raise UserError(limits.shared_memory_shortage(needs.shared_memory))
     for _, limit, in_use in limits.task_limits():

@@ -131,6 +131,27 @@ def test_a_small_dev_shm_refuses_the_run_before_it_starts(small_db, tmpfs, tmp_p
     assert os.listdir(shm) == []
 
 
+@pytest.mark.parametrize("command", ["resnet50-trainer", "resnet50-db bench"])
+def test_a_read_only_dev_shm_is_named(command, small_db, tmpfs, tmp_path):
+    """Refused before the start by the trainer; named where the semaphore is refused by the
+    tools (red-team: "an input (DataLoader) process was lost as it handed a batch over (OSError:
+    Read-only file system)")."""
+    shm = tmpfs("shm", "4m")
+    subprocess.run(["mount", "-o", "remount,ro", shm], check=True)
+    trainer = command == "resnet50-trainer"
+    flags = ("--train_data", small_db, "--num_workers", "2", "--log_dir", str(tmp_path / "out"))
+    bench = ["resnet50_trainer.tools.db", "bench", small_db, "--batches", "1", "--image_size", "32"]
+    started = trainer_command(*flags) if trainer else [sys.executable, "-m", *bench]
+    done = run([*on_dev_shm(shm), *started])
+    assert done.returncode == (2 if trainer else 1), done.stderr
+    assert one_error_line(done.stderr) == (
+        f"{command}: error: shared memory cannot be made: /dev/shm, where input processes hand "
+        "their batches over, is mounted read-only: mount a tmpfs there that this user can write "
+        "(docker run --shm-size 2g; on Kubernetes an emptyDir of medium Memory) or use "
+        "--num_workers 0"
+    )
+
+
 # A pass that holds every batch it gets: once /dev/shm is full, nothing is freed there, and the
 # next batch an input process makes cannot be (in a steady run the freed batches make room).
 SHM_FILLED_MID_PASS = """
