@@ -7,6 +7,7 @@ measurements); what a process maps is reckoned from this one's, torch imported."
 
 from __future__ import annotations
 
+import math
 import resource
 from dataclasses import dataclass
 
@@ -15,7 +16,6 @@ import torch
 from resnet50_trainer import limits
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.model.resnet import model_shapes
 
 PAGE = resource.getpagesize()
 # Batches a training process may hold from its input processes at once: PREFETCH_FACTOR asked of
@@ -64,7 +64,6 @@ class Needs:
     # Bytes each training process maps beyond what the launcher has as it checks: all of it
     # (resource.RLIMIT_AS) and its private writable part (resource.RLIMIT_DATA).
     maps: dict[int, int]
-    file_size: int  # bytes of the largest file it writes, a checkpoint; none with --test_only
 
 
 def check_limits(config: Config) -> None:
@@ -82,12 +81,12 @@ def check_limits(config: Config) -> None:
         needed = mapping.mapped + needs.maps[mapping.resource]
         if needed > mapping.limit:
             raise UserError(limits.mapping_shortage(mapping, needed))
-    for limit, needed in (
-        (resource.RLIMIT_NOFILE, needs.open_files),
-        (resource.RLIMIT_FSIZE, needs.file_size),
-    ):
-        if needed > limits.soft_limit(limit):
-            raise UserError(limits.rlimit_shortage(limit, needed))
+    if needs.open_files > limits.soft_limit(resource.RLIMIT_NOFILE):
+        raise UserError(limits.rlimit_shortage(resource.RLIMIT_NOFILE, needs.open_files))
+    if limits.soft_limit(resource.RLIMIT_FSIZE) < math.inf and not config.test_only:
+        checkpoint = checkpoint_bytes(config)
+        if checkpoint > limits.soft_limit(resource.RLIMIT_FSIZE):
+            raise UserError(limits.rlimit_shortage(resource.RLIMIT_FSIZE, checkpoint))
 
 
 def needs_of(config: Config) -> Needs:
@@ -118,7 +117,6 @@ def needs_of(config: Config) -> Needs:
             resource.RLIMIT_AS: ADDRESS_SPACE + ADDRESS_SPACE_PER_THREAD * threads + activations,
             resource.RLIMIT_DATA: DATA + DATA_PER_THREAD * threads + activations,
         },
-        file_size=0 if config.test_only else _checkpoint_bytes(config),
     )
 
 
@@ -136,8 +134,12 @@ def _batch_bytes(config: Config, image_size: int) -> int:
     return -(-images // PAGE) * PAGE + PAGE
 
 
-def _checkpoint_bytes(config: Config) -> int:
-    """A checkpoint's size: the weights and buffers, the momentum, the EMA's copy, in float32."""
+def checkpoint_bytes(config: Config) -> int:
+    """A checkpoint's size: the weights and buffers, the momentum, the EMA's copy, in float32.
+    Only where a file-size limit is set: the model's module imports torchvision (seconds), which
+    the launcher of several processes otherwise never does."""
+    from resnet50_trainer.model.resnet import model_shapes
+
     model = model_shapes(config)
     weights = sum(parameter.numel() for parameter in model.parameters())
     buffers = sum(buffer.numel() for buffer in model.buffers())
