@@ -339,13 +339,25 @@ def an_input_process_that_waits(started) -> None:
     time.sleep(60)
 
 
+def still_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def hand_over_past_the_open_file_limit(queue, received) -> None:
     """An input process whose limit on open files is reached as it hands over a tensor: sharing
     its storage needs one more file descriptor."""
     start_input_process(0)
-    opened = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    # The lowest number free: a new descriptor takes it, and a limit there refuses it (after a
+    # suite's other tests the open ones have gaps, where a limit of their count left room).
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    opened = {fd for fd in listed if still_open(fd)}  # the listing's own is closed by now
+    lowest_free = min(set(range(len(opened) + 1)) - opened)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (opened, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
     queue.put((7, torch.arange(3)))
     received.wait(30)
 
