@@ -10,18 +10,15 @@ import os
 from collections.abc import Sequence
 from typing import NoReturn
 
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.build import build_config, with_recipe_and_solver
 from resnet50_trainer.config.flags.parser import build_parser
 from resnet50_trainer.config.launchers import Launched, detect_launcher
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import (
-    TRAINER,
-    guard_standard_streams,
-    leave,
-    log_lines,
-    run_command,
-)
+from resnet50_trainer.errors import TRAINER
 from resnet50_trainer.launch.probes import check_machine, check_torch_loads, gpus_on_this_machine
+from resnet50_trainer.lifecycle import leave
+from resnet50_trainer.streams import guard_standard_streams, log_lines
 
 __all__ = ["build_parser", "command", "config_from_args", "main", "with_recipe_and_solver"]
 

@@ -16,7 +16,8 @@ import os
 
 from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 log = logging.getLogger(__name__)
 # Settings (by their flags' names) that may differ between starts of one run without making it

@@ -11,7 +11,8 @@ from resnet50_trainer.checkpoint import files as checkpoint_files
 from resnet50_trainer.checkpoint import grad_compression_entry, ownership, schema
 from resnet50_trainer.checkpoint.lock import CheckpointLock, lock_checkpoints
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 # A step count within an epoch that no run reaches (10^12 steps), for the longest checkpoint name.
 LARGEST_STEP = 10**12

@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 import torch
 
 from resnet50_trainer.checkpoint.schema import REQUIRED_KEYS, field_problem
-from resnet50_trainer.errors import ACCESS_FIX, UserError, denied, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import ACCESS_FIX, denied, shown
 
 log = logging.getLogger(__name__)
 SUFFIX = ".pt"

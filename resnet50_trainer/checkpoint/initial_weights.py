@@ -15,8 +15,9 @@ import torch
 from resnet50_trainer.checkpoint.files import NotRegularFileError, describe_error, load_weights_file
 from resnet50_trainer.checkpoint.schema import model_problem
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError, denied, shown
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.model.finite import non_finite_tensors
+from resnet50_trainer.path_words import denied, shown
 
 log = logging.getLogger(__name__)
 CLASSIFIER = "fc."  # torchvision's final layer: the one part a new --num_labels replaces

@@ -10,7 +10,8 @@ import fcntl
 import os
 
 from resnet50_trainer.checkpoint.files import SUFFIX
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 # Takes of a lock file that its holder removed between our open and our flock, before we give up.
 _TAKES = 10

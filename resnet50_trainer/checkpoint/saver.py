@@ -13,9 +13,10 @@ from resnet50_trainer.checkpoint.run_state import RunState
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_together
-from resnet50_trainer.errors import Diverged, UserError, shown
+from resnet50_trainer.errors import Diverged, UserError
 from resnet50_trainer.model.finite import non_finite_tensors
 from resnet50_trainer.model.replica import Learner
+from resnet50_trainer.path_words import shown
 
 
 class CheckpointSaver:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from resnet50_trainer.errors import current_folder_gone, shown
+from resnet50_trainer.commands import current_folder_gone
+from resnet50_trainer.path_words import shown
 
 # What a timeout of "inf" becomes: torch takes only a finite timedelta (timedelta(seconds=inf)
 # overflows), and deadlines of now + timeout must fit its int64 clocks. Ten years is forever here.

@@ -20,7 +20,7 @@ from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
 from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher
 from resnet50_trainer.data.settings import InputSettings
-from resnet50_trainer.errors import END_SIGNAL, PREEMPT_SIGNALS, end_input_processes_at_exit
+from resnet50_trainer.lifecycle import END_SIGNAL, PREEMPT_SIGNALS, end_input_processes_at_exit
 
 
 def decode_strategy(settings: InputSettings) -> DecodeStrategy:
@@ -92,7 +92,7 @@ def quiet_when_the_receiver_is_gone(report):
 
 def ignore_stop_signals(worker_id: int) -> None:
     """An input process ignores a scheduler's stop signal, sent to the whole process group: its
-    training process saves the run's position and then ends it with END_SIGNAL (errors.py), on
+    training process saves the run's position and then ends it with END_SIGNAL (lifecycle.py), on
     which it exits as if its work were done, its exit finalizers run (DevicePrefetcher starts it
     with the stop signals blocked, so none kills it before this runs). Ctrl-Z too, where its
     training process, which it inherits the handler of, pauses at a step its peers agree on

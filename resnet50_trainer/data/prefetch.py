@@ -25,12 +25,8 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from resnet50_trainer.data.batch import Batch, require_records
 from resnet50_trainer.data.spans import COPY_TO_DEVICE, WAIT_FOR_BATCH
-from resnet50_trainer.errors import (
-    ONE_LINE_ERRORS,
-    PeerLost,
-    end_input_processes,
-    preempt_signals_blocked,
-)
+from resnet50_trainer.errors import ONE_LINE_ERRORS, PeerLost
+from resnet50_trainer.lifecycle import end_input_processes, preempt_signals_blocked
 
 _END = object()  # of a pass's batches
 TICK_S = 1.0  # the longest tick of the clock that times a wait for a batch (_deadline)
@@ -163,7 +159,7 @@ def _started(loader: DataLoader) -> Iterator:
     """iter(loader); where its start fails part way (an input process or a queue not made: a
     limit of the machine, limits.py), the half-made iterator is marked shut down, or its __del__
     would fail on what its __init__ never made, a traceback printed after the run's line. Input
-    processes it did start are ended with the others (errors.end_input_processes)."""
+    processes it did start are ended with the others (lifecycle.end_input_processes)."""
     try:
         return iter(loader)
     except BaseException as error:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.config.values import NO_TIME_LIMIT_S
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.errors import input_processes
+from resnet50_trainer.lifecycle import input_processes
 
 _asked: list[int] = []
 

@@ -1,6 +1,6 @@
-"""A scheduler's stop signal (errors.PREEMPT_SIGNALS) to any process of the run, or to all at once:
-each training process only records it here; the epoch loop folds "did a signal come" into its
-next check all-reduce, so every process learns it at the same step, saves that position and
+"""A scheduler's stop signal (lifecycle.PREEMPT_SIGNALS) to any process of the run, or to all at
+once: each training process only records it here; the epoch loop folds "did a signal come" into
+its next check all-reduce, so every process learns it at the same step, saves that position and
 stops (exit errors.PREEMPTED_EXIT_STATUS). Recording, not raising: a signal never breaks into a
 collective or a checkpoint being written, and a second one changes nothing."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 
-from resnet50_trainer.errors import PREEMPT_SIGNALS
+from resnet50_trainer.lifecycle import PREEMPT_SIGNALS
 
 _received: list[int] = []
 

@@ -9,7 +9,7 @@ import signal
 import time
 
 from resnet50_trainer.distributed.preemption import stop_signal
-from resnet50_trainer.errors import PREEMPT_SIGNALS
+from resnet50_trainer.lifecycle import PREEMPT_SIGNALS
 
 # Seconds the others get to end by themselves once one has ended with a failure: a survivor of a
 # lost peer names it after its roll call (3 s, heartbeats.py), then leaves; killed sooner, the

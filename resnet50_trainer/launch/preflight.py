@@ -24,8 +24,9 @@ from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.distributed import grad_compression
-from resnet50_trainer.errors import RecordError, UserError, denied, shown, unreachable
+from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.launch.needs import check_limits
+from resnet50_trainer.path_words import denied, shown, unreachable
 from resnet50_trainer.train.labels import (
     scan_training_labels,
     test_label_refusal,

@@ -10,8 +10,9 @@ import sys
 
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.transport import check_transport
-from resnet50_trainer.errors import UserError, check_reachable, shown
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.limits import tightest_mapping_limit
+from resnet50_trainer.path_words import check_reachable, shown
 
 
 def check_machine(config: Config) -> None:

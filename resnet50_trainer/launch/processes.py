@@ -20,13 +20,11 @@ from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
 from resnet50_trainer.distributed.preemption import record_stop_signals
 from resnet50_trainer.errors import (
-    PREEMPT_SIGNALS,
     PREEMPTED_EXIT_STATUS,
     TRAINER,
     USAGE_EXIT_STATUS,
     RunFailed,
     error_line,
-    preempt_signals_blocked,
 )
 from resnet50_trainer.launch import preflight
 from resnet50_trainer.launch.children import forward_stop_signals, wait_for
@@ -39,6 +37,7 @@ from resnet50_trainer.launch.training_process import (
     run_spawned,
 )
 from resnet50_trainer.launch.watcher import watched
+from resnet50_trainer.lifecycle import PREEMPT_SIGNALS, preempt_signals_blocked
 
 log = logging.getLogger(__name__)
 # Seconds the other processes get to end by themselves (and report) once one has failed, and

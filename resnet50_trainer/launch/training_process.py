@@ -21,6 +21,7 @@ import torch
 
 from resnet50_trainer import limits
 from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
+from resnet50_trainer.commands import report
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group
@@ -34,14 +35,10 @@ from resnet50_trainer.errors import (
     PeerLost,
     RunFailed,
     UserError,
-    end_input_processes,
     exit_status,
-    guard_standard_streams,
-    leave,
-    log_lines,
-    report,
-    stop_watching_input_processes,
 )
+from resnet50_trainer.lifecycle import end_input_processes, leave, stop_watching_input_processes
+from resnet50_trainer.streams import guard_standard_streams, log_lines
 
 # The longest path a Unix socket takes (sun_path, less its NUL), and what multiprocessing adds to
 # the temporary directory's base for one.
@@ -201,7 +198,7 @@ def run_spawned(
     """A spawned process reports its failure in one line, unless another process of this machine
     did (`reported`), and exits 2 (user error), 3 (preempted) or 1; the launcher passes that on.
     A stop signal is recorded (distributed/preemption.py); SIGINT stops it as Ctrl-C does. It
-    leaves as the command does (errors.leave), never through the interpreter's teardown; only a
+    leaves as the command does (lifecycle.leave), never through the interpreter's teardown; only a
     bug's traceback goes back to the launcher through torch's spawn."""
     # The parent's end sends SIGINT (torch sets that as the parent-death signal): the fork
     # server's, with the launcher (launch/fork_server.py) or alone (the OOM killer's choice, say),

@@ -21,7 +21,8 @@ from typing import BinaryIO
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.reporting.trace_report import TraceReport, read_trace
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ import contextlib
 import errno
 import os
 
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 
 class ReportFile:

@@ -19,7 +19,8 @@ import socket
 import time
 
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.reporting.report_files import ReportFile
 from resnet50_trainer.reporting.runlog import NO_TEST_ACCURACY, EpochRow
 

@@ -15,7 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from resnet50_trainer.errors import UserError, check_reachable, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import check_reachable, shown
 
 
 @contextmanager

@@ -9,7 +9,8 @@ import torch.distributed as dist
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.reporting.progress import BAD_KEYS_NAMED
 
 log = logging.getLogger(__name__)

@@ -23,15 +23,10 @@ from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.pausing import pause_asked, pause_together
 from resnet50_trainer.distributed.preemption import stop_signal
 from resnet50_trainer.distributed.stopping import stop_run, stop_together
-from resnet50_trainer.errors import (
-    EXIT_STATUS,
-    PREEMPTED_EXIT_STATUS,
-    Diverged,
-    exit_status,
-    shown,
-)
+from resnet50_trainer.errors import EXIT_STATUS, PREEMPTED_EXIT_STATUS, Diverged, exit_status
 from resnet50_trainer.model.optim import set_learning_rate
 from resnet50_trainer.model.replica import Learner
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.reporting.progress import EpochProgress
 from resnet50_trainer.reporting.runlog import EpochRow
 from resnet50_trainer.train.bad_records import bad_records_verdict

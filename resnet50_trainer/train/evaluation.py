@@ -15,8 +15,9 @@ import torch.distributed as dist
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.stopping import stop_run
-from resnet50_trainer.errors import exit_status, shown
+from resnet50_trainer.errors import exit_status
 from resnet50_trainer.model.replica import Replica
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.train.labels import test_label_refusal
 
 log = logging.getLogger(__name__)

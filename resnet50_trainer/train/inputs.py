@@ -32,7 +32,8 @@ from resnet50_trainer.data.synthetic import SyntheticBatches
 from resnet50_trainer.distributed import process_group
 from resnet50_trainer.distributed.preemption import stop_signal
 from resnet50_trainer.distributed.process_group import Placement
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 log = logging.getLogger(__name__)
 # How long a process of a run of several still waits for a batch once a stop signal has come: its

@@ -10,7 +10,8 @@ from resnet50_trainer.config.values import NUM_LABELS
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.label_scan import LabelScan, scan_labels
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 
 # Seconds spent looking for the DB's highest label, which the fix names.
 HIGHEST_LABEL_SCAN_S = 5.0

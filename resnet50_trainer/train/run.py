@@ -24,10 +24,11 @@ from resnet50_trainer.distributed.stopping import (
     on_first_process,
     wait_for_first_process_to_exit,
 )
-from resnet50_trainer.errors import shown, stop_watching_input_processes
+from resnet50_trainer.lifecycle import stop_watching_input_processes
 from resnet50_trainer.model.lr_schedule import LearningRateSchedule
 from resnet50_trainer.model.precision import describe_precision
 from resnet50_trainer.model.replica import Learner, build_replica
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.train.epoch_loop import EpochLoop
 from resnet50_trainer.train.evaluate_only import evaluate_checkpoint
 from resnet50_trainer.train.inputs import build_test_input, build_train_input, input_settings
@@ -101,7 +102,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     with logging_redirect_tqdm():
         loop.run_epochs()
     # No batch is wanted now: an input process that dies from here on (its loader's shutdown
-    # included) must not raise (errors.py).
+    # included) must not raise (lifecycle.py).
     stop_watching_input_processes()
     outputs.close()
     digest = process_group.parameters_digest_everywhere(replica.model)

@@ -9,7 +9,8 @@ from resnet50_trainer.config.settings import Config
 from resnet50_trainer.data.prefetch import StopWhileWaiting
 from resnet50_trainer.distributed.preemption import stop_signal_name
 from resnet50_trainer.distributed.process_group import Placement
-from resnet50_trainer.errors import Preempted, shown
+from resnet50_trainer.errors import Preempted
+from resnet50_trainer.path_words import shown
 
 
 def preempted(run: RunState, steps_per_epoch: int, saved: str | None) -> Preempted:

@@ -96,7 +96,7 @@ def test_the_launcher_of_several_processes_imports_no_training_code(image_db, tm
 
 
 def test_a_training_process_leaves_without_the_interpreters_teardown():
-    """errors.leave: exit handlers run and output is flushed, the status is kept, and nothing is
+    """lifecycle.leave: exit handlers run and output is flushed, the status is kept, and nothing is
     torn down after (where a Gloo thread freeing a collective would abort the process)."""
     script = (
         "import atexit, sys\n"

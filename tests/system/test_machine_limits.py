@@ -158,7 +158,7 @@ SHM_FILLED_MID_PASS = """
 import os, sys, torch
 from resnet50_trainer.data.formats.databases import read_keys
 from resnet50_trainer.data.input_pipeline import device_batches
-from resnet50_trainer.errors import end_input_processes
+from resnet50_trainer.lifecycle import end_input_processes
 from resnet50_trainer.limits import shortage_in
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.trainer_runs import SMALL_RUN, config_of, fill_up

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.errors import UserError, shown
+from resnet50_trainer.errors import UserError
+from resnet50_trainer.path_words import shown
 from tests.support.run_logs import ours_log
 from tests.support.trainer_runs import (
     fill_up,

@@ -9,15 +9,9 @@ import os
 import pytest
 
 from resnet50_trainer.cli import build_parser
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.settings import Config
-from resnet50_trainer.errors import (
-    Diverged,
-    PeerLost,
-    RecordError,
-    RunFailed,
-    UserError,
-    run_command,
-)
+from resnet50_trainer.errors import Diverged, PeerLost, RecordError, RunFailed, UserError
 from resnet50_trainer.tools.db import command as db_command
 from tests.support.dbfactory import write_db
 from tests.support.original_flags import ORIGINAL_FLAGS

@@ -41,9 +41,11 @@ from resnet50_trainer.data.input_pipeline import (
 )
 from resnet50_trainer.data.prefetch import BatchWaits, DevicePrefetcher, StopWhileWaiting
 from resnet50_trainer.distributed import process_group
-from resnet50_trainer.errors import PeerLost, end_input_processes
+from resnet50_trainer.errors import PeerLost
 from resnet50_trainer.launch.training_process import _one_line_if_stopped
+from resnet50_trainer.lifecycle import end_input_processes
 from resnet50_trainer.limits import shortage_in
+from resnet50_trainer.streams import is_open
 from resnet50_trainer.train.inputs import input_settings
 from tests.support.dbfactory import write_image_db
 from tests.support.trainer_runs import SMALL_RUN, children, config_of, run_python, wait_for
@@ -339,14 +341,6 @@ def an_input_process_that_waits(started) -> None:
     time.sleep(60)
 
 
-def still_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
 def hand_over_past_the_open_file_limit(queue, received) -> None:
     """An input process whose limit on open files is reached as it hands over a tensor: sharing
     its storage needs one more file descriptor."""
@@ -354,7 +348,7 @@ def hand_over_past_the_open_file_limit(queue, received) -> None:
     # The lowest number free: a new descriptor takes it, and a limit there refuses it (after a
     # suite's other tests the open ones have gaps, where a limit of their count left room).
     listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
-    opened = {fd for fd in listed if still_open(fd)}  # the listing's own is closed by now
+    opened = {fd for fd in listed if is_open(fd)}  # the listing's own is closed by now
     lowest_free = min(set(range(len(opened) + 1)) - opened)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))

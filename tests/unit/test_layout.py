@@ -75,6 +75,10 @@ def test_a_cycle_is_found():
 LAYERS = (
     "limits",
     "errors",
+    "path_words",
+    "lifecycle",
+    "streams",
+    "commands",
     "data",
     "config",
     "distributed",

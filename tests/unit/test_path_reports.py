@@ -10,7 +10,8 @@ import os
 import pytest
 
 from resnet50_trainer.data.formats.databases import open_database
-from resnet50_trainer.errors import error_line, shown, unreachable
+from resnet50_trainer.errors import error_line
+from resnet50_trainer.path_words import shown, unreachable
 from resnet50_trainer.tools.db.command import main as db_main
 from tests.support.dbfactory import write_class_folders, write_image_db
 from tests.support.trainer_runs import in_process, refused_in_process

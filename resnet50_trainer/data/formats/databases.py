@@ -32,8 +32,9 @@ import plyvel
 from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LEVELDB, LMDB
 from resnet50_trainer.data.formats.keys import KeyStore
-from resnet50_trainer.errors import UserError, check_reachable, denied, shown, unreachable
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.limits import shortage_in
+from resnet50_trainer.path_words import check_reachable, denied, shown, unreachable
 
 _DB_NAMES = {LMDB: "LMDB", LEVELDB: "LevelDB"}
 _ARTICLES = {LMDB: "an", LEVELDB: "a"}

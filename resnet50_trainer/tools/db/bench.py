@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.flags.data import READ_ORDER_FLAGS, DataFlags
 from resnet50_trainer.config.flags.declare import add_flags
 from resnet50_trainer.config.parsing import OneLineParser
@@ -32,8 +33,9 @@ from resnet50_trainer.data.formats.databases import check_database_path, detect_
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.settings import CROPS, SCALE_CROP, window_mb_of
-from resnet50_trainer.errors import UserError, guard_standard_streams, log_lines, run_command
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.launch.probes import check_torch_loads
+from resnet50_trainer.streams import guard_standard_streams, log_lines
 
 if TYPE_CHECKING:
     import torch

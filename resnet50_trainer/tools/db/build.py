@@ -37,8 +37,9 @@ from resnet50_trainer.data.formats.databases import (
 )
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import check_keys_fit, open_writer
-from resnet50_trainer.errors import RecordError, UserError, check_reachable, shown
+from resnet50_trainer.errors import RecordError, UserError
 from resnet50_trainer.limits import shortage_in
+from resnet50_trainer.path_words import check_reachable, shown
 from resnet50_trainer.tools.db.sources import (
     CreateOptions,
     ImageTask,
@@ -371,7 +372,7 @@ def _write_records(
 def _writing(options: CreateOptions, build_path: str):
     """The new database's writer; a full disk or a vanished directory is a UserError. A limit of
     the machine met meanwhile (/dev/shm full as the input processes start) is not the disk's: it
-    goes on, to be named as such (errors.run_command)."""
+    goes on, to be named as such (commands.run_command)."""
     try:
         with open_writer(build_path, options.db_type, options.batch_size) as writer:
             yield writer

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.parsing import OneLineParser, add_version_flag
-from resnet50_trainer.errors import guard_standard_streams, log_lines, run_command
+from resnet50_trainer.streams import guard_standard_streams, log_lines
 from resnet50_trainer.tools.db import bench, copy, create, dump, inspect
 
 SUBCOMMANDS = {"create": create, "copy": copy, "inspect": inspect, "dump": dump, "bench": bench}

@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 
+from resnet50_trainer.commands import current_folder_gone
 from resnet50_trainer.config.values import BUILD_WORKERS, path_value
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
-from resnet50_trainer.errors import current_folder_gone, shown
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
 from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
 from resnet50_trainer.tools.db.sources import CreateOptions

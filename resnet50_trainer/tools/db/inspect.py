@@ -20,7 +20,8 @@ from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_image, decode_native, encoded_format
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.data.formats.records import Record, parse_record
-from resnet50_trainer.errors import RecordError, UserError, shown
+from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.tools.db.arguments import add_database_arguments
 from resnet50_trainer.tools.output_file import replacing
 

@@ -22,7 +22,8 @@ from resnet50_trainer.data.formats.images import (
 )
 from resnet50_trainer.data.formats.jpeg_region import with_restart_markers
 from resnet50_trainer.data.formats.records import DATUM, Record
-from resnet50_trainer.errors import RecordError, UserError, shown
+from resnet50_trainer.errors import RecordError, UserError
+from resnet50_trainer.path_words import shown
 
 # Pillow's format names for --encode_type
 _ENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG"}

@@ -6,10 +6,12 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.parsing import FlagHelpFormatter, OneLineParser, add_version_flag
 from resnet50_trainer.config.values import Number, path_value
-from resnet50_trainer.errors import UserError, guard_standard_streams, run_command
+from resnet50_trainer.errors import UserError
 from resnet50_trainer.launch.probes import check_torch_loads
+from resnet50_trainer.streams import guard_standard_streams
 from resnet50_trainer.tools.export import ONNX, TORCHSCRIPT
 
 PROG = "resnet50-export"

@@ -8,7 +8,8 @@ import os
 
 import torch
 
-from resnet50_trainer.errors import RunFailed, UserError, shown
+from resnet50_trainer.errors import RunFailed, UserError
+from resnet50_trainer.path_words import shown
 from resnet50_trainer.tools.export import formats
 from resnet50_trainer.tools.export.check import check_inputs
 from resnet50_trainer.tools.export.network import read_network

@@ -10,9 +10,11 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from resnet50_trainer.commands import run_command
 from resnet50_trainer.config.parsing import add_version_flag
 from resnet50_trainer.config.values import Number, path_value
-from resnet50_trainer.errors import guard_standard_streams, run_command, shown
+from resnet50_trainer.path_words import shown
+from resnet50_trainer.streams import guard_standard_streams
 from resnet50_trainer.tools.plot.size import DEFAULT_DPI, FIGURE_SIZE_INCHES
 
 DEFAULT_OUTPUT = "plot.png"
