@@ -409,9 +409,8 @@ def example_loop_rate(root: str, device: str) -> float:
             0.25,
             "end-to-end CPU training, `resnet50-trainer` from the photographs' LMDB (images/s "
             "of its steps after the first 20, in one epoch), against the loop PyTorch's ImageNet "
-            "example "
-            "writes over the same JPEGs as files; ResNet-18, 64 px, batch 16, float32, one "
-            "input process each",
+            "example writes over the same JPEGs as files; ResNet-18, 64 px, batch 16, float32, "
+            "one input process each",
             quick=True,
         ),
         Figure("train_cpu_images_s", "images/s", HIGHER, None, 0.25, "ours, as above"),
