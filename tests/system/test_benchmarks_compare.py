@@ -57,7 +57,8 @@ def test_a_base_that_cannot_run_is_not_a_pass(tmp_path):
 
 def test_a_sleep_planted_in_each_step_shows_in_the_step_overhead_figure(tmp_path):
     """The figure `compare` guards (step_overhead_vs_bare_loop) sees a per-step cost the trainer
-    adds: 50 ms slept in each step's pass, on a step of about 30-50 ms, at least doubles it."""
+    adds: 200 ms slept in each step's pass shows as at least half of it more than the bare loop's
+    step (about 40-70 ms, each loop timed alone on a loaded machine, so only the sum is firm)."""
     from benchmarks.step_overhead import step_figures
     from benchmarks.trees import Tree
 
@@ -66,6 +67,7 @@ def test_a_sleep_planted_in_each_step_shows_in_the_step_overhead_figure(tmp_path
     source = step.read_text()
     first_line = "    images, targets, dominant_labels = pass_inputs"
     assert first_line in source
-    step.write_text(source.replace(first_line, f"    __import__('time').sleep(0.05)\n{first_line}"))
+    step.write_text(source.replace(first_line, f"    __import__('time').sleep(0.2)\n{first_line}"))
     figures = step_figures(Tree("planted", Path(planted)), str(tmp_path), timed=20)
-    assert figures["step_overhead_vs_bare_loop"] > 1.5, figures
+    added_ms = figures["step_trainer_ms"] - figures["step_bare_loop_ms"]
+    assert added_ms > 100 and figures["step_overhead_vs_bare_loop"] > 1.5, figures

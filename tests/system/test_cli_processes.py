@@ -100,7 +100,7 @@ def test_a_training_process_leaves_without_the_interpreters_teardown():
     torn down after (where a Gloo thread freeing a collective would abort the process)."""
     script = (
         "import atexit, sys\n"
-        "from resnet50_trainer.errors import leave\n"
+        "from resnet50_trainer.lifecycle import leave\n"
         "class TornDown:\n"
         "    def __del__(self):\n"
         "        print('torn down', flush=True)\n"
