@@ -14,7 +14,8 @@ from torch.utils.data import Dataset
 
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.batch import Batch, Fetched
-from resnet50_trainer.data.formats.databases import Database, open_database
+from resnet50_trainer.data.formats.databases import open_database
+from resnet50_trainer.data.formats.db_reader import Database
 from resnet50_trainer.data.formats.record_view import parse_record_view
 from resnet50_trainer.data.formats.records import Record
 from resnet50_trainer.data.order import StepReads

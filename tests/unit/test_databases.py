@@ -11,14 +11,12 @@ import numpy as np
 import plyvel
 import pytest
 
-from resnet50_trainer.data.formats.databases import (
-    DB_TYPES,
-    LevelDbDatabase,
-    LmdbDatabase,
-    _merged,
-    open_database,
-)
-from resnet50_trainer.data.formats.writers import open_writer
+from resnet50_trainer.data.formats.databases import READERS, open_database
+from resnet50_trainer.data.formats.db_types import DB_TYPES
+from resnet50_trainer.data.formats.leveldb_reader import LevelDbDatabase
+from resnet50_trainer.data.formats.lmdb_prefetch import _merged
+from resnet50_trainer.data.formats.lmdb_reader import LmdbDatabase
+from resnet50_trainer.data.formats.writers import WRITERS, open_writer
 from resnet50_trainer.errors import UserError
 from tests.support.dbfactory import cut_short, write_db
 from tests.support.file_digests import _file_digests
@@ -331,3 +329,7 @@ def test_neighbouring_spans_are_one_request():
         (0, 12_050),
         (100_000, 10),
     ]
+
+
+def test_every_db_type_has_a_reader_and_a_writer():
+    assert tuple(READERS) == tuple(WRITERS) == DB_TYPES

@@ -23,7 +23,7 @@ INTERNAL_INVARIANTS = {
     ("data/formats/images.py", "_file_bytes"),
     ("data/formats/records.py", "record_pixels"),
     # A read of a database this package closed: a bug of ours, not of the DB.
-    ("data/formats/databases.py", "_beginning"),
+    ("data/formats/lmdb_reader.py", "_beginning"),
     # resnet50-db create's parser refuses a command line without exactly one of SOURCE and
     # --list_file.
     ("tools/db/build.py", "_tasks"),

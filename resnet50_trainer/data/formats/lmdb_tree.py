@@ -14,19 +14,24 @@ import struct
 
 import numpy as np
 
+from resnet50_trainer.data.formats.lmdb_layout import (
+    BIG_DATA,
+    BRANCH,
+    LEAF,
+    NODE_HEADER,
+    PAGE_HEADER,
+    PAGE_KINDS,
+    PAGE_NUMBER,
+)
 from resnet50_trainer.errors import UserError
 
-_PAGE = struct.Struct("=QHHHH")  # MDB_page: number, padding, flags, lower and upper bounds
 # MDB_meta, after its page's header: the main DB's flags and depth, its root, the last page, and
 # the transaction that wrote it.
 _MAIN_DB = struct.Struct("=HHQQQQQ")  # md_flags, md_depth, pages of 3 kinds, entries, md_root
-_MAIN_DB_AT = _PAGE.size + 4 + 4 + 8 + 8 + 48 + 4  # magic, version, address, size, the free DB
+_HEADER, _NODE = PAGE_HEADER.size, NODE_HEADER.size  # bytes
+_MAIN_DB_AT = _HEADER + 4 + 4 + 8 + 8 + 48 + 4  # magic, version, address, size, the free DB
 _LAST = struct.Struct("=QQ")  # mm_last_pg, mm_txnid
 _LAST_AT = _MAIN_DB_AT + _MAIN_DB.size
-_BRANCH, _LEAF = 0x01, 0x02
-_KINDS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40  # branch, leaf, overflow, meta, leaf2, sub-page
-_BIG_DATA = 0x01  # a node's value on overflow pages
-_NODE = 8  # MDB_node's header: data size (two 16-bit halves), flags, key size
 _NO_ROOT = 2**64 - 1  # P_INVALID: an empty DB
 _PAGES_AT_ONCE = 4096  # 16 MB of 4 KB pages
 
@@ -91,11 +96,11 @@ def _children(pages: np.ndarray, numbers: np.ndarray, level: int, last: int) -> 
     own = pages[:, :8].copy().view(np.uint64).ravel()
     flags, lower, upper = (words[:, i].astype(np.int64) for i in (5, 6, 7))
     branch = level > 1
-    counts = (lower - _PAGE.size) // 2
+    counts = (lower - _HEADER) // 2
     bad = (
         (own != numbers.astype(np.uint64))
-        | (flags & _KINDS != (_BRANCH if branch else _LEAF))
-        | (lower < _PAGE.size)
+        | (flags & PAGE_KINDS != (BRANCH if branch else LEAF))
+        | (lower < _HEADER)
         | (lower > upper)
         | (upper > page_size)
         | (counts < (2 if branch else 1))  # LMDB asserts a branch page's two keys
@@ -105,7 +110,7 @@ def _children(pages: np.ndarray, numbers: np.ndarray, level: int, last: int) -> 
     # Every node of every page, flattened: its page's row, and its offset in the page.
     columns = np.arange(counts.max())
     rows, slots = np.nonzero(columns < counts[:, None])
-    offsets = words[rows, _PAGE.size // 2 + slots].astype(np.int64)
+    offsets = words[rows, _HEADER // 2 + slots].astype(np.int64)
     bad_nodes = (offsets % 2 != 0) | (offsets < upper[rows]) | (offsets > page_size - _NODE)
     if bad_nodes.any():
         return int(numbers[rows[bad_nodes][0]])
@@ -118,13 +123,13 @@ def _children(pages: np.ndarray, numbers: np.ndarray, level: int, last: int) -> 
         bad_nodes = after_keys > page_size
         return int(numbers[rows[bad_nodes][0]]) if bad_nodes.any() else children
     sizes = low | high << 16
-    big = node_flags & _BIG_DATA != 0
-    bad_nodes = np.where(big, after_keys + 8, after_keys + sizes) > page_size
+    big = node_flags & BIG_DATA != 0
+    bad_nodes = np.where(big, after_keys + PAGE_NUMBER.size, after_keys + sizes) > page_size
     if bad_nodes.any():
         return int(numbers[rows[bad_nodes][0]])
-    spots = after_keys[big][:, None] + np.arange(8)
+    spots = after_keys[big][:, None] + np.arange(PAGE_NUMBER.size)
     overflow = pages[rows[big][:, None], spots].copy().view(np.uint64).ravel()
-    ends = np.minimum(overflow, last + 1).astype(np.int64) * page_size + _PAGE.size + sizes[big]
+    ends = np.minimum(overflow, last + 1).astype(np.int64) * page_size + _HEADER + sizes[big]
     bad_values = (overflow < 2) | (overflow > last) | (ends > (last + 1) * page_size)
     return int(numbers[rows[big][bad_values][0]]) if bad_values.any() else np.array([], np.int64)
 

@@ -4,7 +4,7 @@ Caffe's convert_imageset --encoded writes each record as a Datum holding a JPEG 
 label and encoded=true. The protobuf parse copies the file out of the value (after the database
 copied the value out of its pages); here the few fields of such a record are walked by hand and
 `Record.encoded` is a memoryview of the value: with an LMDB read through a view of its memory map
-(databases.Database.view), the file goes from the map into the decoder without a copy. Anything
+(db_reader.Database.view), the file goes from the map into the decoder without a copy. Anything
 else (TensorProtos, raw pixels, float_data, a field we do not know, a damaged record) goes to
 records.parse_record, which judges it as before.
 """

@@ -1,5 +1,6 @@
 """Writing an image database: LMDB and LevelDB writers that commit in batches and finish what they
-began (resnet50-db create and the tests write through them)."""
+began (resnet50-db create and the tests write through them), the writer of each DB type (WRITERS)
+and the keys each can store."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 import lmdb
 import plyvel
 
-from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
+from resnet50_trainer.data.formats.db_types import DB_TYPE_TABLE, LEVELDB, LMDB, unknown_db_type
 from resnet50_trainer.data.formats.keys import printable_key
 from resnet50_trainer.errors import UserError
 
@@ -35,6 +36,11 @@ class DatabaseWriter(ABC):
         if self._batch:
             self._commit(self._batch)
             self._batch = []
+
+    @classmethod
+    def longest_key(cls) -> int | None:
+        """The most bytes a key may hold (keys have 1 at least), or None: any key fits."""
+        return None
 
     @abstractmethod
     def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
@@ -69,6 +75,12 @@ class LmdbWriter(DatabaseWriter):
             os.fsencode(path), map_size=self._INITIAL_MAP_SIZE, subdir=True, lock=False
         )
         self._last_key: bytes | None = None
+
+    @classmethod
+    def longest_key(cls) -> int | None:
+        """The LMDB library's maximum key size (511 bytes as built), asked of a throwaway
+        environment (py-lmdb asks one)."""
+        return _lmdb_max_key_size()
 
     def _commit(self, batch: list[tuple[bytes, bytes]]) -> None:
         while True:
@@ -109,17 +121,27 @@ class LevelDbWriter(DatabaseWriter):
                 os.remove(os.path.join(self.path, name))
 
 
+WRITERS: dict[str, type[DatabaseWriter]] = {LMDB: LmdbWriter, LEVELDB: LevelDbWriter}
+
+
+def _writer_of(db_type: str) -> type[DatabaseWriter]:
+    if db_type not in WRITERS:
+        raise unknown_db_type(db_type)
+    return WRITERS[db_type]
+
+
 def check_keys_fit(keys: Iterable[bytes], db_type: str, fix: str) -> None:
-    """UserError, saying `fix`, at the first of `keys` that a database of `db_type` cannot store:
-    LMDB's keys are 1 byte to its maximum key size (511 bytes as built); LevelDB takes any."""
-    if db_type != LMDB:
+    """UserError, saying `fix`, at the first of `keys` that a database of `db_type` cannot store
+    (DatabaseWriter.longest_key)."""
+    limit = _writer_of(db_type).longest_key()
+    if limit is None:
         return
-    limit = _lmdb_max_key_size()
     unfit = next((key for key in keys if not 0 < len(key) <= limit), None)
     if unfit is not None:
         shown = printable_key(unfit[:_KEY_SHOWN]) + ("..." if len(unfit) > _KEY_SHOWN else "")
+        kind = DB_TYPE_TABLE[db_type].title
         raise UserError(
-            f"key {shown} is {len(unfit)} bytes, but LMDB keys are 1 to {limit} bytes; {fix}; "
+            f"key {shown} is {len(unfit)} bytes, but {kind} keys are 1 to {limit} bytes; {fix}; "
             "nothing was written"
         )
 
@@ -129,7 +151,7 @@ _KEY_SHOWN = 60  # bytes of an unfit key the refusal shows
 
 @functools.cache
 def _lmdb_max_key_size() -> int:
-    """The LMDB library's limit, asked of a throwaway environment (py-lmdb asks one)."""
+    """Asked once: each ask makes an environment."""
     with tempfile.TemporaryDirectory() as directory:
         environment = lmdb.open(directory, lock=False)
         try:
@@ -140,8 +162,7 @@ def _lmdb_max_key_size() -> int:
 
 def open_writer(path: str, db_type: str, batch_size: int = 1000) -> DatabaseWriter:
     """A writer creating a new database at `path` (which must not exist yet)."""
-    if db_type not in DB_TYPES:
-        raise UserError(f"unknown database type {db_type!r}; use --db_type lmdb or leveldb")
+    writer = _writer_of(db_type)
     if os.path.exists(path):
         raise UserError(f"{path} already exists; choose a new path for the database")
-    return LmdbWriter(path, batch_size) if db_type == LMDB else LevelDbWriter(path, batch_size)
+    return writer(path, batch_size)

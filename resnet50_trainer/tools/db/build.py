@@ -30,11 +30,11 @@ import plyvel
 from tqdm import tqdm
 
 from resnet50_trainer.data.formats.databases import (
-    Database,
     detect_db_type,
     holds_only_a_database,
     open_database,
 )
+from resnet50_trainer.data.formats.db_reader import Database
 from resnet50_trainer.data.formats.records import serialize_record, with_file_rewritten
 from resnet50_trainer.data.formats.writers import check_keys_fit, open_writer
 from resnet50_trainer.errors import RecordError, UserError
