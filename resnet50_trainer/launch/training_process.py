@@ -1,7 +1,8 @@
 """The body of one training process, wherever it was started: forked from the launcher's fork
-server or spawned by the launcher (run_spawned), started by torchrun, srun or mpirun as one rank
-(run_launched), or the launcher itself in a run of one process (run_process). Its logging, seed and
-device; one line for a lost peer; how it tells the launcher's Ctrl-C from its parent's end."""
+server or spawned by the launcher (train_as_child_process), started by torchrun, srun or mpirun as
+one rank (train_as_launched_rank), or the launcher itself in a run of one process
+(train_as_process). Its logging, seed and device; one line for a lost peer; how it tells the
+launcher's Ctrl-C from its parent's end."""
 
 from __future__ import annotations
 
@@ -48,16 +49,16 @@ SOCKET_IN_TEMPORARY_DIRECTORY = "/pymp-XXXXXXXX/listener-XXXXXXXX"
 LAUNCHER_END_S = 1.0
 
 
-def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
+def train_as_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
     """The body of one training process: placement, device, process group, training."""
     placement = process_group.placement_for(config, local_index)
     device = _set_up(config, placement)
     with _one_line_if_stopped(config, placement):
         joining.join_process_group(config, placement, store_host, store_port)
-        _train(config, placement, device)
+        _import_and_train(config, placement, device)
 
 
-def run_launched(launched: Launched, config: Config) -> None:
+def train_as_launched_rank(launched: Launched, config: Config) -> None:
     """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
     placement = process_group.Placement(
         launched.rank, launched.world_size, launched.local_rank, launched.local_world_size
@@ -66,7 +67,7 @@ def run_launched(launched: Launched, config: Config) -> None:
     with _one_line_if_stopped(config, placement):
         meeting = joining.join_under_launcher(config, launched)  # held for the run
         try:
-            _train(config, placement, device)
+            _import_and_train(config, placement, device)
         finally:
             if meeting is not None:
                 meeting.close()
@@ -95,11 +96,13 @@ def _own_temporary_directory() -> None:
         tempfile.tempdir = chosen
 
 
-def _train(config: Config, placement: process_group.Placement, device: torch.device) -> None:
-    """train.run's train, imported here: the launcher of several processes trains nothing, and
-    the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU; the fork
-    server imports it once for all of them (launch/processes.py's _start_fork_server)."""
-    from resnet50_trainer.train.run import train
+def _import_and_train(
+    config: Config, placement: process_group.Placement, device: torch.device
+) -> None:
+    """train/trainer.py's train, imported only here: the launcher of several processes trains
+    nothing, and the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU;
+    the fork server imports it once for all of them (launch/processes.py's _start_fork_server)."""
+    from resnet50_trainer.train.trainer import train
 
     train(config, placement, device)
 
@@ -188,7 +191,7 @@ def how_to_go_on(config: Config) -> str:
     )
 
 
-def run_spawned(
+def train_as_child_process(
     local_index: int,
     config: Config,
     store_host: str,
@@ -210,7 +213,7 @@ def run_spawned(
     record_stop_signals()
     try:
         try:
-            run_process(local_index, config, store_host, store_port)
+            train_as_process(local_index, config, store_host, store_port)
         except KeyboardInterrupt:
             ended = _parent_ended(parent)
             if ended is None:
