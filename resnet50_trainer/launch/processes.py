@@ -14,7 +14,7 @@ from multiprocessing import forkserver, resource_tracker
 
 import torch.multiprocessing as mp
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
@@ -118,7 +118,7 @@ def _train_in_own_processes(config: Config, store_host: str, store_port: int) ->
 
 def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
     processes: list = []
-    oom_kills = limits.oom_kills()
+    oom_kills = machine.oom_kills()
     try:
         # The stop signals and SIGINT held pending while the processes start (each unblocks them
         # once it has set what they do to it), and while multiprocessing starts its resource
@@ -142,7 +142,7 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
                 )
             except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
                 ended = f"ended as they started ({lost or type(lost).__name__})"
-                if limits.oom_killed_since(oom_kills):
+                if machine.oom_killed_since(oom_kills):
                     ended = limits.death_in_words(signal.SIGKILL, oom_kills)
                 raise RunFailed(
                     f"the fork server that starts the training processes {ended}; run the same "

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import torch
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
 from resnet50_trainer.commands import report
 from resnet50_trainer.config.launchers import Launched
@@ -113,7 +113,7 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     (distributed/pausing.py) and the device of this training process; the kernel's OOM killer
     takes it (or its input processes) first: whoever started it lives to say so."""
     _own_temporary_directory()
-    limits.first_for_the_oom_killer()
+    machine.first_for_the_oom_killer()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
     if placement.world_size > 1 and not config.test_only:  # --test_only has no check to pause at
         record_pause_requests()
@@ -126,7 +126,7 @@ def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> 
     """A lost peer (typed where this process waited on it), lost input processes or a limit of the
     machine (limits.py) end the run with one line; any other error keeps its traceback. The
     process group is left either way."""
-    oom_kills = limits.oom_kills()
+    oom_kills = machine.oom_kills()
     try:
         try:
             yield
@@ -156,7 +156,7 @@ def _what_stopped(error: BaseException, oom_kills: int | None) -> str | None:
     if shortage is not None:
         return shortage
     lost = process_group.input_processes_lost(error)
-    if lost is not None and limits.oom_killed_since(oom_kills):
+    if lost is not None and machine.oom_killed_since(oom_kills):
         return f"{lost}: it {limits.death_in_words(signal.SIGKILL, oom_kills)}"
     return lost
 
