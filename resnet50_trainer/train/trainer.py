@@ -49,8 +49,7 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
 
 
 def _set_up_and_train(config: Config, placement: Placement, device: torch.device) -> None:
-    """Its parts built, the resume, the epochs left trained, the summary (--test_only: the
-    checkpoint scored instead)."""
+    """The parts built, the resume, the epochs left trained, the summary; --test_only scores."""
     if config.test_only:
         evaluate_checkpoint(config, placement, device)
         stop_watching_input_processes()  # as once the epochs are done, below
