@@ -42,10 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard_standard_streams(TRAINER)  # --help and a refused flag write too
     log_lines(logging.INFO)
     args = build_parser().parse_args(argv)
-    return run_command(TRAINER, lambda: _train(args, argv))
+    return run_command(TRAINER, lambda: _build_and_launch(args, argv))
 
 
-def _train(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+def _build_and_launch(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """The run's Config built from the flags (--recipe and --solver beneath them, a launcher's
+    placement adopted) and checked; the run launched, its exit status returned."""
     check_torch_loads()
     launched = detect_launcher(os.environ)
     args, lines = with_recipe_and_solver(args, argv, launched)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from resnet50_trainer.limits import remove_shared_memory_of
+from resnet50_trainer.machine import remove_shared_memory_of
 
 # What a scheduler sends before it kills a job (Slurm's scancel and preemption, Kubernetes'
 # eviction: SIGTERM; Slurm's --signal=USR1@N early warning), and what a terminal sends its jobs as

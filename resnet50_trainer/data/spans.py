@@ -1,7 +1,7 @@
 """The spans a run marks in a profile's trace (torch.profiler's record_function), so that a trace
 says when the training process waited for its input and what it did to bring a batch onto the
 device, and which of its time went to work between steps (an epoch's evaluation, a checkpoint);
-reporting/trace_report.py reads them by these names."""
+reporting/trace_host.py and reporting/trace_kernels.py read them by these names."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import UserError
 
@@ -72,20 +72,20 @@ def check_limits(config: Config) -> None:
     unusable = limits.shared_memory_unusable()
     if needs.shared_memory and unusable:
         raise UserError(unusable)
-    if needs.shared_memory > limits.shared_memory_room()[1]:
+    if needs.shared_memory > machine.shared_memory_room()[1]:
         raise UserError(limits.shared_memory_shortage(needs.shared_memory))
-    for _, limit, in_use in limits.task_limits():
+    for _, limit, in_use in machine.task_limits():
         if in_use + needs.tasks > limit:
             raise UserError(limits.tasks_shortage(needs.tasks))
-    for mapping in limits.mapping_limits():
+    for mapping in machine.mapping_limits():
         needed = mapping.mapped + needs.maps[mapping.resource]
         if needed > mapping.limit:
             raise UserError(limits.mapping_shortage(mapping, needed))
-    if needs.open_files > limits.soft_limit(resource.RLIMIT_NOFILE):
+    if needs.open_files > machine.soft_limit(resource.RLIMIT_NOFILE):
         raise UserError(limits.rlimit_shortage(resource.RLIMIT_NOFILE, needs.open_files))
-    if limits.soft_limit(resource.RLIMIT_FSIZE) < math.inf and not config.test_only:
+    if machine.soft_limit(resource.RLIMIT_FSIZE) < math.inf and not config.test_only:
         checkpoint = checkpoint_bytes(config)
-        if checkpoint > limits.soft_limit(resource.RLIMIT_FSIZE):
+        if checkpoint > machine.soft_limit(resource.RLIMIT_FSIZE):
             raise UserError(limits.rlimit_shortage(resource.RLIMIT_FSIZE, checkpoint))
 
 

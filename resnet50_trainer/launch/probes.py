@@ -11,7 +11,7 @@ import sys
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed.transport import check_transport
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.limits import tightest_mapping_limit
+from resnet50_trainer.machine import tightest_mapping_limit
 from resnet50_trainer.path_words import check_reachable, shown
 
 

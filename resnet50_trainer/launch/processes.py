@@ -14,7 +14,7 @@ from multiprocessing import forkserver, resource_tracker
 
 import torch.multiprocessing as mp
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
@@ -32,9 +32,9 @@ from resnet50_trainer.launch.training_process import (
     cannot_go_on,
     how_to_go_on,
     interrupt_once,
-    run_launched,
-    run_process,
-    run_spawned,
+    train_as_child_process,
+    train_as_launched_rank,
+    train_as_process,
 )
 from resnet50_trainer.launch.watcher import watched
 from resnet50_trainer.lifecycle import PREEMPT_SIGNALS, preempt_signals_blocked
@@ -62,24 +62,26 @@ def launch(
         if launched is None or launched.rank == 0:
             for line in start_lines:
                 log.info("%s", line)
-        return _run(config, launched)
+        return _join_the_run(config, launched)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(config: Config, launched: Launched | None) -> int:
+def _join_the_run(config: Config, launched: Launched | None) -> int:
+    """This machine's part of the run: as one rank of a launcher's, or as this machine's own
+    training processes once the machines have met (joining.meet_shards)."""
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
     _quiet_resource_tracker()
     record_stop_signals()  # from here on a stop signal is never this process's death
     interrupt_once()
     if launched is not None and not _runs_as_without_launcher(config, launched):
-        run_launched(launched, config)
+        train_as_launched_rank(launched, config)
         return 0
     # Held until the run ends: in shard 0 this process serves the run's store.
     meeting = joining.meet_shards(config, launched.master if launched else None)
     try:
-        return _run_processes(config, meeting.host, meeting.port)
+        return _train_in_own_processes(config, meeting.host, meeting.port)
     finally:
         meeting.close()
 
@@ -99,12 +101,13 @@ def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
     return one_rank_per_machine or (launched.world_size == 1 and launched.master is None)
 
 
-def _run_processes(config: Config, store_host: str, store_port: int) -> int:
-    """This machine's training processes run, and this one watched (launch/watcher.py): it has no
-    launcher of its own to name its death."""
+def _train_in_own_processes(config: Config, store_host: str, store_port: int) -> int:
+    """This machine's training processes, ours and not a launcher's: this process alone where the
+    machine has one, else those it starts and waits for; this one watched (launch/watcher.py), as
+    it has no launcher of its own to name its death."""
     if config.processes_per_machine == 1:
         with watched(config, "the training process"):
-            run_process(0, config, store_host, store_port)
+            train_as_process(0, config, store_host, store_port)
         return 0
     try:
         with watched(config, "the launcher"):
@@ -115,7 +118,7 @@ def _run_processes(config: Config, store_host: str, store_port: int) -> int:
 
 def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
     processes: list = []
-    oom_kills = limits.oom_kills()
+    oom_kills = machine.oom_kills()
     try:
         # The stop signals and SIGINT held pending while the processes start (each unblocks them
         # once it has set what they do to it), and while multiprocessing starts its resource
@@ -131,7 +134,7 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
             reported = mp.get_context(start_method).Value("b", 0)
             try:
                 context = mp.start_processes(
-                    run_spawned,
+                    train_as_child_process,
                     args=(config, store_host, store_port, reported),
                     nprocs=config.processes_per_machine,
                     join=False,
@@ -139,7 +142,7 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
                 )
             except (EOFError, ConnectionError) as lost:  # its pipe or socket, mid-answer
                 ended = f"ended as they started ({lost or type(lost).__name__})"
-                if limits.oom_killed_since(oom_kills):
+                if machine.oom_killed_since(oom_kills):
                     ended = limits.death_in_words(signal.SIGKILL, oom_kills)
                 raise RunFailed(
                     f"the fork server that starts the training processes {ended}; run the same "
@@ -209,8 +212,8 @@ def _killed(
 def _start_fork_server() -> str:
     """The start method of the training processes: a fork server (a fresh interpreter, this
     process's child, which has touched neither CUDA nor threads) that imports a training process's
-    code (launch/training_process.py, train/run.py) once; each process is forked from it instead of
-    importing it again (~5 s of CPU each). It starts with the stop signals blocked
+    code (launch/training_process.py, train/trainer.py) once; each process is forked from it
+    instead of importing it again (~5 s of CPU each). It starts with the stop signals blocked
     (preempt_signals_blocked) and keeps them so: a stop signal to the process group leaves it be,
     and its children inherit the mask as spawned ones did. It ends with this process
     (launch/fork_server.py), and its children then get SIGINT, torch's parent-death signal. Spawn
@@ -221,7 +224,7 @@ def _start_fork_server() -> str:
         [
             "resnet50_trainer.launch.fork_server",
             "resnet50_trainer.launch.training_process",
-            "resnet50_trainer.train.run",
+            "resnet50_trainer.train.trainer",
         ]
     )
     try:

@@ -1,7 +1,8 @@
 """The body of one training process, wherever it was started: forked from the launcher's fork
-server or spawned by the launcher (run_spawned), started by torchrun, srun or mpirun as one rank
-(run_launched), or the launcher itself in a run of one process (run_process). Its logging, seed and
-device; one line for a lost peer; how it tells the launcher's Ctrl-C from its parent's end."""
+server or spawned by the launcher (train_as_child_process), started by torchrun, srun or mpirun as
+one rank (train_as_launched_rank), or the launcher itself in a run of one process
+(train_as_process). Its logging, seed and device; one line for a lost peer; how it tells the
+launcher's Ctrl-C from its parent's end."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import NoReturn
 
 import torch
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
 from resnet50_trainer.commands import report
 from resnet50_trainer.config.launchers import Launched
@@ -48,16 +49,16 @@ SOCKET_IN_TEMPORARY_DIRECTORY = "/pymp-XXXXXXXX/listener-XXXXXXXX"
 LAUNCHER_END_S = 1.0
 
 
-def run_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
+def train_as_process(local_index: int, config: Config, store_host: str, store_port: int) -> None:
     """The body of one training process: placement, device, process group, training."""
     placement = process_group.placement_for(config, local_index)
     device = _set_up(config, placement)
     with _one_line_if_stopped(config, placement):
         joining.join_process_group(config, placement, store_host, store_port)
-        _train(config, placement, device)
+        _import_and_train(config, placement, device)
 
 
-def run_launched(launched: Launched, config: Config) -> None:
+def train_as_launched_rank(launched: Launched, config: Config) -> None:
     """One rank started by torchrun/srun/mpirun: the launcher's placement, device LOCAL_RANK."""
     placement = process_group.Placement(
         launched.rank, launched.world_size, launched.local_rank, launched.local_world_size
@@ -66,7 +67,7 @@ def run_launched(launched: Launched, config: Config) -> None:
     with _one_line_if_stopped(config, placement):
         meeting = joining.join_under_launcher(config, launched)  # held for the run
         try:
-            _train(config, placement, device)
+            _import_and_train(config, placement, device)
         finally:
             if meeting is not None:
                 meeting.close()
@@ -95,11 +96,13 @@ def _own_temporary_directory() -> None:
         tempfile.tempdir = chosen
 
 
-def _train(config: Config, placement: process_group.Placement, device: torch.device) -> None:
-    """train.run's train, imported here: the launcher of several processes trains nothing, and
-    the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU; the fork
-    server imports it once for all of them (launch/processes.py's _start_fork_server)."""
-    from resnet50_trainer.train.run import train
+def _import_and_train(
+    config: Config, placement: process_group.Placement, device: torch.device
+) -> None:
+    """train/trainer.py's train, imported only here: the launcher of several processes trains
+    nothing, and the training code's imports (torchvision, and with it dynamo) cost ~3 s of CPU;
+    the fork server imports it once for all of them (launch/processes.py's _start_fork_server)."""
+    from resnet50_trainer.train.trainer import train
 
     train(config, placement, device)
 
@@ -110,7 +113,7 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     (distributed/pausing.py) and the device of this training process; the kernel's OOM killer
     takes it (or its input processes) first: whoever started it lives to say so."""
     _own_temporary_directory()
-    limits.first_for_the_oom_killer()
+    machine.first_for_the_oom_killer()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
     if placement.world_size > 1 and not config.test_only:  # --test_only has no check to pause at
         record_pause_requests()
@@ -123,7 +126,7 @@ def _one_line_if_stopped(config: Config, placement: process_group.Placement) -> 
     """A lost peer (typed where this process waited on it), lost input processes or a limit of the
     machine (limits.py) end the run with one line; any other error keeps its traceback. The
     process group is left either way."""
-    oom_kills = limits.oom_kills()
+    oom_kills = machine.oom_kills()
     try:
         try:
             yield
@@ -153,7 +156,7 @@ def _what_stopped(error: BaseException, oom_kills: int | None) -> str | None:
     if shortage is not None:
         return shortage
     lost = process_group.input_processes_lost(error)
-    if lost is not None and limits.oom_killed_since(oom_kills):
+    if lost is not None and machine.oom_killed_since(oom_kills):
         return f"{lost}: it {limits.death_in_words(signal.SIGKILL, oom_kills)}"
     return lost
 
@@ -188,7 +191,7 @@ def how_to_go_on(config: Config) -> str:
     )
 
 
-def run_spawned(
+def train_as_child_process(
     local_index: int,
     config: Config,
     store_host: str,
@@ -210,7 +213,7 @@ def run_spawned(
     record_stop_signals()
     try:
         try:
-            run_process(local_index, config, store_host, store_port)
+            train_as_process(local_index, config, store_host, store_port)
         except KeyboardInterrupt:
             ended = _parent_ended(parent)
             if ended is None:

@@ -3,11 +3,11 @@ kernel's OOM killer, or crashed in native code (SIGSEGV, SIGBUS, SIGABRT...), a 
 ended without a line (the shell's exit status 137 alone), and so did the launcher of several,
 killed as its fork server started. A small process forked from it watches it instead and says how
 it died, in one line, once it is gone: a crash as Python's faulthandler writes it into the
-watcher's pipe, the OOM killer by its count (limits.oom_kills). A process that ends by itself
+watcher's pipe, the OOM killer by its count (machine.oom_kills). A process that ends by itself
 ends its watcher first; one killed by anything else leaves it nothing to say.
 
 Forked from what it watches, it holds no memory of its own; and forked before a training process
-raises its oom_score_adj (limits.first_for_the_oom_killer) and grows, it is never the OOM
+raises its oom_score_adj (machine.first_for_the_oom_killer) and grows, it is never the OOM
 killer's choice over that process."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from resnet50_trainer import limits
+from resnet50_trainer import limits, machine
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.errors import TRAINER, error_line
 
@@ -43,7 +43,7 @@ _POLL_S = 0.2  # where pidfd_open is missing (Linux before 5.3): how often the r
 def watched(config: Config, who: str) -> Iterator[None]:
     """The body of this process's part of the run, with a watcher to name its death as `who`'s
     ("the launcher")."""
-    oom_kills = limits.oom_kills()
+    oom_kills = machine.oom_kills()
     reading, writing = os.pipe()
     run = os.getpid()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
@@ -84,7 +84,7 @@ def _let_go_of_files_but(kept: int) -> None:
 def _watch(run: int, who: str, messages: int, oom_kills: int | None, config: Config) -> NoReturn:
     said = _until_gone(run, messages)
     signum = next((number for name, number in _FATAL.items() if name.encode() in said), None)
-    if signum is None and limits.oom_killed_since(oom_kills):
+    if signum is None and machine.oom_killed_since(oom_kills):
         signum = signal.SIGKILL
     if signum is not None:
         died = limits.death_in_words(signum, oom_kills)

@@ -64,6 +64,12 @@ class Launch:
     ancestors: tuple[str, ...]  # outermost first
 
 
+def launch_of(activity: dict, launches: dict[int, Launch]) -> Launch | None:
+    """The launch that queued a GPU activity, paired by the trace's correlation id; None where the
+    trace holds none (-1: no launch has it)."""
+    return launches.get(activity.get("args", {}).get("correlation", -1))
+
+
 def host_threads(events: Sequence[dict]) -> dict[tuple[int, int], list[Span]]:
     threads: dict[tuple[int, int], list[Span]] = defaultdict(list)
     for event in events:

@@ -6,27 +6,18 @@ by cause. An idle stretch ends with the activity that came next; the host call t
 GPU's own, between queued kernels) or late, and then what its launching thread was doing from the
 moment the GPU went idle until the launch: waiting for a batch, copying or decoding one, a sync,
 the optimizer, or else host overhead (Python and launches slower than the kernels they queue).
-The kernels are grouped by what launched them (convolution, batch norm, optimizer, input, other),
-by backend (cuDNN or PyTorch's own kernels) and by the precision their names carry. On the CPU,
-the training thread's time by the same causes.
+The kernels are grouped by what launched them, by backend and by precision (trace_kernels.py).
+On the CPU, the training thread's time by the same causes.
 
 Torch-free: the trace's JSON in, a one-line summary and a markdown table out (table()).
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from resnet50_trainer.data.spans import (
-    CHECKPOINT,
-    COPY_TO_DEVICE,
-    DECODE_ON_GPU,
-    EVALUATION,
-    WAIT_FOR_BATCH,
-)
 from resnet50_trainer.reporting.trace_host import (
     FORWARD_BACKWARD,
     HOST_OVERHEAD,
@@ -36,10 +27,12 @@ from resnet50_trainer.reporting.trace_host import (
     extent,
     host_threads,
     is_step,
+    launch_of,
     nested,
     training_thread,
     union,
 )
+from resnet50_trainer.reporting.trace_kernels import KernelGroup, kernel_groups
 
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 LONG_GAPS = 8  # the longest idle stretches the table names one by one
@@ -52,15 +45,6 @@ class Gap:
     idle: float
     cause: str
     host_call: str  # what the launching thread was busy with as the GPU waited
-
-
-@dataclass(frozen=True)
-class KernelGroup:
-    kind: str
-    backend: str
-    precision: str
-    count: int
-    time: float  # microseconds, all steps together
 
 
 @dataclass
@@ -223,7 +207,7 @@ def _read_gpu(
             continue
         idle_from = busy[-1][1] if busy else first
         if start > idle_from:
-            gaps.append((idle_from, start, launches.get(_correlation(event))))
+            gaps.append((idle_from, start, launch_of(event, launches)))
         busy.append((start, end))
     if busy and busy[-1][1] < last:
         gaps.append((busy[-1][1], last, None))
@@ -242,11 +226,7 @@ def _read_gpu(
         Gap(at - first, length, cause, _busy_with(threads, launch, at))
         for length, at, cause, launch in sorted(named, key=lambda gap: -gap[0])[:LONG_GAPS]
     ]
-    report.kernels = _kernel_groups(events, launches)
-
-
-def _correlation(event: dict) -> int:
-    return event.get("args", {}).get("correlation", -1)  # -1: none, no launch has it
+    report.kernels = kernel_groups(events, launches)
 
 
 def _idle_causes(
@@ -288,60 +268,3 @@ def _busy_with(
     if mostly:
         return min(mostly, key=lambda span: span.end - span.start).name
     return max(spans, key=lambda pair: pair[0])[1].name if spans else "(no recorded call)"
-
-
-_PRECISIONS = (
-    ("bfloat16", re.compile(r"bf16|bfloat16", re.IGNORECASE)),
-    ("float16", re.compile(r"f16|half", re.IGNORECASE)),
-    ("tf32", re.compile(r"tf32", re.IGNORECASE)),
-    ("float32", re.compile(r"f32|float", re.IGNORECASE)),
-)
-
-
-def _kernel_groups(events: list[dict], launches: dict[int, Launch]) -> list[KernelGroup]:
-    counts: Counter[tuple[str, str, str]] = Counter()
-    times: dict[tuple[str, str, str], float] = defaultdict(float)
-    for event in events:
-        launch = launches.get(_correlation(event))
-        key = _kernel_key(event, launch.ancestors if launch else ())
-        counts[key] += 1
-        times[key] += float(event["dur"])
-    return [
-        KernelGroup(*key, counts[key], time)
-        for key, time in sorted(times.items(), key=lambda item: -item[1])
-    ]
-
-
-def _kernel_key(event: dict, ancestors: tuple[str, ...]) -> tuple[str, str, str]:
-    """(kind, backend, precision) of a GPU activity, from the host spans that launched it."""
-    name = event.get("name", "")
-    if event.get("cat") != "kernel":
-        return (" ".join(name.split()[:2]), "-", "-")  # "Memcpy HtoD", "Memset (Device)"
-    lowered = [ancestor.lower() for ancestor in ancestors]
-    if EVALUATION in ancestors or CHECKPOINT in ancestors:
-        kind = "between steps (evaluation, checkpoints)"
-    elif any(ancestor in (WAIT_FOR_BATCH, COPY_TO_DEVICE, DECODE_ON_GPU) for ancestor in ancestors):
-        kind = "input"
-    elif any(ancestor.startswith("optimizer.") for ancestor in lowered):
-        kind = "optimizer"
-    elif any("batch_norm" in ancestor for ancestor in lowered):
-        kind = "batch norm"
-    elif any("conv" in ancestor for ancestor in lowered):
-        kind = "convolution"
-    else:
-        kind = "other"
-    text = " ".join([*lowered, name.lower()])
-    if name.lower().startswith("nccl"):
-        kind = "communication"
-    if "cudnn" in text or (kind == "convolution" and ("xmma" in text or "implicit" in text)):
-        backend = "cuDNN"
-    elif any(word in text for word in ("gemm", "cublas", "nvjet")):
-        backend = "cuBLAS"
-    elif "nccl" in text:
-        backend = "NCCL"
-    elif "at::native" in name or name.startswith("void at::"):
-        backend = "PyTorch"
-    else:
-        backend = "other library"
-    precision = next((label for label, pattern in _PRECISIONS if pattern.search(name)), "-")
-    return kind, backend, precision

@@ -84,7 +84,7 @@ class EpochLoop:
         self.last_saved: str | None = None
         self.stop_signalled = False  # agreed by every process at the last check
 
-    def run_epochs(self) -> None:
+    def train_remaining_epochs(self) -> None:
         config, run = self.config, self.run
         while run.epochs_done < config.num_epochs:
             result = self.train_epoch()

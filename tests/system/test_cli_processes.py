@@ -79,7 +79,7 @@ def test_the_launcher_of_several_processes_imports_no_training_code(image_db, tm
         "import sys\n"
         "from resnet50_trainer.cli import main\n"
         "status = main(sys.argv[1:])\n"
-        "training = ('torchvision', 'torch._dynamo', 'resnet50_trainer.train.run')\n"
+        "training = ('torchvision', 'torch._dynamo', 'resnet50_trainer.train.trainer')\n"
         "print(status, sorted(name for name in sys.modules if name in training))\n"
     )
     flags = ["--num_gpus", "2", "--train_data", database, "--num_epochs", "1"]

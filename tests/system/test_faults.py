@@ -257,7 +257,7 @@ def test_ctrl_c_stops_every_process_and_keeps_the_last_checkpoint(small_db, tmp_
 
 @pytest.mark.parametrize(
     "processes, module",
-    [("1", "torch._refs"), ("2", "resnet50_trainer.train.run")],
+    [("1", "torch._refs"), ("2", "resnet50_trainer.train.trainer")],
     ids=["as the launcher imports torch", "as the fork server imports the training code"],
 )
 def test_ctrl_c_as_a_process_imports_is_one_line(small_db, tmp_path, processes, module):
@@ -428,7 +428,7 @@ from resnet50_trainer import cli
 from resnet50_trainer.launch import training_process
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 config = cli.config_from_args(cli.build_parser().parse_args(sys.argv[3:]), gpus_present=0)
-training_process.run_spawned(rank, config, "127.0.0.1", port)
+training_process.train_as_child_process(rank, config, "127.0.0.1", port)
 """
 # What a survivor says, wherever it waited on the lost peer: a collective of the step, the
 # all-reduce of the epoch's totals, the checkpoint barrier, ... (Gloo's reason in parentheses);

@@ -18,8 +18,9 @@ from resnet50_trainer.data.formats import protos
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.records import parse_record
 from resnet50_trainer.errors import UserError
-from resnet50_trainer.tools.db.build import _built_in_place, _install_labels, _write_labels
+from resnet50_trainer.tools.db.build import _write_labels
 from resnet50_trainer.tools.db.command import main
+from resnet50_trainer.tools.db.in_place import _install_labels, built_in_place
 from resnet50_trainer.tools.db.sources import CreateOptions, place_key
 from tests.support.dbfactory import (
     caffe_key,
@@ -382,7 +383,7 @@ def test_a_target_that_appears_while_the_database_is_built_is_kept(tmp_path):
         (target / "notes.txt").write_text("precious")
 
     with pytest.raises(UserError, match="already exists; pass --overwrite"):
-        _built_in_place(CreateOptions(db_path=str(target)), write)
+        built_in_place(CreateOptions(db_path=str(target)), write)
     assert os.listdir(target) == ["notes.txt"]
     assert sorted(os.listdir(tmp_path)) == ["db"]  # the finished one removed, nothing else
 

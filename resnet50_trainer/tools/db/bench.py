@@ -40,6 +40,8 @@ from resnet50_trainer.streams import guard_standard_streams, log_lines
 if TYPE_CHECKING:
     import torch
 
+    from resnet50_trainer.data.order import ShardBatchSampler
+
 ANY_LABEL = 2**31 - 1  # the bench reads any label; the trainer checks them against --num_labels
 
 HELP = "time the training input pipeline alone (images/s)"
@@ -124,39 +126,14 @@ def bench(
     # torch only here: `resnet50-db --help` and the other subcommands start without it.
     check_torch_loads()
     from resnet50_trainer.data.input_pipeline import device_batches
-    from resnet50_trainer.data.label_mix import poor_mix_warning
-    from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
-    from resnet50_trainer.data.settings import (
-        InputSettings,
-        database_bytes,
-        describe_order,
-        memory_bytes,
-        resolve_read_order,
-    )
+    from resnet50_trainer.data.settings import InputSettings
 
     device = _device(args)
     db_type = args.db_type or detect_db_type(args.db) or LMDB
     check_database_path(args.db, db_type)
     scale = resolve_scale(args.image_size, args.scale)
     keys = read_keys(args.db, db_type)
-    steps = args.batches + 1
-    check_read_window(args.read_order, args.read_window_mb)
-    window = window_mb_of(args.read_window_mb)
-    order = resolve_read_order(
-        args.read_order, len(keys), database_bytes(args.db), memory_bytes(), window_mb=window
-    )
-    print(f"read order {describe_order(*order.shape)} ({order.why})")
-    # The trainer's order, wrapping around the DB as often as the batches need.
-    sampler = ShardBatchSampler(
-        RecordOrder(len(keys), args.seed, *order.shape),
-        steps,
-        args.batch_size * world_size,
-        args.batch_size,
-        rank,
-    )
-    mix = poor_mix_warning(args.db, db_type, keys, sampler.order, window, sampler.global_batch)
-    if mix:
-        print(f"Warning: {mix}")
+    sampler = _records_in_trainers_order(args, db_type, keys, rank, world_size)
     settings = InputSettings(
         ANY_LABEL,
         args.num_channels,
@@ -187,6 +164,39 @@ def bench(
             f"{printable_key(bad_keys[0])}; resnet50-db inspect says why)"
         )
     return images / elapsed
+
+
+def _records_in_trainers_order(
+    args: argparse.Namespace, db_type: str, keys: Sequence[bytes], rank: int, world_size: int
+) -> ShardBatchSampler:
+    """The records process `rank` reads, in the trainer's order (--read_order resolved and said,
+    a poor mix of labels warned of), wrapping around the DB as often as the batches need."""
+    from resnet50_trainer.data.label_mix import poor_mix_warning
+    from resnet50_trainer.data.order import RecordOrder, ShardBatchSampler
+    from resnet50_trainer.data.settings import (
+        database_bytes,
+        describe_order,
+        memory_bytes,
+        resolve_read_order,
+    )
+
+    check_read_window(args.read_order, args.read_window_mb)
+    window = window_mb_of(args.read_window_mb)
+    order = resolve_read_order(
+        args.read_order, len(keys), database_bytes(args.db), memory_bytes(), window_mb=window
+    )
+    print(f"read order {describe_order(*order.shape)} ({order.why})")
+    sampler = ShardBatchSampler(
+        RecordOrder(len(keys), args.seed, *order.shape),
+        args.batches + 1,  # the warm-up batch too
+        args.batch_size * world_size,
+        args.batch_size,
+        rank,
+    )
+    mix = poor_mix_warning(args.db, db_type, keys, sampler.order, window, sampler.global_batch)
+    if mix:
+        print(f"Warning: {mix}")
+    return sampler
 
 
 def _device(args: argparse.Namespace) -> torch.device:

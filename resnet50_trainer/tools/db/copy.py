@@ -15,8 +15,9 @@ from resnet50_trainer.data.formats.databases import detect_db_type
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LMDB
 from resnet50_trainer.path_words import shown
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
-from resnet50_trainer.tools.db.build import CreateSummary, copy_database
+from resnet50_trainer.tools.db.build import copy_database
 from resnet50_trainer.tools.db.create import refuse_markers_without_region_decoder, run_build
+from resnet50_trainer.tools.db.in_place import CreateSummary
 from resnet50_trainer.tools.db.sources import CreateOptions
 
 HELP = "copy a database, to the other backend or with restart markers in its JPEGs"

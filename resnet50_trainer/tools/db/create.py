@@ -17,8 +17,10 @@ from resnet50_trainer.data.formats.jpeg_region import REGION_DECODE
 from resnet50_trainer.data.formats.records import DATUM, RECORD_FORMATS
 from resnet50_trainer.path_words import shown
 from resnet50_trainer.tools.db.arguments import add_order_flags, shuffle_seed
-from resnet50_trainer.tools.db.build import CreateInterrupted, CreateSummary, create_database
+from resnet50_trainer.tools.db.build import create_database
+from resnet50_trainer.tools.db.in_place import CreateSummary
 from resnet50_trainer.tools.db.sources import CreateOptions
+from resnet50_trainer.tools.db.stop_signals import CreateInterrupted
 
 HELP = "build an LMDB/LevelDB of Datum or TensorProtos records from images"
 DESCRIPTION = (

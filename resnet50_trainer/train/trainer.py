@@ -1,5 +1,5 @@
-"""One training process's run: builds its parts, resumes, runs the epoch loop, summarises, and
-decides how the process ends when the run stops early."""
+"""What one training process does of the run: builds its parts, resumes, trains the epochs left,
+summarises, and decides how the process ends when the run stops early."""
 
 from __future__ import annotations
 
@@ -42,13 +42,14 @@ def train(config: Config, placement: Placement, device: torch.device) -> None:
     write, diverged weights, too many bad records): the first process raises the failure, which
     its launcher reports in one line; the others exit here with its status once it has gone."""
     try:
-        _train(config, placement, device)
+        _set_up_and_train(config, placement, device)
     except StoppedByFirst as stop:
         wait_for_first_process_to_exit()
         raise SystemExit(stop.status) from None
 
 
-def _train(config: Config, placement: Placement, device: torch.device) -> None:
+def _set_up_and_train(config: Config, placement: Placement, device: torch.device) -> None:
+    """The parts built, the resume, the epochs left trained, the summary; --test_only scores."""
     if config.test_only:
         evaluate_checkpoint(config, placement, device)
         stop_watching_input_processes()  # as once the epochs are done, below
@@ -100,7 +101,7 @@ def _train(config: Config, placement: Placement, device: torch.device) -> None:
     saver = CheckpointSaver(config, learner, lineage)
     loop = EpochLoop(config, learner, train_input, test_batches, run, saver, outputs)
     with logging_redirect_tqdm():
-        loop.run_epochs()
+        loop.train_remaining_epochs()
     # No batch is wanted now: an input process that dies from here on (its loader's shutdown
     # included) must not raise (lifecycle.py).
     stop_watching_input_processes()
