@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import multiprocessing.util
 import os
 import re
 import shutil
@@ -29,6 +28,7 @@ import lmdb
 import numpy as np
 import plyvel
 
+from resnet50_trainer import cpython_private
 from resnet50_trainer.data.formats import lmdb_safety, lmdb_tree
 from resnet50_trainer.data.formats.db_types import DB_TYPES, LEVELDB, LMDB
 from resnet50_trainer.data.formats.keys import KeyStore
@@ -626,7 +626,7 @@ class LevelDbDatabase(Database):
             raise _cannot_open("LevelDB", path, exc) from exc
         # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
         # which skips atexit, but they run multiprocessing's exit finalizers first.
-        self._finalizer = multiprocessing.util.Finalize(
+        self._finalizer = cpython_private.finalize_at_multiprocessing_exit(
             self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0
         )
 
