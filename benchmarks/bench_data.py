@@ -105,6 +105,16 @@ def scene_source(rng: np.random.Generator, index: int) -> np.ndarray:
     return make_photo(rng, width, height)
 
 
+def read_jpegs(root: str, images: int) -> list[bytes]:
+    """The first `images` files under `root` (a set's class folders), in os.walk's order."""
+    jpegs = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(folder, name), "rb") as file:
+                jpegs.append(file.read())
+    return jpegs[:images]
+
+
 def set_paths(out_dir: str, count: int, photos: bool) -> tuple[str, str]:
     """(folder root, LMDB path) of the set `build` makes in `out_dir`."""
     name = f"photos_{count}" if photos else str(count)

@@ -14,7 +14,8 @@ wrapper in the benchmark's own processes. `none` registers no hook: DDP's C++ al
 every gradient once in float32, 4 bytes a parameter, which is what the table says for it. On the
 wire a ring all-reduce moves 2(N-1)/N of the payload in and out of each process.
 
-Usage: python -m benchmarks.compression [--network namespaces --num_layers 50 --image_size 64
+Its figures (between namespaces, as root): python -m benchmarks run --only compression. Alone:
+python -m benchmarks.compression [--network namespaces --num_layers 50 --image_size 64
 --batch_size 16 --steps 10 --repeats 2]
 """
 
@@ -24,6 +25,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -37,6 +39,8 @@ from benchmarks.network_namespaces import (
     namespaces_unavailable,
     seated,
 )
+from benchmarks.registry import HIGHER, Context, Figure, benchmark
+from benchmarks.trees import Tree
 from resnet50_trainer.cli import build_parser, config_from_args
 from resnet50_trainer.config.flags.distributed import GRAD_COMPRESSIONS
 from resnet50_trainer.config.settings import Config
@@ -44,6 +48,7 @@ from resnet50_trainer.model.replica import build_replica
 
 PROCESSES = 2
 POWERSGD_START = 2  # the least PowerSGD takes: the timed steps all compress
+COMPRESSED = ("fp16", "bf16", "powersgd")  # the modes set against none
 
 
 def trainer_config(args: argparse.Namespace, mode: str) -> Config:
@@ -98,7 +103,7 @@ def measure(
     dist.destroy_process_group()
 
 
-def main() -> None:
+def options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--network", choices=("loopback", "namespaces"), default="loopback")
     parser.add_argument("--num_layers", type=int, default=50)
@@ -109,6 +114,75 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--modes", default=",".join(GRAD_COMPRESSIONS))
+    return parser
+
+
+def measured_modes(args: argparse.Namespace, say: Callable[[str], None]) -> list[tuple]:
+    """(mode, bytes handed to the all-reduce a step, images/s) of each mode, --repeats rounds of
+    all modes, interleaved; `say` hears each as it is measured."""
+    results = mp.get_context("spawn").SimpleQueue()
+    rows = []
+    with seated(PROCESSES, on_machines=args.network == "namespaces") as seats:
+        where = ", ".join(
+            f"rank {rank} on {seat.interface} {seat.address}" for rank, seat in enumerate(seats)
+        )
+        say(f"{args.network}: {where}; the store at {seats[0].store_address}")
+        for _ in range(args.repeats):
+            for mode in args.modes.split(","):
+                # Spawned: in a tree's process (python -m benchmarks compare) the children import
+                # this package from that tree's checkout.
+                mp.spawn(measure, (args, mode, seats, free_port(), results), nprocs=PROCESSES)
+                rows.append(results.get())
+                mb, rate = rows[-1][1] / 1e6, rows[-1][2]
+                say(f"{rows[-1][0]}: {mb:.3f} MB a step, {rate:.2f} images/s")
+    return rows
+
+
+def compression_figures(network: str) -> dict[str, float]:
+    """The declared figures: one round of every mode (in a tree's process)."""
+    args = options().parse_args(["--network", network, "--repeats", "1"])
+    rows = {mode: (payload, rate) for mode, payload, rate in measured_modes(args, lambda _: None)}
+    (none_bytes, none_rate), (powersgd_bytes, _) = rows["none"], rows["powersgd"]
+    figures = {f"compression_{mode}_vs_none": rows[mode][1] / none_rate for mode in COMPRESSED}
+    return {**figures, "compression_powersgd_bytes_vs_none": none_bytes / powersgd_bytes}
+
+
+@benchmark(
+    "compression",
+    "Gradient compression, 2 Gloo processes between network namespaces",
+    (
+        *(
+            Figure(
+                f"compression_{mode}_vs_none",
+                "x",
+                HIGHER,
+                None,
+                0.1,
+                f"images/s with `--grad_compression {mode}` over `none`'s: ResNet-50, 64 px, "
+                "16 images a step, 2 processes each on a machine of network namespaces",
+            )
+            for mode in COMPRESSED
+        ),
+        Figure(
+            "compression_powersgd_bytes_vs_none",
+            "x",
+            HIGHER,
+            None,
+            0.01,
+            "bytes a process hands to the all-reduce a step: `none`'s (float32) over PowerSGD's "
+            "at rank 2",
+        ),
+    ),
+    unavailable=namespaces_unavailable,
+    rounds=(1, 3),
+    order=70,
+)
+def measure_compression(context: Context, tree: Tree) -> dict[str, float]:
+    return tree.call("benchmarks.compression:compression_figures", network="namespaces")
+
+
+def main() -> None:
+    parser = options()
     args = parser.parse_args()
     unknown = set(args.modes.split(",")) - set(GRAD_COMPRESSIONS)
     if unknown:
@@ -118,19 +192,7 @@ def main() -> None:
     if args.network == "namespaces" and (reason := namespaces_unavailable()):
         sys.exit(f"benchmarks.compression: {reason}")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}")
-    results = mp.get_context("spawn").SimpleQueue()
-    rows = []
-    with seated(PROCESSES, on_machines=args.network == "namespaces") as seats:
-        where = ", ".join(
-            f"rank {rank} on {seat.interface} {seat.address}" for rank, seat in enumerate(seats)
-        )
-        print(f"{args.network}: {where}; the store at {seats[0].store_address}")
-        for _ in range(args.repeats):
-            for mode in args.modes.split(","):
-                mp.spawn(measure, (args, mode, seats, free_port(), results), nprocs=PROCESSES)
-                rows.append(results.get())
-                mb, rate = rows[-1][1] / 1e6, rows[-1][2]
-                print(f"{rows[-1][0]}: {mb:.3f} MB a step, {rate:.2f} images/s")
+    rows = measured_modes(args, print)
     baseline = {payload: rate for mode, payload, rate in rows if mode == "none"}
     none_payload = next(iter(baseline), None)
     none_rate = sum(baseline.values()) / len(baseline) if baseline else None

@@ -5,7 +5,8 @@ saves on the way from an input process (one shared-memory tensor instead of one 
 On CUDA (--device cuda) it counts the CUDA launches of one staged batch with torch.profiler (before
 the packing and batched resize: about 8 a record) and times --batches batches. On any machine it
 times passing a batch of file bytes through a torch.multiprocessing queue, as one tensor and as one
-tensor a record. Usage: python -m benchmarks.gpu_decode [--device cuda] [--batch_size 256]
+tensor a record. The launches' figures: python -m benchmarks run --only gpu_decode (on a GPU).
+Usage: python -m benchmarks.gpu_decode [--device cuda] [--batch_size 256]
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import torch.multiprocessing as multiprocessing
 from torch.profiler import ProfilerActivity, profile
 from torchvision.io import encode_jpeg
 
+from benchmarks.registry import LOWER, Context, Figure, benchmark
+from benchmarks.train import no_gpu
+from benchmarks.trees import Tree
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.gpu_decode import BatchDecoder, EncodedBatch
 
@@ -93,6 +97,41 @@ def queue_seconds(tensors, count: int = 10) -> float:
     return seconds
 
 
+def gpu_decode_figures(batch_size: int, image_size: int, batches: int) -> dict[str, float]:
+    """The declared figures (in a tree's process, on its CUDA GPU)."""
+    files = jpegs(batch_size)
+    launched, seconds = launches_and_seconds(encoded_batch(files, image_size), image_size, batches)
+    return {
+        "gpu_decode_launches_per_record": launched / len(files),
+        "gpu_decode_batch_ms": seconds * 1e3,
+    }
+
+
+@benchmark(
+    "gpu_decode",
+    "The GPU decode's launches (256 records, 224 px)",
+    (
+        Figure(
+            "gpu_decode_launches_per_record",
+            "launches",
+            LOWER,
+            None,
+            0.05,
+            "CUDA launches (kernels and copies) of one batch's `--decode_device gpu` decode, cut, "
+            "resize and mirror (BatchDecoder), a record",
+        ),
+        Figure("gpu_decode_batch_ms", "ms", LOWER, None, 0.1, "BatchDecoder's time, a batch"),
+    ),
+    unavailable=no_gpu,
+    rounds=(1, 3),
+    order=55,
+)
+def measure_gpu_decode(context: Context, tree: Tree) -> dict[str, float]:
+    return tree.call(
+        "benchmarks.gpu_decode:gpu_decode_figures", batch_size=256, image_size=224, batches=20
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -106,11 +145,11 @@ def main() -> None:
     one, many = queue_seconds(packed), queue_seconds(apart)
     print(f"through a queue: one tensor {one * 1e3:.1f} ms, one a record {many * 1e3:.1f} ms")
     if args.device == "cuda":
-        launched, seconds = launches_and_seconds(
-            encoded_batch(files, args.image_size), args.image_size, args.batches
+        figures = gpu_decode_figures(args.batch_size, args.image_size, args.batches)
+        print(
+            f"GPU decode: {figures['gpu_decode_launches_per_record']:.2f} launches a record, "
+            f"{figures['gpu_decode_batch_ms']:.1f} ms a batch"
         )
-        rate = launched / len(files)
-        print(f"GPU decode: {rate:.2f} launches a record, {seconds * 1e3:.1f} ms a batch")
 
 
 if __name__ == "__main__":

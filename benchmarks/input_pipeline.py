@@ -39,12 +39,7 @@ def bare_rate(root: str, images: int) -> float:
     """Full-frame decodes per second of the files' bytes, read into memory first."""
     import simplejpeg
 
-    jpegs = []
-    for folder, _, names in os.walk(root):
-        for name in names:
-            with open(os.path.join(folder, name), "rb") as file:
-                jpegs.append(file.read())
-    jpegs = jpegs[:images]
+    jpegs = bench_data.read_jpegs(root, images)
     simplejpeg.decode_jpeg(jpegs[0])
     started = time.perf_counter()
     for jpeg in jpegs:

@@ -6,7 +6,8 @@ The evidence behind data/formats/images.py's choice of power-of-two scales and a
 frame: the entropy decoding alone (the last row's box: every row above it is only entropy-decoded),
 and the boxes of the scale crop and of random-resized crops (--image_size out), decoded in rounds
 interleaved with whole frames; --photo FILE,... adds files of one's own (e.g. real photos).
-Usage: python -m benchmarks.jpeg_scaling [--sizes 500x375,1000x750] [--images 20]
+Its figures (500x375 scenes, and the photographs' entropy share): python -m benchmarks run --only
+jpeg_scaling. Alone: python -m benchmarks.jpeg_scaling [--sizes 500x375,1000x750] [--images 20]
     [--regions] [--photo FILE,...]
 """
 
@@ -24,6 +25,10 @@ import simplejpeg
 import torch
 
 from benchmarks import bench_data
+from benchmarks.input_pipeline import photo_sets, prepare_photo_sets
+from benchmarks.registry import HIGHER, LOWER, Context, Figure, benchmark
+from benchmarks.stages import SCALE, SIZE
+from benchmarks.trees import Tree
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.formats.jpeg_region import decode_jpeg_box
 from resnet50_trainer.data.settings import DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO
@@ -54,63 +59,155 @@ def centre_crop(pixels: np.ndarray, scale: int, size: int) -> torch.Tensor:
 
 def psnr(crop: torch.Tensor, reference: torch.Tensor) -> float:
     mse = float(((crop - reference) ** 2).mean())
-    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
+    return float("inf") if mse == 0 else float(10 * np.log10(255**2 / mse))
+
+
+def scale_ms(jpegs: list, height: int, repeats: int) -> dict[int, float]:
+    """Milliseconds a decode at each scale M/8, by M (min_height, the height at M/8, makes
+    simplejpeg pick M/8)."""
+    return {
+        eighths: best_ms(
+            functools.partial(
+                simplejpeg.decode_jpeg, min_height=-(-height * eighths // 8), min_width=1
+            ),
+            jpegs,
+            repeats,
+        )
+        for eighths in range(8, 0, -1)
+    }
+
+
+def fast_modes(jpegs: list, scale: int, size: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """Each mode of FAST_MODES: (milliseconds a full-size decode, the worst centre crop's PSNR
+    against the accurate decode's crop)."""
+    references = [centre_crop(simplejpeg.decode_jpeg(j), scale, size) for j in jpegs]
+    modes = {}
+    for name, options in FAST_MODES.items():
+        ms = best_ms(functools.partial(simplejpeg.decode_jpeg, **options), jpegs, repeats)
+        quality = min(
+            psnr(centre_crop(simplejpeg.decode_jpeg(j, **options), scale, size), reference)
+            for j, reference in zip(jpegs, references)
+        )
+        modes[name] = (ms, quality)
+    return modes
 
 
 def report(width: int, height: int, jpegs: list, args) -> None:
-    timings = []
-    for eighths in range(8, 0, -1):  # min_height = the height at M/8 makes simplejpeg pick M/8
-        rows = -(-height * eighths // 8)
-        ms = best_ms(
-            functools.partial(simplejpeg.decode_jpeg, min_height=rows, min_width=1),
-            jpegs,
-            args.repeats,
-        )
-        timings.append(f"{eighths}/8 {ms:.2f}")
-    print(f"{width}x{height} ms a decode at each scale: " + " | ".join(timings))
-    references = [
-        centre_crop(simplejpeg.decode_jpeg(j), args.scale, args.image_size) for j in jpegs
-    ]
-    for name, options in FAST_MODES.items():
-        ms = best_ms(functools.partial(simplejpeg.decode_jpeg, **options), jpegs, args.repeats)
-        quality = min(
-            psnr(
-                centre_crop(simplejpeg.decode_jpeg(j, **options), args.scale, args.image_size),
-                reference,
-            )
-            for j, reference in zip(jpegs, references)
-        )
+    timings = scale_ms(jpegs, height, args.repeats)
+    listed = " | ".join(f"{eighths}/8 {ms:.2f}" for eighths, ms in timings.items())
+    print(f"{width}x{height} ms a decode at each scale: {listed}")
+    for name, (ms, quality) in fast_modes(jpegs, args.scale, args.image_size, args.repeats).items():
         print(f"{width}x{height} full size, {name}: {ms:.3f} ms, worst crop PSNR {quality:.1f} dB")
 
 
-def region_report(name: str, jpegs: list, args) -> None:
-    """Per-decode time of each kind of box against the whole frame, as shares of it (median of
-    rounds, each round's boxes timed right after its whole frames)."""
+ENTROPY_ONLY = "entropy only (last row)"
+
+
+def box_shares(jpegs: list, scale: int, size: int, repeats: int) -> tuple[float, dict[str, float]]:
+    """(milliseconds a whole-frame decode, each kind of box's decode as a share of it): medians
+    of rounds, each round's boxes timed right after its whole frames."""
     sizes = [simplejpeg.decode_jpeg_header(jpeg)[1::-1] for jpeg in jpegs]
-    boxes = {"entropy only (last row)": [(0, h - 1, w, h) for w, h in sizes]}
+    boxes = {ENTROPY_ONLY: [(0, h - 1, w, h) for w, h in sizes]}
     plans = []
     for position, (width, height) in enumerate(sizes):
         rng = random.Random(f"0:{position}")
-        plans.append(transforms.scale_plan(width, height, args.scale, args.image_size, rng, False))
+        plans.append(transforms.scale_plan(width, height, scale, size, rng, False))
     boxes["scale crop"] = [plan.crop.box for plan in plans]
     boxes["random-resized crops"] = [
         transforms.random_resized_plan(
-            w, h, args.image_size, DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, random.Random(i), False
+            w, h, size, DEFAULT_CROP_AREA, DEFAULT_CROP_RATIO, random.Random(i), False
         ).crop.box
         for i, (w, h) in enumerate(sizes)
     ]
     shares: dict[str, list[float]] = {kind: [] for kind in boxes}
     whole_ms = []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         whole = best_ms(simplejpeg.decode_jpeg, jpegs, 1)
         whole_ms.append(whole)
         for kind, kind_boxes in boxes.items():
             started = time.perf_counter()
-            for jpeg, size, box in zip(jpegs, sizes, kind_boxes):
-                decode_jpeg_box(jpeg, size, 3, 1, box)
+            for jpeg, frame, box in zip(jpegs, sizes, kind_boxes):
+                decode_jpeg_box(jpeg, frame, 3, 1, box)
             shares[kind].append((time.perf_counter() - started) / len(jpegs) * 1e3 / whole)
-    listed = "; ".join(f"{kind} {statistics.median(v):.2f}" for kind, v in shares.items())
-    print(f"{name}: whole frame {statistics.median(whole_ms):.2f} ms; box / whole frame: {listed}")
+    return statistics.median(whole_ms), {kind: statistics.median(v) for kind, v in shares.items()}
+
+
+def region_report(name: str, jpegs: list, args) -> None:
+    whole, shares = box_shares(jpegs, args.scale, args.image_size, args.repeats)
+    listed = "; ".join(f"{kind} {share:.2f}" for kind, share in shares.items())
+    print(f"{name}: whole frame {whole:.2f} ms; box / whole frame: {listed}")
+
+
+def scenes(width: int, height: int, images: int) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [bench_data.jpeg_bytes(bench_data.make_photo(rng, width, height)) for _ in range(images)]
+
+
+def jpeg_figures(photos: str, images: int, repeats: int) -> dict[str, float]:
+    """The declared figures: 500x375 scenes, and the photographs' files (in a tree's process)."""
+    torch.set_num_threads(1)
+    made = scenes(500, 375, images)
+    ms = scale_ms(made, 375, repeats)
+    modes = fast_modes(made, SCALE, SIZE, repeats)
+    _, scene_boxes = box_shares(made, SCALE, SIZE, repeats)
+    _, photo_boxes = box_shares(bench_data.read_jpegs(photos, images), SCALE, SIZE, repeats)
+    return {
+        "dct_6_8_vs_full": ms[6] / ms[8],
+        "dct_1_8_vs_full": ms[1] / ms[8],
+        "fast_decode_vs_accurate": modes["both fast"][0] / modes["accurate"][0],
+        "fast_decode_worst_psnr": modes["both fast"][1],
+        "scenes_entropy_vs_full_decode": scene_boxes[ENTROPY_ONLY],
+        "scenes_rr_box_vs_full_decode": scene_boxes["random-resized crops"],
+        "scenes_scale_box_vs_full_decode": scene_boxes["scale crop"],
+        "photos_entropy_vs_full_decode": photo_boxes[ENTROPY_ONLY],
+    }
+
+
+def _share(name: str, doc: str) -> Figure:
+    return Figure(name, "x", LOWER, None, 0.15, doc)
+
+
+@benchmark(
+    "jpeg_scaling",
+    "JPEG decoding: DCT scales, fast modes, boxes",
+    (
+        _share("dct_6_8_vs_full", "a 6/8-scale decode of 500x375 scenes over a full-size one"),
+        _share("dct_1_8_vs_full", "a 1/8-scale decode over a full-size one"),
+        _share(
+            "fast_decode_vs_accurate",
+            "libjpeg-turbo's fast DCT and fast upsampling together over its accurate modes, "
+            "full size",
+        ),
+        Figure(
+            "fast_decode_worst_psnr",
+            "dB",
+            HIGHER,
+            None,
+            0.05,
+            "the fast modes' worst 224 px centre crop against the accurate decode's crop, PSNR",
+        ),
+        _share(
+            "scenes_entropy_vs_full_decode",
+            "the last row's box over the whole frame, scenes: the entropy decoding's share",
+        ),
+        _share(
+            "scenes_rr_box_vs_full_decode",
+            "random-resized boxes (224 px out) decoded alone over whole frames, scenes",
+        ),
+        _share("scenes_scale_box_vs_full_decode", "the scale crop's boxes, the same"),
+        _share(
+            "photos_entropy_vs_full_decode",
+            "the entropy decoding's share of a decode, the photographs' files",
+        ),
+    ),
+    prepare=prepare_photo_sets,
+    order=27,
+)
+def measure_jpeg_scaling(context: Context, tree: Tree) -> dict[str, float]:
+    photos = photo_sets(context)["files"]
+    return tree.call(
+        "benchmarks.jpeg_scaling:jpeg_figures", threads=1, photos=photos, images=20, repeats=5
+    )
 
 
 def main() -> None:
@@ -118,19 +215,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="500x375,1000x750")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=7, help="best of, per figure")
-    parser.add_argument("--scale", type=int, default=256)
-    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--scale", type=int, default=SCALE)
+    parser.add_argument("--image_size", type=int, default=SIZE)
     parser.add_argument("--regions", action="store_true", help="only the box decodes' costs")
     parser.add_argument("--photo", default="", help="comma-separated JPEG files, with --regions")
     args = parser.parse_args()
     print(f"simplejpeg {simplejpeg.__version__}; load {os.getloadavg()[0]:.1f}")
-    rng = np.random.default_rng(0)
     for size in args.sizes.split(","):
         width, height = (int(part) for part in size.split("x"))
-        jpegs = [
-            bench_data.jpeg_bytes(bench_data.make_photo(rng, width, height))
-            for _ in range(args.images)
-        ]
+        jpegs = scenes(width, height, args.images)
         if args.regions:
             region_report(f"{width}x{height}", jpegs, args)
         else:

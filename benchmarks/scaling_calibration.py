@@ -9,7 +9,8 @@
   and between two machines of network namespaces (benchmarks/network_namespaces.py; where they
   can be made).
 
-Run: python -m benchmarks.scaling_calibration OUT.json (a few minutes on 2 cores)."""
+Run: python -m benchmarks.scaling_calibration OUT.json (a few minutes on 2 cores); its figures
+(what docs/scaling.md quotes of them): python -m benchmarks run --only scaling_calibration."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from benchmarks.network_namespaces import (
     namespaces_unavailable,
     seated,
 )
+from benchmarks.registry import HIGHER, LOWER, Context, Figure, benchmark
+from benchmarks.trees import BENCHMARKS_ROOT, Tree
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
 STEPS = 4  # the first 2 build and rebuild DDP's buckets
@@ -105,6 +108,74 @@ def gloo_bus_gbps(on_machines: bool, repeats: int = 10) -> float:
     return round(BUCKET_BYTES * 8 / results.get() / 1e9, 2)
 
 
+def namespaces_gbps() -> float | None:
+    """Gloo's bus bandwidth between two machines of network namespaces; None where they cannot be
+    made (not root)."""
+    return gloo_bus_gbps(on_machines=True) if namespaces_unavailable() is None else None
+
+
+def calibration_figures(image_size: int, batch: int) -> dict[str, float]:
+    """The declared figures (in a fresh process): the forward's share of a step, the gradient
+    bytes ready within the first half of the backward pass, Gloo's bandwidths."""
+    measured = buckets_and_backward(image_size, batch)
+    elements, ready = measured["bucket_elements"], measured["bucket_ready_fraction"]
+    early = sum(size for size, at in zip(elements, ready) if at <= 0.5) / sum(elements)
+    figures = {
+        "forward_share_of_step": measured["forward_share"],
+        "bytes_ready_by_half_backward": early,
+        "gloo_loopback_bus_gbps": gloo_bus_gbps(on_machines=False),
+    }
+    between = namespaces_gbps()
+    return figures if between is None else {**figures, "gloo_namespaces_bus_gbps": between}
+
+
+@benchmark(
+    "scaling_calibration",
+    "The scaling model's inputs, CPU (ResNet-50, 224 px, 4 images)",
+    (
+        Figure(
+            "forward_share_of_step",
+            "share",
+            LOWER,
+            None,
+            0.1,
+            "the forward pass's share of a step of ResNet-50 under DDP, one process and thread",
+        ),
+        Figure(
+            "bytes_ready_by_half_backward",
+            "share",
+            HIGHER,
+            None,
+            0.05,
+            "the share of DDP's gradient bytes whose bucket is ready within the first half of the "
+            "backward pass (a hook that records the time and sends nothing)",
+        ),
+        Figure(
+            "gloo_loopback_bus_gbps",
+            "Gb/s",
+            HIGHER,
+            None,
+            0.3,
+            "Gloo's all-reduce of 25 MB between 2 processes on loopback, bus bandwidth",
+        ),
+        Figure(
+            "gloo_namespaces_bus_gbps",
+            "Gb/s",
+            HIGHER,
+            None,
+            0.2,
+            "the same between two machines of network namespaces (veth pairs and a bridge; root)",
+        ),
+    ),
+    rounds=(1, 3),
+    order=72,
+)
+def measure_calibration(context: Context, tree: Tree) -> dict[str, float]:
+    # Torch's and the machine's figures, not the trainer's: this package's code in either tree.
+    this = Tree("this", BENCHMARKS_ROOT)
+    return this.call("benchmarks.scaling_calibration:calibration_figures", image_size=224, batch=4)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", help="JSON file to write")
@@ -119,9 +190,7 @@ def main() -> None:
         "batch": args.batch,
         **buckets_and_backward(args.image_size, args.batch),
         "gloo_loopback_bus_gbps": gloo_bus_gbps(on_machines=False),
-        "gloo_namespaces_bus_gbps": (
-            gloo_bus_gbps(on_machines=True) if namespaces_unavailable() is None else None
-        ),
+        "gloo_namespaces_bus_gbps": namespaces_gbps(),
     }
     with open(args.output, "w") as file:
         json.dump(calibration, file, indent=1)

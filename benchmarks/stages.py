@@ -4,7 +4,8 @@ batch, and the hand-over to the training process (the batch's way into shared me
 is the whole-frame path (full decode, a crop tensor resized and mirrored alone, torch.stack, the
 batch copied into shared memory when an input process hands it over); "after" is the trainer's
 path (data/cpu_decode.py: the box decoded alone, resized into its slot of a batch tensor allocated
-in shared memory, mirrored as it is written). Run by input_pipeline.py --stages, or alone:
+in shared memory, mirrored as it is written). Its figures (random-resized crops of the
+photographs): python -m benchmarks run --only stages. Every stage of both crops, alone:
 python -m benchmarks.stages [--images 512]
 """
 
@@ -16,12 +17,16 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import simplejpeg
 import torch
 
 from benchmarks import bench_data
+from benchmarks.input_pipeline import IMAGES, photo_sets, prepare_photo_sets
+from benchmarks.registry import LOWER, Context, Figure, benchmark
+from benchmarks.trees import Tree
 from resnet50_trainer.data import transforms
 from resnet50_trainer.data.formats.databases import open_database
 from resnet50_trainer.data.formats.images import decode_jpeg_reduced, jpeg_header
@@ -153,51 +158,150 @@ def marked_decode(marked_lmdb: str, keys: list, headers: list, crop: str) -> tup
     return box, bare
 
 
-def report(root: str, lmdb: str, images: int, marked_lmdb: str | None = None) -> None:
+def stage_costs(lmdb: str, images: int, marked_lmdb: str | None = None) -> dict[str, dict]:
+    """Per crop: microseconds an image of bare full-frame decoding (`bare`), the header and plan
+    (`plan`), each stage before and after (`stages`), and with restart markers the box's decode and
+    those files' bare decode (`marked`, where `marked_lmdb` is given); one thread."""
     torch.set_num_threads(1)
-    database = open_database(lmdb, "lmdb")
-    keys = database.keys()[: images - images % BATCH]
-    values = [database.get(key) for key in keys]
-    records = [parse_record(value) for value in values]
-    headers = [jpeg_header(record.encoded) for record in records]
-    count = len(keys)
+    costs = {}
+    with open_database(lmdb, "lmdb") as database:
+        keys = database.keys()[: images - images % BATCH]
+        values = [database.get(key) for key in keys]
+        records = [parse_record(value) for value in values]
+        headers = [jpeg_header(record.encoded) for record in records]
+        count = len(keys)
+        views = [database.view(key) for key in keys]
+        # Before: a copy out of the database, the protobuf parse copying the file out of the
+        # record. After: a view of the LMDB's memory map, the encoded Datum's fields walked by hand.
+        read = {
+            "before": per_image_us(lambda: [database.get(key) for key in keys], count),
+            "after": per_image_us(lambda: [database.view(key) for key in keys], count),
+        }
+        parse = {
+            "before": per_image_us(lambda: [parse_record(value) for value in values], count),
+            "after": per_image_us(lambda: [parse_record_view(view) for view in views], count),
+        }
+        for crop in ("scale", "random_resized"):
+            # Measured again beside each crop's stages: the machine's load moves.
+            bare = per_image_us(lambda: [simplejpeg.decode_jpeg(r.encoded) for r in records], count)
+            before, after, plan = crop_stages(crop, records, headers)
+            stages = {"DB read": read, "parse": parse}
+            stages.update({name: {"before": before[name], "after": after[name]} for name in before})
+            costs[crop] = {"count": count, "bare": bare, "plan": plan, "stages": stages}
+            if marked_lmdb is not None:
+                costs[crop]["marked"] = marked_decode(marked_lmdb, keys, headers, crop)
+    return costs
+
+
+def report(lmdb: str, images: int, marked_lmdb: str | None = None) -> None:
+    costs = stage_costs(lmdb, images, marked_lmdb)
+    count = next(iter(costs.values()))["count"]
     print(
         f"\nper-image cost of each stage, microseconds, one core, {count} images "
         f"(region decode {'built' if REGION_DECODE else 'NOT built: whole frames'}):"
     )
-    views = [database.view(key) for key in keys]
-    # Before: a copy out of the database, the protobuf parse copying the file out of the record.
-    # After: a view of the LMDB's memory map, the encoded Datum's fields walked by hand.
-    read = {
-        "before": per_image_us(lambda: [database.get(key) for key in keys], count),
-        "after": per_image_us(lambda: [database.view(key) for key in keys], count),
-    }
-    parse = {
-        "before": per_image_us(lambda: [parse_record(value) for value in values], count),
-        "after": per_image_us(lambda: [parse_record_view(view) for view in views], count),
-    }
-    for crop in ("scale", "random_resized"):
-        # Measured again beside each crop's stages: the machine's load moves.
-        bare = per_image_us(lambda: [simplejpeg.decode_jpeg(r.encoded) for r in records], count)
-        before, after, plan = crop_stages(crop, records, headers)
+    for crop, cost in costs.items():
+        bare, plan, stages = cost["bare"], cost["plan"], cost["stages"]
         print(f"  --crop {crop} (bare full-frame decode, simplejpeg: {bare:.0f}):")
         print(f"    header + plan: {plan:.0f}")
-        stages = {"DB read": read, "parse": parse}
-        stages.update({stage: {"before": before[stage], "after": after[stage]} for stage in before})
-        for stage, cost in stages.items():
-            print(f"    {stage}: before {cost['before']:.0f}, after {cost['after']:.0f}")
+        for stage, sides in stages.items():
+            print(f"    {stage}: before {sides['before']:.0f}, after {sides['after']:.0f}")
         for side in ("before", "after"):
-            total = plan + sum(cost[side] for cost in stages.values())
+            total = plan + sum(sides[side] for sides in stages.values())
             print(f"    sum {side}: {total:.0f} ({bare / total:.2f}x bare decode's rate)")
-        if marked_lmdb is not None:
-            box, marked_bare = marked_decode(marked_lmdb, keys, headers, crop)
-            total = plan + sum(cost["after"] for cost in stages.values()) - after["decode"] + box
+        if "marked" in cost:
+            box, marked_bare = cost["marked"]
+            total = after_total(cost) - stages["decode"]["after"] + box
             print(
                 f"    with restart markers: decode {box:.0f} (bare full-frame decode of those "
                 f"files {marked_bare:.0f}); sum {total:.0f} ({bare / total:.2f}x bare decode's "
                 f"rate, {marked_bare / total:.2f}x theirs)"
             )
-    database.close()
+
+
+def after_total(cost: dict) -> float:
+    """Microseconds an image of the trainer's path: the plan and every stage, after."""
+    return cost["plan"] + sum(sides["after"] for sides in cost["stages"].values())
+
+
+def stage_figures(lmdb: str, marked_lmdb: str, images: int) -> dict[str, float]:
+    """The declared figures, of random-resized crops (in a tree's one-thread process)."""
+    cost = stage_costs(lmdb, images, marked_lmdb)["random_resized"]
+    stages, bare = cost["stages"], cost["bare"]
+    (marked_box, marked_bare), box = cost["marked"], stages["decode"]["after"]
+    return {
+        "stages_rr_box_us": box,
+        "stages_rr_marked_box_us": marked_box,
+        "stages_rr_box_vs_full_decode": box / bare,
+        "stages_rr_marked_box_vs_full_decode": marked_box / bare,
+        "stages_rr_resize_vs_full_decode": stages["resize"]["after"] / bare,
+        "stages_marked_full_decode_vs_full_decode": marked_bare / bare,
+        "stages_around_decode_us": after_total(cost) - box - stages["resize"]["after"],
+    }
+
+
+def _figure(name: str, unit: str, doc: str) -> Figure:
+    return Figure(name, unit, LOWER, None, 0.2, doc)
+
+
+@benchmark(
+    "stages",
+    "The input pipeline's stages, one core",
+    (
+        _figure(
+            "stages_rr_box_us",
+            "us",
+            "a random-resized crop's box decoded alone (data/formats/jpeg_region.py) from the "
+            "photographs' LMDB without restart markers: the rows above it entropy-decoded",
+        ),
+        _figure("stages_rr_marked_box_us", "us", "the same with restart markers: the box alone"),
+        _figure(
+            "stages_rr_box_vs_full_decode",
+            "x",
+            "the box without markers over bare full-frame decoding (simplejpeg) of the same files",
+        ),
+        _figure("stages_rr_marked_box_vs_full_decode", "x", "the box with markers, the same"),
+        _figure(
+            "stages_rr_resize_vs_full_decode",
+            "x",
+            "the box's resize into its batch slot over bare full-frame decoding",
+        ),
+        _figure(
+            "stages_marked_full_decode_vs_full_decode",
+            "x",
+            "bare full-frame decoding of the files with restart markers over that of plain ones",
+        ),
+        _figure(
+            "marked_bytes_vs_plain",
+            "x",
+            "the photographs' files with a restart marker after every MCU over the plain ones, "
+            "bytes (not timed: the same every round)",
+        ),
+        _figure(
+            "stages_around_decode_us",
+            "us",
+            "all but the decode and the resize, an image: the DB read (a view of the map), "
+            "the record's parse, header and crop plan, the batch and its hand-over",
+        ),
+    ),
+    prepare=prepare_photo_sets,
+    order=26,
+)
+def measure_stages(context: Context, tree: Tree) -> dict[str, float]:
+    sets = photo_sets(context)
+    figures = tree.call(
+        "benchmarks.stages:stage_figures",
+        threads=1,
+        lmdb=sets["lmdb"],
+        marked_lmdb=sets["marked_lmdb"],
+        images=IMAGES,
+    )
+    marked, plain = (folder_bytes(sets[name]) for name in ("marked_files", "files"))
+    return {**figures, "marked_bytes_vs_plain": marked / plain}
+
+
+def folder_bytes(root: str) -> int:
+    return sum(path.stat().st_size for path in Path(root).rglob("*") if path.is_file())
 
 
 def main() -> None:
@@ -206,8 +310,8 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--photos", default="", help="cut the JPEGs from these photographs")
     args = parser.parse_args()
-    root, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
-    report(root, lmdb, args.images)
+    _, lmdb = bench_data.build(args.out, args.images, photos=args.photos)
+    report(lmdb, args.images)
 
 
 if __name__ == "__main__":

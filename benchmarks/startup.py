@@ -252,7 +252,7 @@ def timed_preflight(train: str, test: str, outputs: str) -> float:
     return seconds
 
 
-def _cold_reads_unavailable() -> str | None:
+def cold_reads_unavailable() -> str | None:
     return None if hasattr(os, "posix_fadvise") else "no posix_fadvise to evict the DB"
 
 
@@ -273,7 +273,7 @@ def _cold_reads_unavailable() -> str | None:
         ),
     ),
     prepare=make_scale_dbs,
-    unavailable=_cold_reads_unavailable,
+    unavailable=cold_reads_unavailable,
     order=10,
 )
 def measure_preflight(context: Context, tree: Tree) -> dict[str, float]:

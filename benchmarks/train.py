@@ -438,7 +438,7 @@ def gpu_figure(name: str, unit: str, goal: float | None, doc: str) -> Figure:
     return Figure(name, unit, HIGHER, goal, 0.1, doc)
 
 
-def _no_gpu() -> str | None:
+def no_gpu() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return "needs a CUDA GPU (scripts/gpu_check.sh measures these on a lent one)"
     return None
@@ -493,7 +493,7 @@ def _no_gpu() -> str | None:
         ),
     ),
     prepare=prepare_photo_sets,
-    unavailable=_no_gpu,
+    unavailable=no_gpu,
     rounds=(1, 2),
     order=50,
 )

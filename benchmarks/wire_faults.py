@@ -11,6 +11,7 @@ synthetic data), meet through a shared directory or through Redis on a third mac
              seconds are the rest of the run, not a time to notice).
 For each, the seconds from the fault to each machine's exit, its exit status and its error lines.
 Prints a Markdown table (also written to --out). Usage: sudo python -m benchmarks.wire_faults
+Its figures (one run of each fault, as root): python -m benchmarks run --only wire_faults
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from benchmarks.network_namespaces import NamespaceNetwork, namespaces_unavailable
+from benchmarks.registry import LOWER, Context, Figure, benchmark
+from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_RUN = ["--use_cpu", "--num_layers", "18", "--image_size", "32", "--batch_size", "8"]
 SMALL_RUN += ["--num_labels", "4", "--num_workers", "0", "--num_gpus", "2", "--num_shards", "2"]
 # fault -> the line of shard 0's that triggers it, the machine whose link goes down
@@ -41,6 +43,7 @@ FAULTS = {
     "redis": ("All 2 shards", "redis"),
 }
 RUN_LIMIT_S = 300
+TIMEOUT_S, FIRST_ITER_TIMEOUT_S = 10, 20  # the runs' --timeout and --first_iter_timeout
 
 
 @dataclass
@@ -76,14 +79,17 @@ class Machine:
         return [line for _, line in self.lines if "error:" in line]
 
 
-def start_machine(net: NamespaceNetwork, name: str, flags: list[str], out: str) -> Machine:
+def start_machine(
+    net: NamespaceNetwork, name: str, flags: list[str], out: str, tree: Tree
+) -> Machine:
     log_dir = os.path.join(out, name)
     os.makedirs(log_dir)
-    command = [sys.executable, "-m", "resnet50_trainer", *SMALL_RUN, "--shard_id", name[1:]]
-    command += ["--distributed_interfaces", net.interface(name), "--log_dir", log_dir, *flags]
+    flags = [*SMALL_RUN, "--shard_id", name[1:], *flags]
+    flags += ["--distributed_interfaces", net.interface(name), "--log_dir", log_dir]
     process = subprocess.Popen(
-        net.command(name, command),
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        net.command(name, tree.trainer(flags)),
+        env=tree.environment(),
+        cwd=log_dir,  # not a checkout: only PYTHONPATH finds the trainer
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -111,7 +117,7 @@ def redis_on(net: NamespaceNetwork, port: int = 6379) -> Iterator[list[str]]:
         server.wait()
 
 
-def one_run(fault: str, settings: argparse.Namespace, repeat: int) -> dict:
+def one_run(fault: str, settings: argparse.Namespace, repeat: int, tree: Tree) -> dict:
     """Both machines through `fault`: seconds to each one's exit, statuses, error lines."""
     out = tempfile.mkdtemp(prefix="wire_faults_")
     meeting_dir = os.path.join(out, "nfs")
@@ -124,7 +130,7 @@ def one_run(fault: str, settings: argparse.Namespace, repeat: int) -> dict:
     try:
         with NamespaceNetwork(("m0", "m1", "redis")) as net, redis_on(net) as through_redis:
             meet = through_redis if fault == "redis" else ["--file_store_path", meeting_dir]
-            machines = [start_machine(net, name, flags + meet, out) for name in ("m1", "m0")]
+            machines = [start_machine(net, name, flags + meet, out, tree) for name in ("m1", "m0")]
             shard_0 = machines[1]
             shard_0.wait_for(trigger)
             net.link_down(victim)
@@ -140,12 +146,12 @@ def one_run(fault: str, settings: argparse.Namespace, repeat: int) -> dict:
         shutil.rmtree(out, ignore_errors=True)
 
 
-BOUNDS = {
-    "mid_epoch": "--timeout {timeout}",
-    "store": "--timeout {timeout}",
-    "meeting": "--first_iter_timeout {first_iter_timeout}",
-    "redis": "(none: the run goes on)",
-}
+# fault -> the flag whose seconds bound the machines' wait (none: the run goes on)
+BOUND_BY = {"mid_epoch": "timeout", "store": "timeout", "meeting": "first_iter_timeout"}
+
+
+def bound_s(fault: str, settings: argparse.Namespace) -> int:
+    return getattr(settings, BOUND_BY[fault]) if fault in BOUND_BY else 0
 
 
 def table(results: dict[str, list[dict]], settings: argparse.Namespace) -> str:
@@ -166,7 +172,8 @@ def table(results: dict[str, list[dict]], settings: argparse.Namespace) -> str:
             )
         statuses = sorted({tuple(run["statuses"]) for run in runs})
         lines = sorted({len(errors) for run in runs for errors in run["errors"]})
-        bound = BOUNDS[fault].format(**vars(settings))
+        flag = BOUND_BY.get(fault)
+        bound = f"--{flag} {bound_s(fault, settings)}" if flag else "(none: the run goes on)"
         rows.append(
             f"| {fault} | {bound} | {spans[0]} | {spans[1]} | "
             f"{', '.join(map(str, statuses))} | {', '.join(map(str, lines))} |"
@@ -176,19 +183,72 @@ def table(results: dict[str, list[dict]], settings: argparse.Namespace) -> str:
     return "\n".join([*rows, "", *examples])
 
 
+def unavailable() -> str | None:
+    if shutil.which("redis-server") is None:
+        return "needs redis-server"
+    return namespaces_unavailable()
+
+
+def fault_figures(tree: Tree, settings: argparse.Namespace) -> dict[str, float]:
+    """One run of each fault: the seconds from it to the last machine's exit beyond the flag
+    that bounds their wait; the Redis fault's run must go on to its end (exit 0 both)."""
+    figures = {}
+    for fault in FAULTS:
+        run = one_run(fault, settings, 0, tree)
+        if fault not in BOUND_BY and run["statuses"] != [0, 0]:
+            raise MeasurementFailed(f"{fault}: the run ended with {run['statuses']}: {run}")
+        beyond = max(run["seconds"]) - bound_s(fault, settings)
+        figures[f"wire_{fault}_beyond_bound_s"] = beyond
+    return figures
+
+
+@benchmark(
+    "wire_faults",
+    "Faults on the wire, two machines of network namespaces",
+    tuple(
+        Figure(
+            f"wire_{fault}_beyond_bound_s",
+            "s",
+            LOWER,
+            None,
+            0.2,
+            f"{what}: seconds from the link's loss to the last machine's exit, less {bound}",
+            floor=2.0,
+        )
+        for fault, what, bound in (
+            ("mid_epoch", "shard 1's link down mid-epoch", f"--timeout {TIMEOUT_S}"),
+            ("store", "shard 0's (the store's) link down mid-epoch", f"--timeout {TIMEOUT_S}"),
+            (
+                "meeting",
+                "shard 1's link down after the meeting",
+                f"--first_iter_timeout {FIRST_ITER_TIMEOUT_S}",
+            ),
+            ("redis", "Redis's link down after the meeting (the run goes on)", "nothing"),
+        )
+    ),
+    unavailable=unavailable,
+    rounds=(1, 3),
+    order=75,
+)
+def measure_wire_faults(context: Context, tree: Tree) -> dict[str, float]:
+    settings = argparse.Namespace(timeout=TIMEOUT_S, first_iter_timeout=FIRST_ITER_TIMEOUT_S)
+    return fault_figures(tree, settings)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--timeout", type=int, default=10)
-    parser.add_argument("--first_iter_timeout", type=int, default=20)
+    parser.add_argument("--timeout", type=int, default=TIMEOUT_S)
+    parser.add_argument("--first_iter_timeout", type=int, default=FIRST_ITER_TIMEOUT_S)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--out", default="wire_faults.md")
     settings = parser.parse_args()
-    reason = namespaces_unavailable()
+    reason = unavailable()
+    this = Tree("this", BENCHMARKS_ROOT)
     if reason is not None:
         sys.exit(f"benchmarks.wire_faults: {reason}")
     results = {
-        fault: [one_run(fault, settings, repeat) for repeat in range(settings.repeats)]
+        fault: [one_run(fault, settings, repeat, this) for repeat in range(settings.repeats)]
         for fault in settings.faults.split(",")
     }
     report = table(results, settings)

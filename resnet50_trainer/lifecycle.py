@@ -4,7 +4,6 @@ whatever ends it. Torch-free."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from resnet50_trainer import cpython_private
 from resnet50_trainer.machine import remove_shared_memory_of
 
 # What a scheduler sends before it kills a job (Slurm's scancel and preemption, Kubernetes'
@@ -39,7 +39,7 @@ def leave(status: int) -> NoReturn:
     that thread inside a C++ destructor and the process aborts ("terminate called without an
     active exception", SIGABRT) after the run has reported its outcome (pytorch/pytorch#179291).
     Input processes are ended by multiprocessing's exit handler (end_input_processes_at_exit)."""
-    atexit._run_exitfuncs()  # multiprocessing's, logging's, tqdm's
+    cpython_private.run_exit_handlers()  # multiprocessing's, logging's, tqdm's
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
@@ -53,9 +53,9 @@ def end_input_processes_at_exit() -> None:
     a process that multiprocessing started too (which runs that exit without atexit)."""
     global _ENDING_REGISTERED_IN
     if _ENDING_REGISTERED_IN != os.getpid():  # a forked child inherits the flag, not the finalizer
-        import multiprocessing.util
-
-        multiprocessing.util.Finalize(None, end_input_processes, exitpriority=_ENDING_PRIORITY)
+        cpython_private.finalize_at_multiprocessing_exit(
+            None, end_input_processes, exitpriority=_ENDING_PRIORITY
+        )
         _ENDING_REGISTERED_IN = os.getpid()
 
 

@@ -25,13 +25,6 @@ from resnet50_trainer.config.solver import with_solver
 from resnet50_trainer.data.settings import default_scale
 from resnet50_trainer.errors import UserError
 
-# How each launcher starts one rank per machine, the original's way.
-_ONE_RANK_PER_MACHINE = {
-    "mpirun": "mpirun --map-by ppr:1:node",
-    "mpiexec": "mpiexec -ppn 1",
-    "srun": "srun --ntasks-per-node 1",
-}
-
 
 def build_config(
     args: argparse.Namespace, gpus_present: int, launched: Launched | None = None
@@ -119,20 +112,20 @@ def _replicas_asked_for(args: argparse.Namespace) -> int | None:
 def _check_one_form(launched: Launched, asked: int | None) -> None:
     """One rank per GPU, or one per machine with --num_gpus; never both, and never a rank that
     quietly trains a machine's batch on one GPU."""
-    local = launched.local_world_size
+    local, launcher = launched.local_world_size, launched.launcher
     if asked is None or asked == local:
         return
-    if launched.name == "torchrun":
+    if launcher.one_rank_per_machine is None:
         raise UserError(
-            f"torchrun started {local} processes on this machine but --num_gpus/--gpus ask "
-            f"for {asked}: torchrun starts one process per GPU itself; give it "
-            f"--nproc-per-node {asked} and leave --num_gpus/--gpus out"
+            f"{launcher.name} started {local} processes on this machine but --num_gpus/--gpus "
+            f"ask for {asked}: {launcher.name} starts one process per GPU itself; give it "
+            f"{launcher.processes_option} {asked} and leave --num_gpus/--gpus out"
         )
     if local > 1:
         raise UserError(
-            f"{launched.name} started {local} processes on this machine but --num_gpus/--gpus "
+            f"{launcher.name} started {local} processes on this machine but --num_gpus/--gpus "
             f"ask for {asked}: use one form, one rank per GPU (leave --num_gpus/--gpus out) or "
-            f"one rank per machine ({_ONE_RANK_PER_MACHINE[launched.name]}, --num_gpus {asked})"
+            f"one rank per machine ({launcher.one_rank_per_machine}, --num_gpus {asked})"
         )
 
 

@@ -11,12 +11,51 @@ from dataclasses import dataclass
 
 from resnet50_trainer.errors import UserError
 
-# name, then the variables for rank, world size, local rank and local world size
+
+@dataclass(frozen=True)
+class Launcher:
+    """What the trainer knows of one launcher: one entry of _LAUNCHERS, read wherever a launcher
+    acts differently, so that no code asks for one by its name."""
+
+    name: str
+    # The variables it sets for rank, world size, local rank and local world size.
+    variables: tuple[str, str, str, str]
+    # It always sets all four: a part of them is a hand-made environment that would otherwise
+    # quietly train alone (srun's shell sets a part: an sbatch script outside a step).
+    sets_all_four: bool
+    # Its command line for one rank per machine, the original's way, that starts --num_gpus
+    # processes itself; None where it starts one process per GPU only, with `processes_option`.
+    one_rank_per_machine: str | None
+    processes_option: str | None
+    # The variable counting the rounds of a job whose agent serves one store to all of them (see
+    # _round_prefix); None where a job is one round.
+    round_variable: str | None
+    # It may give each rank its own GPU(s) through CUDA_VISIBLE_DEVICES (srun --gpus-per-task,
+    # mpirun with a binding script); torchrun binds none.
+    binds_gpus: bool
+
+
 _LAUNCHERS = (
-    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
-    # SLURM_STEP_TASKS_PER_NODE is set by srun for its step, not in an sbatch script's own shell.
-    ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")),
-    (
+    Launcher(
+        "torchrun",
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+        sets_all_four=True,
+        one_rank_per_machine=None,
+        processes_option="--nproc-per-node",
+        round_variable="TORCHELASTIC_RESTART_COUNT",
+        binds_gpus=False,
+    ),
+    Launcher(
+        "srun",
+        # SLURM_STEP_TASKS_PER_NODE is set by srun for its step, not in an sbatch script's shell.
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
+        sets_all_four=False,
+        one_rank_per_machine="srun --ntasks-per-node 1",
+        processes_option=None,
+        round_variable=None,
+        binds_gpus=True,
+    ),
+    Launcher(
         "mpirun",
         (
             "OMPI_COMM_WORLD_RANK",
@@ -24,13 +63,24 @@ _LAUNCHERS = (
             "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE",
         ),
+        sets_all_four=True,
+        one_rank_per_machine="mpirun --map-by ppr:1:node",
+        processes_option=None,
+        round_variable=None,
+        binds_gpus=True,
     ),
     # MPICH's and Intel MPI's process manager (Hydra); after srun, whose PMI plugins set PMI_RANK.
-    ("mpiexec", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
+    Launcher(
+        "mpiexec",
+        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        sets_all_four=True,
+        one_rank_per_machine="mpiexec -ppn 1",
+        processes_option=None,
+        round_variable=None,
+        binds_gpus=True,
+    ),
 )
-# Launchers that always set all four variables: a part of them is a hand-made environment that
-# would otherwise quietly train alone (srun's shell sets a part: an sbatch script outside a step).
-_ALL_OR_NONE = ("torchrun", "mpirun", "mpiexec")
+_LAUNCHER_NAMED = {launcher.name: launcher for launcher in _LAUNCHERS}
 # The launcher's id of this job, the same in every process of it: Open MPI up to 4, PMIx (Open MPI
 # 5, srun --mpi=pmix), SLURM. The more particular first: one SLURM job may hold several runs.
 _JOB_ID_VARIABLES = ("OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "SLURM_JOB_ID")
@@ -49,6 +99,10 @@ class Launched:
     round_prefix: str = ""
 
     @property
+    def launcher(self) -> Launcher:
+        return _LAUNCHER_NAMED[self.name]
+
+    @property
     def num_machines(self) -> int:
         return self.world_size // self.local_world_size
 
@@ -58,9 +112,10 @@ class Launched:
 
 
 def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
-    for name, variables in _LAUNCHERS:
+    for launcher in _LAUNCHERS:
+        name, variables = launcher.name, launcher.variables
         present = [variable for variable in variables if variable in environ]
-        if name in _ALL_OR_NONE and 0 < len(present) < len(variables):
+        if launcher.sets_all_four and 0 < len(present) < len(variables):
             missing = [variable for variable in variables if variable not in environ]
             raise UserError(
                 f"{', '.join(present)} set but not {', '.join(missing)}: {name} sets "
@@ -78,19 +133,22 @@ def detect_launcher(environ: Mapping[str, str]) -> Launched | None:
                 local_world,
                 _master(environ),
                 _job_id(environ),
-                _round_prefix(environ) if name == "torchrun" else "",
+                _round_prefix(environ, launcher),
             )
     return None
 
 
-def _round_prefix(environ: Mapping[str, str]) -> str:
+def _round_prefix(environ: Mapping[str, str], launcher: Launcher) -> str:
     """torchrun's agent serves one store at MASTER_ADDR:MASTER_PORT for every round of a job (its
     --max-restarts and membership changes): the keys an earlier round's process group left there
     (a killed rank's Gloo address, NCCL's id) would be read by the next round, whose ranks would
     then wait on dead peers. Each round takes keys of its own: a restart after a failure counts
     TORCHELASTIC_RESTART_COUNT up, one after a change of machines changes the world size."""
-    restart = environ.get("TORCHELASTIC_RESTART_COUNT", "0").strip()
-    return f"resnet50_trainer/restart_{restart}/world_{environ['WORLD_SIZE'].strip()}"
+    if launcher.round_variable is None:
+        return ""
+    restart = environ.get(launcher.round_variable, "0").strip()
+    world_size = environ[launcher.variables[1]].strip()
+    return f"resnet50_trainer/restart_{restart}/world_{world_size}"
 
 
 def _job_id(environ: Mapping[str, str]) -> str | None:
@@ -196,7 +254,7 @@ def gpus_the_machine_holds(
     per_replica = 2 if model_parallel else 1
     if (
         launched is not None
-        and launched.name != "torchrun"
+        and launched.launcher.binds_gpus
         and sees_only_its_own_gpus(launched.local_world_size, per_replica, visible, environ)
     ):
         return launched.local_world_size * per_replica

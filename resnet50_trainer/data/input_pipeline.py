@@ -4,17 +4,16 @@ the prefetcher that hands the training process device Batches."""
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing.queues
 import signal
 import sys
 import traceback
 from collections.abc import Sequence
-from multiprocessing import resource_sharer
 
 import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, get_worker_info
 
+from resnet50_trainer import cpython_private
 from resnet50_trainer.data.cpu_decode import CpuDecode
 from resnet50_trainer.data.dataset import DecodeStrategy, ImageRecords
 from resnet50_trainer.data.gpu_decode import GpuDecode
@@ -52,8 +51,7 @@ def start_input_process(worker_id: int) -> None:
     ignore_stop_signals(worker_id)
     sys.excepthook = quiet_when_the_receiver_is_gone(sys.excepthook)
     faulthandler.disable()  # its training process's, into that one's watcher (launch/watcher.py)
-    # A class's attribute, looked up as the queue's feeder thread starts: this process's queues.
-    setattr(multiprocessing.queues.Queue, "_on_queue_feeder_error", _batch_not_handed_over)  # noqa: B010
+    cpython_private.hand_unsent_queue_items_to(_batch_not_handed_over)
 
 
 def _batch_not_handed_over(queue, error: Exception, sent: object) -> None:
@@ -68,11 +66,7 @@ def _batch_not_handed_over(queue, error: Exception, sent: object) -> None:
         where = f"in DataLoader worker process {worker.id if worker else '?'}, handing a batch over"
         queue.put((sent[0], ExceptionWrapper((type(error), error, error.__traceback__), where)))
         return
-    _REPORT_UNSENT(error, sent)
-
-
-# multiprocessing's own (private: typeshed lacks it)
-_REPORT_UNSENT = multiprocessing.queues.Queue._on_queue_feeder_error  # type: ignore[attr-defined]
+    cpython_private.report_unsent_as_cpython_does(error, sent)
 
 
 def quiet_when_the_receiver_is_gone(report):
@@ -83,7 +77,7 @@ def quiet_when_the_receiver_is_gone(report):
 
     def excepthook(kind, value, tb) -> None:
         frames = traceback.extract_tb(tb)
-        sharer = frames and frames[0].filename == resource_sharer.__file__
+        sharer = frames and cpython_private.in_resource_sharer(frames[0].filename)
         if not (sharer and issubclass(kind, (ConnectionError, EOFError))):
             report(kind, value, tb)
 

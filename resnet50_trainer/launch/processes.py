@@ -10,11 +10,10 @@ import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from multiprocessing import forkserver, resource_tracker
 
 import torch.multiprocessing as mp
 
-from resnet50_trainer import limits, machine
+from resnet50_trainer import cpython_private, limits, machine
 from resnet50_trainer.config.launchers import Launched
 from resnet50_trainer.config.settings import Config
 from resnet50_trainer.distributed import joining, process_group, transport
@@ -72,7 +71,7 @@ def _join_the_run(config: Config, launched: Launched | None) -> int:
     """This machine's part of the run: as one rank of a launcher's, or as this machine's own
     training processes once the machines have met (joining.meet_shards)."""
     transport.configure_transport(config.distributed_transport, config.distributed_interfaces)
-    _quiet_resource_tracker()
+    cpython_private.quiet_resource_tracker_warnings()
     record_stop_signals()  # from here on a stop signal is never this process's death
     interrupt_once()
     if launched is not None and not _runs_as_without_launcher(config, launched):
@@ -84,13 +83,6 @@ def _join_the_run(config: Config, launched: Launched | None) -> int:
         return _train_in_own_processes(config, meeting.host, meeting.port)
     finally:
         meeting.close()
-
-
-def _quiet_resource_tracker() -> None:
-    """multiprocessing's resource tracker (started later, with this interpreter's -W options)
-    cleans up the semaphores of an input or training process that was killed, and would warn
-    of each such "leak" at the end of the run: after a kill -9 the run's line is the report."""
-    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
 
 
 def _runs_as_without_launcher(config: Config, launched: Launched) -> bool:
@@ -112,8 +104,8 @@ def _train_in_own_processes(config: Config, store_host: str, store_port: int) ->
     try:
         with watched(config, "the launcher"):
             return _start_and_wait(config, store_host, store_port)
-    finally:
-        _stop_fork_server()
+    finally:  # one fork server a launch: cli.main called again gets a fresh one
+        cpython_private.stop_fork_server()
 
 
 def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
@@ -126,7 +118,7 @@ def _start_and_wait(config: Config, store_host: str, store_port: int) -> int:
         # broke into the server's import of the training code (a traceback of up to 75 lines
         # before "interrupted"). Here too, a Ctrl-C counts once they have started.
         with preempt_signals_blocked(signal.SIGINT), _ctrl_c_held():
-            _start_resource_tracker()
+            cpython_private.start_resource_tracker((signal.SIGINT, *PREEMPT_SIGNALS))
             start_method = _start_fork_server()
             # One line from this machine: its processes mostly fail for one reason (a lost peer,
             # a store out of reach), and the first to report it speaks for all. Held here until
@@ -220,38 +212,17 @@ def _start_fork_server() -> str:
     where it cannot start: TMPDIR full, or its socket's path in TMPDIR longer than a Unix socket
     takes (108 bytes; newer Pythons then put the socket in /tmp themselves, gh-132124)."""
     # By name: imported here, fork_server would tie this process to its own parent.
-    forkserver.set_forkserver_preload(
-        [
-            "resnet50_trainer.launch.fork_server",
-            "resnet50_trainer.launch.training_process",
-            "resnet50_trainer.train.trainer",
-        ]
-    )
     try:
-        forkserver.ensure_running()
+        cpython_private.start_fork_server(
+            [
+                "resnet50_trainer.launch.fork_server",
+                "resnet50_trainer.launch.training_process",
+                "resnet50_trainer.train.trainer",
+            ]
+        )
     except OSError:
         return "spawn"
     return "forkserver"
-
-
-def _stop_fork_server() -> None:
-    """A fork server serves one launch: another in this process (cli.main called again) gets a
-    fresh one, with the environment and standard streams it has then. Once every training
-    process has ended (the server waits for them); CPython's own stop, which its tests use."""
-    stop = getattr(forkserver._forkserver, "_stop", None)
-    if stop is not None:
-        with contextlib.suppress(OSError):  # its socket's folder already gone: nothing to undo
-            stop()
-
-
-def _start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker, which the context's first lock or process
-    would start, and block SIGINT and the stop signals again: starting it unblocks SIGINT and
-    SIGTERM in this thread (CPython's guard against bpo-33613 ends with SIG_UNBLOCK, not the mask
-    it found), so the children would start with SIGTERM unblocked and die by one sent before they
-    record it."""
-    resource_tracker.ensure_running()
-    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, *PREEMPT_SIGNALS))
 
 
 def _stop_all(processes) -> None:

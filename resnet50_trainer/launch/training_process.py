@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import multiprocessing.util
 import os
 import signal
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from multiprocessing import forkserver
 from multiprocessing.sharedctypes import Synchronized
 from typing import NoReturn
 
 import torch
 
-from resnet50_trainer import limits, machine
+from resnet50_trainer import cpython_private, limits, machine
 from resnet50_trainer.checkpoint.auto_resume import holds_checkpoints
 from resnet50_trainer.commands import report
 from resnet50_trainer.config.launchers import Launched
@@ -41,10 +38,6 @@ from resnet50_trainer.errors import (
 from resnet50_trainer.lifecycle import end_input_processes, leave, stop_watching_input_processes
 from resnet50_trainer.streams import guard_standard_streams, log_lines
 
-# The longest path a Unix socket takes (sun_path, less its NUL), and what multiprocessing adds to
-# the temporary directory's base for one.
-SOCKET_PATH_MAX = 107
-SOCKET_IN_TEMPORARY_DIRECTORY = "/pymp-XXXXXXXX/listener-XXXXXXXX"
 # Seconds a spawned training process waits, after SIGINT, for a killed launcher to be gone.
 LAUNCHER_END_S = 1.0
 
@@ -73,29 +66,6 @@ def train_as_launched_rank(launched: Launched, config: Config) -> None:
                 meeting.close()
 
 
-def _own_temporary_directory() -> None:
-    """multiprocessing's temporary directory, where input processes put the socket they pass file
-    descriptors through, becomes this process's own: made now, so that the input processes it
-    forks share it, and removed as it ends, after them (a process killed -9 leaves it, as any
-    Python process does). Inherited, it was the launcher's, removed as the launcher ended: input
-    processes orphaned by a killed fork server then each printed a FileNotFoundError traceback.
-    In /tmp where TMPDIR is too long for a socket's path (as Python 3.14 does, gh-132124): input
-    processes could not hand over a batch (tracebacks, and no step). Where none can be made, the
-    launcher's serves. CPython keeps it in the process's private _config (3.8 to 3.14)."""
-    settings = multiprocessing.current_process()._config  # type: ignore[attr-defined]
-    inherited = settings.pop("tempdir", None)
-    chosen = tempfile.tempdir
-    base = tempfile.gettempdir()
-    if len(base) + len(SOCKET_IN_TEMPORARY_DIRECTORY) > SOCKET_PATH_MAX:
-        tempfile.tempdir = "/tmp"
-    try:
-        multiprocessing.util.get_temp_dir()
-    except OSError:
-        settings["tempdir"] = inherited
-    finally:
-        tempfile.tempdir = chosen
-
-
 def _import_and_train(
     config: Config, placement: process_group.Placement, device: torch.device
 ) -> None:
@@ -112,7 +82,7 @@ def _set_up(config: Config, placement: process_group.Placement) -> torch.device:
     multiprocessing's temporary directory, Ctrl-Z where the run has peers
     (distributed/pausing.py) and the device of this training process; the kernel's OOM killer
     takes it (or its input processes) first: whoever started it lives to say so."""
-    _own_temporary_directory()
+    cpython_private.own_temporary_directory()
     machine.first_for_the_oom_killer()
     log_lines(logging.INFO if placement.is_main else logging.WARNING, force=True)
     if placement.world_size > 1 and not config.test_only:  # --test_only has no check to pause at
@@ -208,7 +178,7 @@ def train_as_child_process(
     # or the launcher's where it spawned this process.
     parent = os.getppid()
     guard_standard_streams(TRAINER)  # a fresh interpreter's, the fork server's or spawned
-    _let_the_fork_server_go()
+    cpython_private.let_the_fork_server_go()  # it starts none from the fork server
     interrupt_once()
     record_stop_signals()
     try:
@@ -228,19 +198,6 @@ def train_as_child_process(
     except KeyboardInterrupt:
         status = 0  # stopped by the launcher, which reports it (as torch's spawn would exit)
     leave(status)
-
-
-def _let_the_fork_server_go() -> None:
-    """CPython gives each process the fork server starts the write end of the server's 'alive'
-    pipe (so that it may start processes too), and the server ends only once every holder has
-    closed it. This one starts none from it; its input processes, forked from it, would inherit
-    it, and one that outlives it (stopped, or stuck in a read) kept the server, and the launcher
-    that waits for it, from ever ending (red-team). Spawned, it holds none."""
-    server = forkserver._forkserver
-    alive = getattr(server, "_forkserver_alive_fd", None)  # CPython's, 3.8 to 3.14
-    if alive is not None:
-        os.close(alive)
-        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010 (private: typeshed lacks it)
 
 
 def _parent_ended(parent: int) -> str | None:

@@ -3,9 +3,11 @@ BENCHMARKS.md and docs/speed.md block kept current, and bad input refused in one
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import pytest
 from benchmarks import tables
 from benchmarks.errors import BenchmarkUsageError
 from benchmarks.output import output_path, replace_file
-from benchmarks.registry import HIGHER, LOWER, Figure, all_figures, registered
+from benchmarks.registry import DECLARES, HIGHER, LOWER, Figure, all_figures, registered
 from benchmarks.runner import compared, records, select
 from benchmarks.trees import BENCHMARKS_ROOT, Tree
 from tests.support.trainer_runs import REPOSITORY
@@ -209,3 +211,45 @@ def test_a_new_benchmark_module_is_found_without_editing_a_list(tmp_path):
     )
     assert listed.returncode == 0, listed.stderr
     assert "| `brand_new_s` | s |" in listed.stdout
+
+
+# The pages that quote figures: the manual and the README (BENCHMARKS.md is generated from them).
+PAGES = sorted(glob.glob(os.path.join(REPOSITORY, "docs", "*.md"))) + [
+    os.path.join(REPOSITORY, "README.md")
+]
+# A name in backticks that reads as a figure's (the names' convention): a ratio, `x_vs_y`, or one
+# ending in its unit, `_s`, `_ms`, `_us`, `_mib`, `_gbps`.
+FIGURE_SHAPED = re.compile(
+    r"`([a-z][a-z0-9]*(?:_[a-z0-9]+)*(?:_vs_[a-z0-9_]+|_(?:s|ms|us|mib|gbps)))`"
+)
+# Modules the pages run that measure nothing: a model computed from declared inputs, an input maker.
+MEASURE_NOTHING = {"scaling_model", "make_scale_db"}
+
+
+def test_every_figure_the_docs_name_is_declared():
+    """A figure a page quotes by name is one `python -m benchmarks run` re-measures."""
+    declared = set(all_figures())
+    undeclared = {
+        f"{os.path.basename(page)}: {name}"
+        for page in PAGES
+        for name in FIGURE_SHAPED.findall(Path(page).read_text())
+        if name not in declared
+    }
+    assert sorted(undeclared) == []
+
+
+def test_every_benchmark_module_the_docs_run_declares_its_figures():
+    """`python -m benchmarks.X` on a page is a module whose figures are declared (run alone, it
+    prints their detail): no script's number is quoted that no `Figure` re-measures."""
+    run = {
+        module
+        for page in PAGES
+        for module in re.findall(r"python -m benchmarks\.(\w+)", Path(page).read_text())
+    }
+    assert run, "the pages name no benchmark module: the pattern is stale"
+    undeclared = [
+        module
+        for module in sorted(run - MEASURE_NOTHING)
+        if DECLARES not in (BENCHMARKS_ROOT / "benchmarks" / f"{module}.py").read_text()
+    ]
+    assert undeclared == []

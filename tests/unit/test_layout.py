@@ -73,6 +73,7 @@ def test_a_cycle_is_found():
 # The layers from the bottom up: a module imports only its own folder and the folders before it.
 # The top-level modules (cli, __main__) come last, the two commands' tools/ after them.
 LAYERS = (
+    "cpython_private",
     "machine",
     "limits",
     "errors",

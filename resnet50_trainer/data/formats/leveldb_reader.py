@@ -11,7 +11,6 @@ reading never changes it. The snapshot is removed on close, or when its process 
 from __future__ import annotations
 
 import errno
-import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Iterator
 
 import plyvel
 
+from resnet50_trainer import cpython_private
 from resnet50_trainer.data.formats.db_reader import Database
 from resnet50_trainer.data.formats.db_types import LEVELDB
 from resnet50_trainer.errors import UserError
@@ -96,7 +96,7 @@ class LevelDbDatabase(Database):
             raise self._unopenable(exc) from exc
         # multiprocessing's Finalize, not weakref.finalize: input processes end with os._exit,
         # which skips atexit, but they run multiprocessing's exit finalizers first.
-        self._finalizer = multiprocessing.util.Finalize(
+        self._finalizer = cpython_private.finalize_at_multiprocessing_exit(
             self, _close_leveldb, args=(self._db, self._snapshot, os.getpid()), exitpriority=0
         )
 
