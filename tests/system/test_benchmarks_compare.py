@@ -26,7 +26,8 @@ def copy_of_this_tree(target) -> str:
 
 def compare(this: str, base: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "compare", "--base", base, "--only", "start_help_s"],
+        [sys.executable, "-m", "benchmarks", "compare", "--base", base, "--quick"]
+        + ["--only", "start_help_s"],
         cwd=this,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ from tests.support.trainer_runs import (
     wait_for,
 )
 
-TRIES = 3
+TRIES = 2
 PROGRESS = re.compile(
     r"ResNet-18, 2 processes x .*|Finished iteration .*|Training loss: .*|Epoch \d+: loss .*"
 )

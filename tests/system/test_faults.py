@@ -517,7 +517,7 @@ def test_a_peer_lost_while_the_other_waits_in_the_checkpoint_barrier_is_named_th
     lost, so rank 1 waits in the checkpoint barrier, under --first_iter_timeout rather than
     --timeout (a write may take long): a hung writer is found when that runs out."""
     store = serve_store()
-    barrier_limit_s = 40
+    barrier_limit_s = 30
     writer, survivor = start_ranks(
         store,
         (0, 1),

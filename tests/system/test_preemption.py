@@ -104,10 +104,9 @@ def assert_preempted(done, stop_line: str) -> None:
 @pytest.mark.parametrize(
     "processes, name, target",
     [
-        (2, "SIGTERM", "group"),
-        (2, "SIGUSR1", "self"),
-        (1, "SIGTERM", "self"),
-        (2, "SIGHUP", "group"),
+        (2, "SIGTERM", "group"),  # a scheduler's stop
+        (2, "SIGUSR1", "self"),  # Slurm's --signal=USR1@N, to one process
+        (1, "SIGHUP", "group"),  # a closed terminal's, to its foreground job
     ],
 )
 def test_signal_saves_the_step_and_auto_resume_ends_bitwise_equal(
