@@ -15,31 +15,31 @@ from resnet50_trainer.errors import UserError
 @dataclass(frozen=True)
 class Launcher:
     """What the trainer knows of one launcher: one entry of _LAUNCHERS, read wherever a launcher
-    acts differently, so that no code asks for one by its name."""
+    acts differently, so that no code asks for one by its name. The defaults are an MPI-style
+    launcher's: an entry states how it differs."""
 
     name: str
     # The variables it sets for rank, world size, local rank and local world size.
     variables: tuple[str, str, str, str]
-    # It always sets all four: a part of them is a hand-made environment that would otherwise
-    # quietly train alone (srun's shell sets a part: an sbatch script outside a step).
-    sets_all_four: bool
     # Its command line for one rank per machine, the original's way, that starts --num_gpus
     # processes itself; None where it starts one process per GPU only, with `processes_option`.
     one_rank_per_machine: str | None
-    processes_option: str | None
+    # It always sets all four: a part of them is a hand-made environment that would otherwise
+    # quietly train alone (srun's shell sets a part: an sbatch script outside a step).
+    sets_all_four: bool = True
+    processes_option: str | None = None
     # The variable counting the rounds of a job whose agent serves one store to all of them (see
     # _round_prefix); None where a job is one round.
-    round_variable: str | None
+    round_variable: str | None = None
     # It may give each rank its own GPU(s) through CUDA_VISIBLE_DEVICES (srun --gpus-per-task,
     # mpirun with a binding script); torchrun binds none.
-    binds_gpus: bool
+    binds_gpus: bool = True
 
 
 _LAUNCHERS = (
     Launcher(
         "torchrun",
         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-        sets_all_four=True,
         one_rank_per_machine=None,
         processes_option="--nproc-per-node",
         round_variable="TORCHELASTIC_RESTART_COUNT",
@@ -51,9 +51,6 @@ _LAUNCHERS = (
         ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
         sets_all_four=False,
         one_rank_per_machine="srun --ntasks-per-node 1",
-        processes_option=None,
-        round_variable=None,
-        binds_gpus=True,
     ),
     Launcher(
         "mpirun",
@@ -63,21 +60,13 @@ _LAUNCHERS = (
             "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE",
         ),
-        sets_all_four=True,
         one_rank_per_machine="mpirun --map-by ppr:1:node",
-        processes_option=None,
-        round_variable=None,
-        binds_gpus=True,
     ),
     # MPICH's and Intel MPI's process manager (Hydra); after srun, whose PMI plugins set PMI_RANK.
     Launcher(
         "mpiexec",
         ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-        sets_all_four=True,
         one_rank_per_machine="mpiexec -ppn 1",
-        processes_option=None,
-        round_variable=None,
-        binds_gpus=True,
     ),
 )
 _LAUNCHER_NAMED = {launcher.name: launcher for launcher in _LAUNCHERS}

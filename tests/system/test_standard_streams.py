@@ -37,7 +37,7 @@ def run_with_closed(fd: int, command: list[str]) -> subprocess.CompletedProcess:
     )
 
 
-# stdout's failure was the exit's, whatever the processes; stderr's cost a peer where there were two.
+# stdout's failure was the exit's at any count of processes; stderr's cost a peer where two ran.
 @pytest.mark.parametrize("closed, processes", [(1, "1"), (2, "2")], ids=["stdout", "stderr"])
 def test_a_run_with_a_standard_stream_closed_trains_saves_and_exits_0(tmp_path, closed, processes):
     """stdout closed: the run trained and saved, then its exit raised AttributeError (sys.stdout
