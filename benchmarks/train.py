@@ -43,7 +43,6 @@ from benchmarks import bench_data
 from benchmarks.input_pipeline import photo_sets, prepare_photo_sets
 from benchmarks.registry import HIGHER, Context, Figure, benchmark
 from benchmarks.trees import BENCHMARKS_ROOT, MeasurementFailed, Tree
-from resnet50_trainer.reporting.profiling import TABLE_SUFFIX, TRACE_SUFFIX, WARMUP_STEPS
 
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 THIS = Tree("this", BENCHMARKS_ROOT)
@@ -113,6 +112,10 @@ class Run(NamedTuple):
 def untimed_steps(args) -> int:
     """Steps before the timed window: at least --warmup, and past the profile (its warm-up, the
     discarded step, the recorded ones and its writing), on a console line."""
+    # Here, not at the top: a base's process imports this module (example_loop_rate), and a base
+    # older than --profile_iters has no profiling module to import from.
+    from resnet50_trainer.reporting.profiling import WARMUP_STEPS
+
     untimed = max(args.warmup, WARMUP_STEPS + 2 + args.profile if args.profile else 0)
     return -(-untimed // PRINT_EVERY) * PRINT_EVERY
 
@@ -198,6 +201,8 @@ def ours(args, device: torch.device, train_data: str, out: str, tree: Tree = THI
 def _keep_profile(log_dir: str, args, what: str) -> None:
     """The run's profile table and trace, as PART_WHAT.profile.md and .trace.json.gz, into
     args.profile_dir."""
+    from resnet50_trainer.reporting.profiling import TABLE_SUFFIX, TRACE_SUFFIX  # as above
+
     if not args.profile_dir:
         return
     os.makedirs(args.profile_dir, exist_ok=True)
