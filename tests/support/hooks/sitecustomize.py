@@ -5,7 +5,8 @@ their fork server.
 Each rename of a checkpoint's temporary file (`.tmp-<checkpoint>.pt-<random>.pt`, as
 checkpoint.save_checkpoint names it) first sleeps RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME
 seconds: the writer is held between its fsync and its rename, where a test can kill it or start a
-second run beside it. The trainer itself knows nothing of this."""
+second run beside it; not in a requeued Slurm job (SLURM_RESTART_COUNT above 0), whose run only
+has to finish. The trainer itself knows nothing of this."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 
 PAUSE_ENV = "RESNET50_TRAINER_TEST_PAUSE_BEFORE_RENAME"
 _CHECKPOINT_TEMPORARY = re.compile(r"\.tmp-.+\.pt-[a-z0-9_]{8}\.pt")
-_pause_s = float(os.environ.get(PAUSE_ENV, 0))
+_pause_s = (
+    float(os.environ.get(PAUSE_ENV, 0)) if os.environ.get("SLURM_RESTART_COUNT", "0") == "0" else 0
+)
 _replace = os.replace
 
 
